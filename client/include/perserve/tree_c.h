@@ -1,0 +1,44 @@
+/* perserve/tree_c.h: the priority tree as a C ABI, for ctypes and other FFI users.
+ *
+ * Library: libperserve_tree.so. Arrays are passed as plain pointers, so NumPy
+ * arrays (int64 and float64, C-contiguous) go in without a copy.
+ *
+ * Functions returning int give 0 on success and non-zero on error; on error the
+ * tree is unchanged and perserve_last_error() says why. Values and masses must
+ * be finite and >= 0; indices in [0, perserve_tree_capacity(t)). A tree is not
+ * thread-safe: one thread at a time per tree.
+ */
+#ifndef PERSERVE_TREE_C_H_
+#define PERSERVE_TREE_C_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct perserve_tree perserve_tree;
+
+/* capacity is rounded up to a power of two. device: "cpu", "cuda", "auto".
+ * NULL on error. */
+perserve_tree* perserve_tree_create(int64_t capacity, const char* device);
+void perserve_tree_destroy(perserve_tree* t);
+/* strategy: "auto", "per_element", "rebuild", "sparse". */
+int perserve_tree_set_strategy(perserve_tree* t, const char* strategy);
+/* Sets leaf indices[j] to values[j]; repeated indices: the last one wins. */
+int perserve_tree_update(perserve_tree* t, const int64_t* indices, const double* values, int64_t k);
+/* For each mass, the leaf the prefix-sum descent lands on. Needs a total > 0. */
+int perserve_tree_find_prefixsum(perserve_tree* t, const double* masses, int64_t* out_indices, int64_t k);
+int perserve_tree_get(perserve_tree* t, const int64_t* indices, double* out_values, int64_t k);
+double perserve_tree_total(perserve_tree* t);
+/* Min over the leaves ever set; +inf when none was. */
+double perserve_tree_min(perserve_tree* t);
+int64_t perserve_tree_capacity(perserve_tree* t); /* after rounding */
+/* Message of the last failed call on this thread ("" if none). */
+const char* perserve_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERSERVE_TREE_C_H_ */

@@ -1,0 +1,79 @@
+#include "tree/priority_tree.h"
+
+#include <bit>
+#include <new>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "tree/cpu/cpu_priority_tree.h"
+#include "tree/cuda/cuda_device.h"
+
+namespace perserve::tree {
+namespace {
+
+constexpr struct {
+  std::string_view name;
+  UpdateStrategy strategy;
+} kStrategies[] = {
+    {"auto", UpdateStrategy::kAuto},
+    {"per_element", UpdateStrategy::kPerElement},
+    {"rebuild", UpdateStrategy::kRebuild},
+    {"sparse", UpdateStrategy::kSparse},
+};
+
+}  // namespace
+
+Status ParseUpdateStrategy(std::string_view name, UpdateStrategy* strategy) {
+  for (const auto& entry : kStrategies) {
+    if (entry.name == name) {
+      *strategy = entry.strategy;
+      return Status::Ok();
+    }
+  }
+  return Status::InvalidArgument(
+      fmt::format("unknown update strategy \"{}\"; expected auto, per_element, rebuild or sparse", name));
+}
+
+std::string_view UpdateStrategyName(UpdateStrategy strategy) {
+  for (const auto& entry : kStrategies) {
+    if (entry.strategy == strategy) return entry.name;
+  }
+  return "unknown";
+}
+
+Status ParseDevice(std::string_view name, Device* device) {
+  if (name == "auto") {
+    *device = Device::kAuto;
+  } else if (name == "cpu") {
+    *device = Device::kCpu;
+  } else if (name == "cuda") {
+    *device = Device::kCuda;
+  } else {
+    return Status::InvalidArgument(fmt::format("unknown device \"{}\"; expected cpu, cuda or auto", name));
+  }
+  return Status::Ok();
+}
+
+Status PriorityTree::Create(int64_t capacity, Device device, std::unique_ptr<PriorityTree>* tree) {
+  if (capacity < 1 || capacity > kMaxCapacity) {
+    return Status::InvalidArgument(fmt::format("capacity {} is outside [1, {}]", capacity, kMaxCapacity));
+  }
+  const int64_t rounded = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(capacity)));
+  if (device != Device::kCpu) {
+    std::string why;
+    const int devices = UsableCudaDeviceCount(&why);
+    if (devices > 0) why = "the CUDA tree backend is not implemented yet";
+    if (device == Device::kCuda) return Status::Unavailable("device \"cuda\" requested, but " + why);
+    spdlog::debug("priority tree: device auto uses the CPU ({})", why);
+  }
+  try {
+    *tree = std::make_unique<CpuPriorityTree>(rounded);
+  } catch (const std::bad_alloc&) {
+    return Status::Unavailable(fmt::format("cannot allocate a tree of {} leaves ({} bytes of nodes)", rounded,
+                                           2 * rounded * static_cast<int64_t>(sizeof(TreeNode))));
+  }
+  return Status::Ok();
+}
+
+}  // namespace perserve::tree

@@ -1,0 +1,85 @@
+// The priority tree's per-element algorithm: one node, one level, one descent.
+//
+// Every function here is plain inline code marked PERSERVE_HOST_DEVICE, so the
+// CPU backend calls it in loops and the CUDA kernels call it once per thread:
+// one algorithm, two machines, and the CPU tests exercise the GPU's logic.
+//
+// Layout (DESIGN.md, tree contract): a flat implicit tree of 2 * capacity
+// TreeNode slots, root at 1, leaf i at capacity + i, slot 0 unused. Sum and min
+// are interleaved as one 16-byte node, so the sibling pair (2p, 2p + 1) that a
+// recompute or a descent step reads is one 32-byte, cache-line-aligned block:
+// an update touches one line per level instead of two (one per array), and a
+// descent still reads one line per level.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define PERSERVE_HOST_DEVICE __host__ __device__
+#else
+#define PERSERVE_HOST_DEVICE
+#endif
+
+namespace perserve::tree {
+
+struct TreeNode {
+  double sum;  // sum of the leaf values below (the leaf's value at a leaf)
+  double min;  // min of the leaf values ever set below; +inf when none was
+};
+static_assert(sizeof(TreeNode) == 16, "sibling pairs must pack into 32 bytes");
+
+// An internal node is always left + right and min(left, right), in that order,
+// so every strategy and backend produces bit-identical trees for the same leaves.
+PERSERVE_HOST_DEVICE inline TreeNode CombineChildren(const TreeNode& left, const TreeNode& right) {
+  return TreeNode{left.sum + right.sum, right.min < left.min ? right.min : left.min};
+}
+
+PERSERVE_HOST_DEVICE inline int64_t LeafNode(int64_t capacity, int64_t leaf_index) {
+  return capacity + leaf_index;
+}
+
+PERSERVE_HOST_DEVICE inline void WriteLeaf(TreeNode* nodes, int64_t capacity, int64_t leaf_index,
+                                           double value) {
+  nodes[LeafNode(capacity, leaf_index)] = TreeNode{value, value};
+}
+
+// Recomputes internal node `node` from its two children.
+PERSERVE_HOST_DEVICE inline void RecomputeNode(TreeNode* nodes, int64_t node) {
+  nodes[node] = CombineChildren(nodes[2 * node], nodes[2 * node + 1]);
+}
+
+// Walks from leaf `leaf_index` to the root, recomputing every ancestor.
+// O(log capacity). Not safe to run concurrently with another update.
+PERSERVE_HOST_DEVICE inline void PropagateToRoot(TreeNode* nodes, int64_t capacity, int64_t leaf_index) {
+  for (int64_t node = LeafNode(capacity, leaf_index) >> 1; node >= 1; node >>= 1) {
+    RecomputeNode(nodes, node);
+  }
+}
+
+// One step of the prefix-sum descent from internal node `node`: DESIGN.md's
+// "go left if left_sum > mass, else mass -= left_sum and go right", plus one
+// guard. Rounding in the subtractions can leave a mass that reaches past its
+// subtree's sum (or a caller's mass can reach the total); the plain rule then
+// walks right into a subtree whose sum is 0 and returns an empty leaf. The guard
+// goes left instead whenever the right subtree is empty and the left is not,
+// which keeps the walk inside non-empty subtrees. It only fires where the plain
+// rule would enter an all-zero subtree, so wherever the plain descent lands on
+// a non-zero leaf the guarded one lands on the same leaf.
+PERSERVE_HOST_DEVICE inline int64_t DescendStep(const TreeNode* nodes, int64_t node, double* mass) {
+  const double left = nodes[2 * node].sum;
+  const double right = nodes[2 * node + 1].sum;
+  if (left > *mass || (right == 0.0 && left > 0.0)) return 2 * node;
+  *mass -= left;
+  return 2 * node + 1;
+}
+
+// Full descent for one mass: returns the leaf index (0-based). The caller
+// guarantees capacity is a power of two, mass is finite and >= 0, and the
+// total (nodes[1].sum) is > 0; the result's leaf value is then > 0.
+PERSERVE_HOST_DEVICE inline int64_t FindPrefixSumLeaf(const TreeNode* nodes, int64_t capacity, double mass) {
+  int64_t node = 1;
+  while (node < capacity) node = DescendStep(nodes, node, &mass);
+  return node - capacity;
+}
+
+}  // namespace perserve::tree

@@ -1,0 +1,72 @@
+#include "tree/tree_validation.h"
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace perserve::tree {
+namespace {
+
+Status CheckSizes(size_t inputs, size_t outputs, const char* input_name, const char* output_name) {
+  if (inputs == outputs) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("{} has {} elements but {} has {}", input_name, inputs, output_name, outputs));
+}
+
+Status CheckIndices(std::span<const int64_t> indices, int64_t capacity) {
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] < 0 || indices[j] >= capacity) {
+      return Status::OutOfRange(
+          fmt::format("index {} at position {} is outside [0, {})", indices[j], j, capacity));
+    }
+  }
+  return Status::Ok();
+}
+
+// Names what is wrong with a value that must be finite and >= 0, or "" if nothing.
+const char* NonNegativeFiniteProblem(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return "infinite";
+  if (value < 0.0) return "negative";
+  return "";
+}
+
+Status CheckNonNegativeFinite(std::span<const double> values, const char* what) {
+  for (size_t j = 0; j < values.size(); ++j) {
+    const char* problem = NonNegativeFiniteProblem(values[j]);
+    if (*problem != '\0') {
+      return Status::InvalidArgument(fmt::format("{} {} at position {} is {}; {}s must be finite and >= 0",
+                                                 what, values[j], j, problem, what));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateUpdateBatch(std::span<const int64_t> indices, std::span<const double> values,
+                           int64_t capacity) {
+  PERSERVE_RETURN_IF_ERROR(CheckSizes(indices.size(), values.size(), "indices", "values"));
+  PERSERVE_RETURN_IF_ERROR(CheckIndices(indices, capacity));
+  return CheckNonNegativeFinite(values, "value");
+}
+
+Status ValidateDescentBatch(std::span<const double> masses, std::span<const int64_t> indices_out,
+                            double total) {
+  PERSERVE_RETURN_IF_ERROR(CheckSizes(masses.size(), indices_out.size(), "masses", "output indices"));
+  if (masses.empty()) return Status::Ok();
+  PERSERVE_RETURN_IF_ERROR(CheckNonNegativeFinite(masses, "mass"));
+  if (!(total > 0.0)) {
+    return Status::FailedPrecondition("cannot descend: the tree's total is 0 (no leaf has a positive value)");
+  }
+  return Status::Ok();
+}
+
+Status ValidateGetBatch(std::span<const int64_t> indices, std::span<const double> values_out,
+                        int64_t capacity) {
+  PERSERVE_RETURN_IF_ERROR(CheckSizes(indices.size(), values_out.size(), "indices", "output values"));
+  return CheckIndices(indices, capacity);
+}
+
+}  // namespace perserve::tree

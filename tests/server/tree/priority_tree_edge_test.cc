@@ -1,0 +1,172 @@
+// Bad input, empty batches, tiny trees and the descent's rounding guard.
+#include <cmath>
+#include <limits>
+
+#include "server/tree/tree_test_util.h"
+#include "tree/cpu/cpu_priority_tree.h"
+
+namespace perserve::tree::testing {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Snapshot {
+  std::vector<double> sums, mins;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot Take(const PriorityTree& tree) {
+  Snapshot snapshot{std::vector<double>(2 * tree.capacity()), std::vector<double>(2 * tree.capacity())};
+  EXPECT_TRUE(tree.ReadNodes(snapshot.sums, snapshot.mins).ok());
+  return snapshot;
+}
+
+TEST(PriorityTreeCreateTest, RoundsCapacityUpToAPowerOfTwo) {
+  for (auto [requested, rounded] : {std::pair<int64_t, int64_t>{1, 1}, {2, 2}, {3, 4}, {1000, 1024},
+                                    {int64_t{1} << 21, int64_t{1} << 21}, {(int64_t{1} << 20) + 1, int64_t{1} << 21}}) {
+    std::unique_ptr<PriorityTree> tree;
+    ASSERT_TRUE(PriorityTree::Create(requested, Device::kCpu, &tree).ok());
+    EXPECT_EQ(tree->capacity(), rounded) << "requested " << requested;
+    EXPECT_EQ(tree->Total(), 0.0);
+    EXPECT_EQ(tree->Min(), kInf);
+  }
+}
+
+TEST(PriorityTreeCreateTest, RejectsBadCapacityAndUnknownNames) {
+  std::unique_ptr<PriorityTree> tree;
+  EXPECT_EQ(PriorityTree::Create(0, Device::kCpu, &tree).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PriorityTree::Create(-5, Device::kCpu, &tree).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PriorityTree::Create(PriorityTree::kMaxCapacity + 1, Device::kCpu, &tree).code(),
+            Status::Code::kInvalidArgument);
+  UpdateStrategy strategy;
+  EXPECT_EQ(ParseUpdateStrategy("fastest", &strategy).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(ParseUpdateStrategy("sparse", &strategy).ok());
+  EXPECT_EQ(strategy, UpdateStrategy::kSparse);
+  Device device;
+  EXPECT_EQ(ParseDevice("tpu", &device).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(PriorityTreeCreateTest, CudaIsUnavailableUntilItsBackendExistsAndAutoFallsBackToCpu) {
+  std::unique_ptr<PriorityTree> tree;
+  const Status cuda = PriorityTree::Create(16, Device::kCuda, &tree);
+  EXPECT_EQ(cuda.code(), Status::Code::kUnavailable);
+  EXPECT_NE(cuda.message().find("cuda"), std::string::npos) << cuda.message();
+  ASSERT_TRUE(PriorityTree::Create(16, Device::kAuto, &tree).ok());
+  EXPECT_EQ(tree->device_name(), "cpu");
+}
+
+TEST(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
+  struct Case {
+    std::vector<int64_t> indices;
+    std::vector<double> values;
+    Status::Code code;
+    std::string mention;
+  };
+  const std::vector<Case> cases = {
+      {{1, -1}, {1.0, 1.0}, Status::Code::kOutOfRange, "index -1 at position 1"},
+      {{1, 16}, {1.0, 1.0}, Status::Code::kOutOfRange, "index 16 at position 1"},
+      {{1, 2, 3}, {1.0, kNaN, -1.0}, Status::Code::kInvalidArgument, "position 1 is NaN"},
+      {{1, 2}, {-0.5, kNaN}, Status::Code::kInvalidArgument, "position 0 is negative"},
+      {{3}, {kInf}, Status::Code::kInvalidArgument, "position 0 is infinite"},
+      {{3}, {-kInf}, Status::Code::kInvalidArgument, "position 0 is infinite"},
+      {{1, 2}, {1.0}, Status::Code::kInvalidArgument, "indices has 2 elements but values has 1"},
+  };
+  for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
+                                  UpdateStrategy::kAuto}) {
+    std::unique_ptr<PriorityTree> tree = MakeTree(16, strategy);
+    const std::vector<int64_t> seed_indices = {0, 1, 2, 3};
+    const std::vector<double> seed_values = {1.0, 2.0, 3.0, 4.0};
+    ASSERT_TRUE(tree->Update(seed_indices, seed_values).ok());
+    const Snapshot before = Take(*tree);
+    for (const Case& c : cases) {
+      const Status status = tree->Update(c.indices, c.values);
+      EXPECT_EQ(status.code(), c.code) << status.ToString();
+      EXPECT_NE(status.message().find(c.mention), std::string::npos)
+          << "message \"" << status.message() << "\" lacks \"" << c.mention << "\"";
+      EXPECT_TRUE(Take(*tree) == before) << "a rejected batch changed the tree: " << status.ToString();
+    }
+  }
+}
+
+TEST(PriorityTreeUpdateTest, EmptyBatchesAreNoOps) {
+  std::unique_ptr<PriorityTree> tree = MakeTree(16, UpdateStrategy::kAuto);
+  const Snapshot before = Take(*tree);
+  ASSERT_TRUE(tree->Update({}, {}).ok());
+  EXPECT_TRUE(Take(*tree) == before);
+  // An empty descent is fine even on an empty tree; a non-empty one is not.
+  ASSERT_TRUE(tree->FindPrefixSum({}, {}).ok());
+  const std::vector<double> mass = {0.0};
+  std::vector<int64_t> index(1);
+  EXPECT_EQ(tree->FindPrefixSum(mass, index).code(), Status::Code::kFailedPrecondition);
+}
+
+TEST(PriorityTreeUpdateTest, MinCoversLeavesEverSetIncludingZero) {
+  std::unique_ptr<PriorityTree> tree = MakeTree(8, UpdateStrategy::kSparse);
+  const std::vector<int64_t> one = {6};
+  ASSERT_TRUE(tree->Update(one, std::vector<double>{0.5}).ok());
+  EXPECT_EQ(tree->Min(), 0.5);
+  ASSERT_TRUE(tree->Update(one, std::vector<double>{0.0}).ok());
+  EXPECT_EQ(tree->Min(), 0.0);
+  EXPECT_EQ(tree->Total(), 0.0);
+}
+
+TEST(PriorityTreeCapacityOneTest, TheRootIsTheOnlyLeaf) {
+  for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
+                                  UpdateStrategy::kAuto}) {
+    std::unique_ptr<PriorityTree> tree = MakeTree(1, strategy);
+    ASSERT_EQ(tree->capacity(), 1);
+    ASSERT_TRUE(tree->Update(std::vector<int64_t>{0}, std::vector<double>{2.5}).ok());
+    EXPECT_EQ(tree->Total(), 2.5);
+    EXPECT_EQ(tree->Min(), 2.5);
+    const std::vector<double> masses = {0.0, 2.5, 100.0};
+    std::vector<int64_t> found(3, -1);
+    ASSERT_TRUE(tree->FindPrefixSum(masses, found).ok());
+    EXPECT_EQ(found, (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(tree->Update(std::vector<int64_t>{1}, std::vector<double>{1.0}).code(), Status::Code::kOutOfRange);
+  }
+}
+
+TEST(PriorityTreeDescentTest, RejectsBadMassesAndMismatchedSizes) {
+  std::unique_ptr<PriorityTree> tree = MakeTree(16, UpdateStrategy::kAuto);
+  ASSERT_TRUE(tree->Update(std::vector<int64_t>{3}, std::vector<double>{1.0}).ok());
+  std::vector<int64_t> out(2);
+  for (double bad : {kNaN, -1.0, kInf}) {
+    const std::vector<double> masses = {0.5, bad};
+    const Status status = tree->FindPrefixSum(masses, out);
+    EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("position 1"), std::string::npos) << status.message();
+  }
+  const std::vector<double> three = {0.1, 0.2, 0.3};
+  EXPECT_EQ(tree->FindPrefixSum(three, out).code(), Status::Code::kInvalidArgument);
+  std::vector<double> values(1);
+  EXPECT_EQ(tree->Get(std::vector<int64_t>{16}, values).code(), Status::Code::kOutOfRange);
+  EXPECT_EQ(tree->Get(std::vector<int64_t>{1, 2}, values).code(), Status::Code::kInvalidArgument);
+}
+
+// A mass at or past the total makes the plain descent walk right into the
+// empty leaves after the last non-empty one; the guard must return that last
+// non-empty leaf instead, and nothing else may change.
+TEST(PriorityTreeDescentTest, NeverReturnsAnEmptyLeafWhenTheTotalIsPositive) {
+  std::unique_ptr<PriorityTree> tree = MakeTree(8, UpdateStrategy::kAuto);
+  ReferenceTree reference(8);
+  const std::vector<int64_t> indices = {0, 1, 2};
+  const std::vector<double> values = {0.1, 0.2, 0.3};
+  ASSERT_TRUE(tree->Update(indices, values).ok());
+  for (size_t j = 0; j < indices.size(); ++j) reference.Set(indices[j], values[j]);
+  const double total = tree->Total();
+  const std::vector<double> masses = {0.0, 0.1, 0.3, total, std::nextafter(total, 1.0), 5.0, 1e300};
+  std::vector<int64_t> found(masses.size());
+  ASSERT_TRUE(tree->FindPrefixSum(masses, found).ok());
+  EXPECT_EQ(found, (std::vector<int64_t>{0, 1, 1, 2, 2, 2, 2}));  // 0.3 < 0.1 + 0.2 in doubles
+  EXPECT_EQ(reference.PlainDescend(total), 7) << "the plain rule should have fallen off the end here";
+  // Zero leaves inside the tree are skipped too.
+  ASSERT_TRUE(tree->Update(std::vector<int64_t>{1, 6}, std::vector<double>{0.0, 1.0}).ok());
+  const std::vector<double> more = {0.1, 0.35, 1.4, 1.5, 9.0};
+  std::vector<int64_t> found_more(more.size());
+  ASSERT_TRUE(tree->FindPrefixSum(more, found_more).ok());
+  EXPECT_EQ(found_more, (std::vector<int64_t>{2, 2, 6, 6, 6}));
+}
+
+}  // namespace
+}  // namespace perserve::tree::testing

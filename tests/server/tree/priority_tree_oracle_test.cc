@@ -1,0 +1,137 @@
+// Every update strategy against the reference tree, bit for bit: every node of
+// the sum and min trees after every batch, and the descents for random,
+// stratified and edge masses.
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "server/tree/tree_test_util.h"
+
+namespace perserve::tree::testing {
+namespace {
+
+// Masses that stress the descent: stratified and uniform draws, the ends of
+// [0, total], and the exact boundaries between leaves (prefix sums and their
+// neighbours), where a rounding slip sends the walk the wrong way.
+std::vector<double> DescentMasses(const ReferenceTree& reference, std::mt19937_64& rng) {
+  const double total = reference.Total();
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<double> masses;
+  const int strata = 512;
+  for (int i = 0; i < strata; ++i) masses.push_back((i + unit(rng)) * total / strata);
+  for (int i = 0; i < 64; ++i) masses.push_back(unit(rng) * total);
+  const double largest = std::numeric_limits<double>::max();
+  for (double edge : {0.0, total, std::nextafter(total, 0.0), std::nextafter(total, largest), 2.0 * total,
+                      1e300, std::numeric_limits<double>::denorm_min()}) {
+    masses.push_back(edge);
+  }
+  std::uniform_int_distribution<int64_t> leaf(0, reference.capacity() - 1);
+  for (int i = 0; i < 64; ++i) {
+    // Sum of the leaves before a random leaf, added along its root path.
+    double before = 0.0;
+    for (int64_t node = reference.capacity() + leaf(rng); node > 1; node /= 2) {
+      if (node % 2 == 1) before += reference.sums()[node - 1];
+    }
+    for (double boundary : {before, std::nextafter(before, 0.0), std::nextafter(before, largest)}) {
+      masses.push_back(boundary);
+    }
+  }
+  for (int64_t node = 2; node < 2 * reference.capacity(); node = 2 * node + static_cast<int64_t>(rng() % 2)) {
+    masses.push_back(reference.sums()[node]);  // left-child sums on one random path
+  }
+  return masses;
+}
+
+void ExpectDescentsMatch(const PriorityTree& tree, const ReferenceTree& reference, std::mt19937_64& rng) {
+  if (!(reference.Total() > 0.0)) return;
+  const std::vector<double> masses = DescentMasses(reference, rng);
+  std::vector<int64_t> found(masses.size());
+  const Status status = tree.FindPrefixSum(masses, found);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (size_t j = 0; j < masses.size(); ++j) {
+    const int64_t expected = reference.GuardedDescend(masses[j]);
+    ASSERT_EQ(found[j], expected) << "mass " << masses[j] << " (total " << reference.Total() << ")";
+    ASSERT_GT(reference.Leaf(found[j]), 0.0) << "descent returned an empty leaf for mass " << masses[j];
+    const int64_t plain = reference.PlainDescend(masses[j]);
+    if (reference.Leaf(plain) > 0.0) {
+      ASSERT_EQ(found[j], plain) << "mass " << masses[j];
+    }
+  }
+}
+
+class PriorityTreeOracleTest : public ::testing::TestWithParam<std::tuple<int64_t, UpdateStrategy>> {};
+
+TEST_P(PriorityTreeOracleTest, RandomOperationSequencesMatchReferenceBitForBit) {
+  const auto [capacity, strategy] = GetParam();
+  std::unique_ptr<PriorityTree> tree = MakeTree(capacity, strategy);
+  ASSERT_NE(tree, nullptr);
+  ReferenceTree reference(capacity);
+  std::mt19937_64 rng(1234 + static_cast<uint64_t>(capacity));
+  const BatchShape shapes[] = {BatchShape::kAllLeaves,  BatchShape::kRandom,  BatchShape::kDuplicates,
+                               BatchShape::kSiblings,   BatchShape::kZeroRun, BatchShape::kRandom,
+                               BatchShape::kDuplicates, BatchShape::kRandom,  BatchShape::kSiblings};
+  const int rounds = capacity >= (int64_t{1} << 20) ? 1 : 4;
+  for (int round = 0; round < rounds; ++round) {
+    for (BatchShape shape : shapes) {
+      const Batch batch = RandomBatch(rng, capacity, shape);
+      const Status status = tree->Update(batch.indices, batch.values);
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      ApplyToReference(batch, &reference);
+      ASSERT_TRUE(NodesMatch(*tree, reference)) << "after a batch of " << batch.indices.size() << " (shape "
+                                                << static_cast<int>(shape) << ", round " << round << ")";
+      ASSERT_EQ(tree->Total(), reference.Total());
+      ASSERT_EQ(tree->Min(), reference.Min());
+      ExpectDescentsMatch(*tree, reference, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+std::string ParamName(const ::testing::TestParamInfo<std::tuple<int64_t, UpdateStrategy>>& info) {
+  const int log2_capacity = std::countr_zero(static_cast<uint64_t>(std::get<0>(info.param)));
+  return "capacity_2_" + std::to_string(log2_capacity) + "_" +
+         std::string(UpdateStrategyName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStrategies, PriorityTreeOracleTest,
+                         ::testing::Combine(::testing::Values(int64_t{1} << 4, int64_t{1} << 12, int64_t{1} << 21),
+                                            ::testing::Values(UpdateStrategy::kPerElement, UpdateStrategy::kRebuild,
+                                                              UpdateStrategy::kSparse, UpdateStrategy::kAuto)),
+                         ParamName);
+
+// The level race of the original GPU rebuild: a parent summed before its
+// children were written. Changing every leaf at once means every internal node
+// depends on fresh children, so any rebuild that runs levels out of order (or
+// together) leaves stale sums that this comparison catches.
+TEST(PriorityTreeRebuildTest, EveryLevelSeesItsChildrensNewValues) {
+  for (int64_t capacity : {int64_t{1} << 4, int64_t{1} << 15}) {
+    std::unique_ptr<PriorityTree> tree = MakeTree(capacity, UpdateStrategy::kRebuild);
+    ReferenceTree reference(capacity);
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 3; ++round) {
+      const Batch batch = RandomBatch(rng, capacity, BatchShape::kAllLeaves);
+      ASSERT_TRUE(tree->Update(batch.indices, batch.values).ok());
+      ApplyToReference(batch, &reference);
+      ASSERT_TRUE(NodesMatch(*tree, reference)) << "capacity " << capacity << ", round " << round;
+    }
+  }
+}
+
+TEST(PriorityTreeStrategyTest, RepeatedIndicesLastValueWinsOnEveryStrategy) {
+  for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
+                                  UpdateStrategy::kAuto}) {
+    std::unique_ptr<PriorityTree> tree = MakeTree(64, strategy);
+    const std::vector<int64_t> indices = {5, 9, 5, 5, 9, 63};
+    const std::vector<double> values = {1.0, 2.0, 3.0, 4.0, 0.5, 8.0};
+    ASSERT_TRUE(tree->Update(indices, values).ok());
+    std::vector<double> got(3);
+    const std::vector<int64_t> probe = {5, 9, 63};
+    ASSERT_TRUE(tree->Get(probe, got).ok());
+    EXPECT_EQ(got, (std::vector<double>{4.0, 0.5, 8.0})) << UpdateStrategyName(strategy);
+    EXPECT_EQ(tree->Total(), 4.0 + 0.5 + 8.0) << UpdateStrategyName(strategy);
+    EXPECT_EQ(tree->Min(), 0.5) << UpdateStrategyName(strategy);
+  }
+}
+
+}  // namespace
+}  // namespace perserve::tree::testing

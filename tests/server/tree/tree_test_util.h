@@ -1,0 +1,105 @@
+// Helpers shared by the tree tests: creating trees, comparing them node for
+// node with the reference, and random batches of the shapes the replay sends.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "server/tree/reference_tree.h"
+#include "tree/priority_tree.h"
+
+namespace perserve::tree::testing {
+
+inline std::unique_ptr<PriorityTree> MakeTree(int64_t capacity, UpdateStrategy strategy) {
+  std::unique_ptr<PriorityTree> tree;
+  const Status status = PriorityTree::Create(capacity, Device::kCpu, &tree);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  if (tree) tree->SetStrategy(strategy);
+  return tree;
+}
+
+// Every node's sum and min, bit for bit. Reports the first differing node.
+inline ::testing::AssertionResult NodesMatch(const PriorityTree& tree, const ReferenceTree& reference) {
+  const size_t slots = reference.sums().size();
+  std::vector<double> sums(slots), mins(slots);
+  const Status status = tree.ReadNodes(sums, mins);
+  if (!status.ok()) return ::testing::AssertionFailure() << status.ToString();
+  for (size_t node = 1; node < slots; ++node) {
+    const bool same_sum = std::memcmp(&sums[node], &reference.sums()[node], sizeof(double)) == 0;
+    const bool same_min = std::memcmp(&mins[node], &reference.mins()[node], sizeof(double)) == 0;
+    if (!same_sum || !same_min) {
+      return ::testing::AssertionFailure()
+             << "node " << node << ": tree (sum " << sums[node] << ", min " << mins[node] << "), reference (sum "
+             << reference.sums()[node] << ", min " << reference.mins()[node] << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Batch {
+  std::vector<int64_t> indices;
+  std::vector<double> values;
+};
+
+// A priority-like value over a wide range of magnitudes, sometimes 0 and
+// sometimes subnormal, so that sums round and empty subtrees appear.
+inline double RandomValue(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double pick = unit(rng);
+  if (pick < 0.10) return 0.0;
+  if (pick < 0.12) return 4.9e-324 * static_cast<double>(1 + rng() % 1000);
+  return std::ldexp(1.0 + unit(rng), static_cast<int>(rng() % 61) - 30);
+}
+
+enum class BatchShape { kRandom, kDuplicates, kSiblings, kAllLeaves, kZeroRun };
+
+inline Batch RandomBatch(std::mt19937_64& rng, int64_t capacity, BatchShape shape) {
+  Batch batch;
+  std::uniform_int_distribution<int64_t> leaf(0, capacity - 1);
+  // Batch sizes 1..40000, weighted toward the replay's 1..2048.
+  const int64_t size_classes[] = {1, 8, 64, 512, 2048, 40000};
+  const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(size_classes[rng() % 6]));
+  switch (shape) {
+    case BatchShape::kRandom:
+      for (int64_t j = 0; j < k; ++j) batch.indices.push_back(leaf(rng));
+      break;
+    case BatchShape::kDuplicates: {
+      const int64_t pool[] = {leaf(rng), leaf(rng), leaf(rng)};
+      for (int64_t j = 0; j < std::max<int64_t>(k, 2); ++j) batch.indices.push_back(pool[rng() % 3]);
+      break;
+    }
+    case BatchShape::kSiblings:
+      for (int64_t j = 0; j < (k + 1) / 2; ++j) {
+        const int64_t left = leaf(rng) & ~int64_t{1};
+        batch.indices.push_back(left);
+        batch.indices.push_back(std::min(left + 1, capacity - 1));
+      }
+      break;
+    case BatchShape::kAllLeaves:
+      for (int64_t i = 0; i < capacity; ++i) batch.indices.push_back(i);
+      std::shuffle(batch.indices.begin(), batch.indices.end(), rng);
+      break;
+    case BatchShape::kZeroRun: {
+      const int64_t first = leaf(rng);
+      for (int64_t i = first; i < std::min(capacity, first + k); ++i) batch.indices.push_back(i);
+      break;
+    }
+  }
+  for (size_t j = 0; j < batch.indices.size(); ++j) {
+    batch.values.push_back(shape == BatchShape::kZeroRun ? 0.0 : RandomValue(rng));
+  }
+  return batch;
+}
+
+inline void ApplyToReference(const Batch& batch, ReferenceTree* reference) {
+  for (size_t j = 0; j < batch.indices.size(); ++j) reference->Set(batch.indices[j], batch.values[j]);
+}
+
+}  // namespace perserve::tree::testing
