@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Summarise perserve_bench_tree's Google Benchmark JSON as ratios.
+
+Reads the JSON (repetitions are reduced to their median), prints a table of
+wall times per row, and checks the targets as ratios within the one run:
+batched descent >= 2x naive, and "auto" within 1.1x of the fastest concrete
+strategy at every batch size. Writes the summary as JSON next to the input
+(or to --out). Exit status 0 even when a target is missed: the figures are
+the result; --strict makes a miss exit 1.
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+
+STRATEGIES = ("per_element", "rebuild", "sparse")
+
+
+def load_medians(path):
+    with open(path) as f:
+        data = json.load(f)
+    samples = {}
+    for row in data["benchmarks"]:
+        if row.get("run_type") == "aggregate" or row.get("error_occurred"):
+            continue
+        name = re.sub(r"/real_time$", "", row["run_name"] if "run_name" in row else row["name"])
+        scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[row["time_unit"]]
+        samples.setdefault(name, []).append(row["real_time"] * scale)
+    return data.get("context", {}), {name: statistics.median(v) for name, v in samples.items()}
+
+
+def summarize(context, us):
+    summary = {"context": {k: context.get(k) for k in ("date", "host_name", "num_cpus", "mhz_per_cpu")},
+               "microseconds": us, "checks": {}}
+    naive, batched = us.get("Descent/naive/512"), us.get("Descent/batched/512")
+    if naive and batched:
+        summary["checks"]["descent_batched_speedup"] = {"ratio": naive / batched, "target": 2.0,
+                                                        "met": naive / batched >= 2.0}
+    sizes = sorted({int(n.split("/")[2]) for n in us if n.startswith("Update/")})
+    rows = []
+    for k in sizes:
+        times = {s: us.get(f"Update/{s}/{k}") for s in STRATEGIES + ("auto",)}
+        concrete = {s: t for s, t in times.items() if s != "auto" and t is not None}
+        if not concrete or times["auto"] is None:
+            continue
+        fastest = min(concrete, key=concrete.get)
+        ratio = times["auto"] / concrete[fastest]
+        rows.append({"k": k, **times, "fastest": fastest, "auto_over_fastest": ratio})
+        summary["checks"][f"auto_within_1.1x_at_k{k}"] = {"ratio": ratio, "target": 1.1, "met": ratio <= 1.1}
+    summary["updates"] = rows
+    return summary
+
+
+def print_table(summary, us):
+    print(f"{'row':<28}{'median us':>12}")
+    for name in sorted(us):
+        print(f"{name:<28}{us[name]:>12.2f}")
+    print()
+    print(f"{'k':>7} " + "".join(f"{s:>13}" for s in STRATEGIES + ("auto",)) + f"{'fastest':>13}{'auto/fast':>11}")
+    for row in summary["updates"]:
+        cells = "".join(f"{row[s]:>13.1f}" for s in STRATEGIES + ("auto",))
+        print(f"{row['k']:>7} {cells}{row['fastest']:>13}{row['auto_over_fastest']:>11.2f}")
+    print()
+    for name, check in summary["checks"].items():
+        verdict = "met" if check["met"] else "MISSED"
+        print(f"{name:<32} ratio {check['ratio']:.2f} (target {check['target']}): {verdict}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("json_in")
+    parser.add_argument("--out")
+    parser.add_argument("--strict", action="store_true")
+    args = parser.parse_args()
+    context, us = load_medians(args.json_in)
+    summary = summarize(context, us)
+    print_table(summary, us)
+    out = args.out or re.sub(r"\.json$", "", args.json_in) + "-summary.json"
+    with open(out, "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"\nsummary written to {out}")
+    if args.strict and not all(c["met"] for c in summary["checks"].values()):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
