@@ -8,6 +8,7 @@
 //
 // bench/summarize_tree.py turns the JSON into ratios (batched vs naive, auto vs
 // the fastest strategy at each k) and the crossover points.
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,9 +22,11 @@ namespace perserve::tree {
 namespace {
 
 constexpr int64_t kCapacity = int64_t{1} << 21;
-// Inputs rotate through this many pre-drawn sets, so no row replays one batch
-// whose lines stay cached between iterations.
-constexpr int kInputSets = 64;
+// Inputs rotate through pre-drawn sets: descents through kMassSets, updates
+// through enough sets to cover as many leaves as the tree has, so an update
+// row does not keep revisiting paths that a smaller pool would leave cached.
+constexpr int kMassSets = 64;
+int64_t UpdateSets(int64_t k) { return std::max<int64_t>(64, kCapacity / k); }
 
 CpuPriorityTree& SharedTree() {
   static CpuPriorityTree* tree = [] {
@@ -48,7 +51,7 @@ CpuPriorityTree& SharedTree() {
 std::vector<std::vector<double>> StratifiedMasses(double total, int k) {
   std::mt19937_64 rng(2);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<std::vector<double>> sets(kInputSets, std::vector<double>(k));
+  std::vector<std::vector<double>> sets(kMassSets, std::vector<double>(k));
   for (auto& masses : sets) {
     for (int i = 0; i < k; ++i) masses[i] = (i + unit(rng)) * total / k;
   }
@@ -61,7 +64,7 @@ void DescentNaive(benchmark::State& state, int k) {
   std::vector<int64_t> out(k);
   size_t set = 0;
   for (auto _ : state) {
-    const std::vector<double>& masses = sets[set++ % kInputSets];
+    const std::vector<double>& masses = sets[set++ % kMassSets];
     for (int i = 0; i < k; ++i) out[i] = FindPrefixSumLeaf(tree.nodes(), tree.capacity(), masses[i]);
     benchmark::DoNotOptimize(out.data());
   }
@@ -74,7 +77,7 @@ void DescentBatched(benchmark::State& state, int k) {
   std::vector<int64_t> out(k);
   size_t set = 0;
   for (auto _ : state) {
-    if (!tree.FindPrefixSum(sets[set++ % kInputSets], out).ok()) state.SkipWithError("descent failed");
+    if (!tree.FindPrefixSum(sets[set++ % kMassSets], out).ok()) state.SkipWithError("descent failed");
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * k);
@@ -85,9 +88,10 @@ void Update(benchmark::State& state, UpdateStrategy strategy, int64_t k) {
   std::mt19937_64 rng(3 + k);
   std::uniform_int_distribution<int64_t> leaf(0, kCapacity - 1);
   std::uniform_real_distribution<double> value(0.01, 10.0);
-  std::vector<std::vector<int64_t>> index_sets(kInputSets, std::vector<int64_t>(k));
-  std::vector<std::vector<double>> value_sets(kInputSets, std::vector<double>(k));
-  for (int s = 0; s < kInputSets; ++s) {
+  const int64_t sets = UpdateSets(k);
+  std::vector<std::vector<int64_t>> index_sets(sets, std::vector<int64_t>(k));
+  std::vector<std::vector<double>> value_sets(sets, std::vector<double>(k));
+  for (int64_t s = 0; s < sets; ++s) {
     for (int64_t j = 0; j < k; ++j) {
       index_sets[s][j] = leaf(rng);
       value_sets[s][j] = value(rng);
@@ -96,7 +100,7 @@ void Update(benchmark::State& state, UpdateStrategy strategy, int64_t k) {
   tree.SetStrategy(strategy);
   size_t set = 0;
   for (auto _ : state) {
-    const size_t s = set++ % kInputSets;
+    const size_t s = set++ % sets;
     if (!tree.Update(index_sets[s], value_sets[s]).ok()) state.SkipWithError("update failed");
   }
   state.SetItemsProcessed(state.iterations() * k);

@@ -11,6 +11,6 @@ mkdir -p "$out_dir"
 # Repetitions interleaved at random spread the machine's noise over every row
 # alike; the summary takes each row's median.
 build/bench/perserve_bench_tree \
-  --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true --benchmark_min_time=0.1 \
+  --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true --benchmark_min_time=0.1 --benchmark_min_warmup_time=0.05 \
   --benchmark_out="$out_dir/tree.json" --benchmark_out_format=json "$@"
 /usr/bin/python3 bench/summarize_tree.py "$out_dir/tree.json"

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <bit>
 
-#include <omp.h>
-
 #include "tree/cpu/strategy_table.h"
 #include "tree/tree_validation.h"
 
@@ -15,12 +13,6 @@ namespace {
 // the group's cache misses overlap instead of queueing behind each other. Past
 // about 16 lanes one core's outstanding-miss slots are full; 32 measured best.
 constexpr size_t kDescentLanes = 32;
-
-// A batch is split over threads only when each gets at least this many
-// descents: one core saturates its miss slots at ~40 us per 512 descents on a
-// 2^21 tree, and a second core halves that, but the fork/join costs a few
-// microseconds, which small batches cannot repay.
-constexpr int64_t kDescentsPerThread = 128;
 
 // Descends every mass, kDescentLanes at a time, one tree level per pass across
 // the group. Each step also prefetches the line its next-but-one step will read
@@ -68,20 +60,13 @@ UpdateStrategy CpuPriorityTree::AutoStrategyFor(int64_t k) { return AutoTable().
 
 std::string CpuPriorityTree::DescribeAutoTable() { return AutoTable().Describe(); }
 
+// One thread: a second core halves a 512-descent batch when its OpenMP worker
+// is spinning, but a worker that has gone to sleep (OMP_WAIT_POLICY=passive,
+// or idle beyond the spin period, as between a server's sample requests)
+// costs more to wake than the whole batch (measured 116-144 us against 43 us).
 Status CpuPriorityTree::FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const {
   PERSERVE_RETURN_IF_ERROR(ValidateDescentBatch(masses, indices, Total()));
-  const int64_t k = static_cast<int64_t>(masses.size());
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), k / kDescentsPerThread));
-  if (threads <= 1) {
-    DescendRange(nodes_.data(), capacity_, masses, indices);
-    return Status::Ok();
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t begin = k * omp_get_thread_num() / omp_get_num_threads();
-    const int64_t end = k * (omp_get_thread_num() + 1) / omp_get_num_threads();
-    DescendRange(nodes_.data(), capacity_, masses.subspan(begin, end - begin), indices.subspan(begin, end - begin));
-  }
+  DescendRange(nodes_.data(), capacity_, masses, indices);
   return Status::Ok();
 }
 

@@ -16,10 +16,28 @@
 namespace perserve::tree {
 namespace {
 
-constexpr int64_t kLargestMeasuredBatch = int64_t{1} << 17;
-constexpr int kRepetitions = 3;  // the fastest is kept: noise only ever adds time
-constexpr UpdateStrategy kConcrete[] = {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild,
-                                        UpdateStrategy::kSparse};
+constexpr int64_t kLargestMeasuredBatch = int64_t{1} << 16;
+// Measured in this order at each size: the strategies that are cheap at small
+// batches first, so the rebuild's O(n) sweep can be ruled out without running.
+constexpr UpdateStrategy kConcrete[] = {UpdateStrategy::kSparse, UpdateStrategy::kPerElement,
+                                        UpdateStrategy::kRebuild};
+// A strategy reaches its steady speed only after several updates (a rebuild
+// streams the whole tree through the caches and changes what the next
+// strategy finds there; at 2^21 leaves speeds settle after ~8 updates), so
+// each first runs untimed for at least this many updates and this long ...
+constexpr int kWarmupUpdates = 8;
+constexpr double kWarmupSeconds = 1e-3;
+// ... and is then timed over at least this many updates and this long; the
+// median update counts.
+constexpr int kTimedUpdates = 5;
+constexpr double kTimedSeconds = 2e-3;
+// No strategy gets cheaper for a larger batch (each does at least the work it
+// did for a smaller one), so its time at the previous size is a floor. A
+// strategy whose floor is this many times the best time at the current size
+// cannot win there and is not run; the margin covers measurement noise.
+constexpr double kSkipFactor = 3.0;
+
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -29,27 +47,58 @@ StrategyTable StrategyTable::Measure(int64_t capacity) {
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<int64_t> leaf(0, capacity - 1);
   std::uniform_real_distribution<double> value(0.0, 1.0);
-  std::vector<int64_t> indices;
-  std::vector<double> values;
+
+  // One pool of random leaves and values, drawn up front so that the timed
+  // updates run back to back, as the replay issues them; consecutive updates
+  // take consecutive slices, so no batch repeats until the pool wraps.
+  const int64_t largest = std::min(capacity, kLargestMeasuredBatch);
+  const int64_t pool = std::max(capacity, 4 * largest);
+  std::vector<int64_t> indices(static_cast<size_t>(pool));
+  std::vector<double> values(static_cast<size_t>(pool));
+  for (double& v : values) v = value(rng);
+  // Every leaf set first, as in a full replay buffer: an empty tree's +inf mins
+  // make comparisons predictable and would flatter the strategies that do many.
+  for (int64_t i = 0; i < capacity; ++i) indices[i] = i;
+  UpdateRebuild(nodes.data(), capacity, std::span(indices).first(capacity), std::span(values).first(capacity));
+  for (int64_t& index : indices) index = leaf(rng);
+
+  int64_t cursor = 0;
+  auto one_update = [&](UpdateStrategy strategy, int64_t k) {
+    if (cursor + k > pool) cursor = 0;
+    const auto start = Clock::now();
+    UpdateWith(strategy, nodes.data(), capacity, std::span(indices).subspan(cursor, k),
+               std::span(values).subspan(cursor, k), &scratch);
+    cursor += k;
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  auto settled_seconds = [&](UpdateStrategy strategy, int64_t k) {
+    double spent = 0.0;
+    for (int n = 0; n < kWarmupUpdates || spent < kWarmupSeconds; ++n) spent += one_update(strategy, k);
+    std::vector<double> samples;
+    for (spent = 0.0; samples.size() < kTimedUpdates || spent < kTimedSeconds;) {
+      samples.push_back(one_update(strategy, k));
+      spent += samples.back();
+    }
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    return samples[samples.size() / 2];
+  };
 
   StrategyTable table;
+  std::map<UpdateStrategy, double> floor_seconds;  // each strategy's time at the last size it ran
   UpdateStrategy winner = UpdateStrategy::kPerElement;
   int bucket = 0;
-  for (int64_t k = 1; k <= std::min(capacity, kLargestMeasuredBatch); k *= 2, ++bucket) {
+  for (int64_t k = 1; k <= largest; k *= 2, ++bucket) {
     double best_seconds = std::numeric_limits<double>::infinity();
     std::string line = fmt::format("k={}:", k);
     for (UpdateStrategy strategy : kConcrete) {
-      double seconds = std::numeric_limits<double>::infinity();
-      for (int rep = 0; rep <= kRepetitions; ++rep) {  // rep 0 warms caches and scratch
-        indices.resize(static_cast<size_t>(k));
-        values.resize(static_cast<size_t>(k));
-        for (int64_t& index : indices) index = leaf(rng);
-        for (double& v : values) v = value(rng);
-        const auto start = std::chrono::steady_clock::now();
-        UpdateWith(strategy, nodes.data(), capacity, indices, values, &scratch);
-        const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-        if (rep > 0) seconds = std::min(seconds, elapsed.count());
+      const auto floor = floor_seconds.find(strategy);
+      if (floor != floor_seconds.end() && floor->second > kSkipFactor * best_seconds) {
+        line += fmt::format(" {} >{:.1f}us", UpdateStrategyName(strategy), floor->second * 1e6);
+        continue;
       }
+      const double seconds = settled_seconds(strategy, k);
+      floor_seconds[strategy] = seconds;
       line += fmt::format(" {} {:.1f}us", UpdateStrategyName(strategy), seconds * 1e6);
       if (seconds < best_seconds) {
         best_seconds = seconds;
@@ -59,6 +108,7 @@ StrategyTable StrategyTable::Measure(int64_t capacity) {
     table.by_bucket_[bucket] = winner;
     table.description_ += line + fmt::format(" -> {}\n", UpdateStrategyName(winner));
   }
+  // Batches larger than the largest measured size take its winner.
   std::fill(table.by_bucket_.begin() + bucket, table.by_bucket_.end(), winner);
   return table;
 }

@@ -2,7 +2,8 @@
 // measured on the running machine (the "auto" strategy's crossovers).
 //
 // Measuring times every concrete strategy on a scratch tree of the same
-// capacity (so a user's tree is never touched) at batch sizes 1, 2, 4, ... up
+// capacity (so a user's tree is never touched), every leaf set to a random
+// value as in a full replay buffer, at batch sizes 1, 2, 4, ... up
 // to the capacity or 2^17, random leaves and values, keeping the fastest of a
 // few runs. A batch of k then takes the winner at the smallest measured size
 // >= k (the largest measured size's winner beyond it). Tables are cached per

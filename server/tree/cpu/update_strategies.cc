@@ -9,9 +9,28 @@ namespace {
 // below it the fork/join costs more than the work.
 constexpr int64_t kParallelGrain = int64_t{1} << 14;
 
+// The update loops prefetch this many elements ahead: a random leaf's path
+// misses the cache at every level below the top few, and the walks of
+// different elements are independent, so their misses can overlap. 8 ahead
+// measured 2.5x faster than none on a 2^21 tree (16 was no better).
+constexpr int64_t kPrefetchAhead = 8;
+// Nodes above this index (the top 10 levels, 16 KiB) stay cached; prefetching
+// them only costs instructions.
+constexpr int64_t kAlwaysCachedNodes = 1024;
+
+// Asks for the lines of every uncached node on `leaf_node`'s path to the root,
+// for writing.
+inline void PrefetchPath(TreeNode* nodes, int64_t leaf_node) {
+  for (int64_t node = leaf_node; node >= kAlwaysCachedNodes; node >>= 1) __builtin_prefetch(&nodes[node], 1);
+}
+
 void WriteLeaves(TreeNode* nodes, int64_t capacity, std::span<const int64_t> indices,
                  std::span<const double> values) {
-  for (size_t j = 0; j < indices.size(); ++j) WriteLeaf(nodes, capacity, indices[j], values[j]);
+  const size_t k = indices.size();
+  for (size_t j = 0; j < k; ++j) {
+    if (j + kPrefetchAhead < k) __builtin_prefetch(&nodes[LeafNode(capacity, indices[j + kPrefetchAhead])], 1);
+    WriteLeaf(nodes, capacity, indices[j], values[j]);
+  }
 }
 
 // The thread-count test sits outside the pragma: an OpenMP `if` clause that is
@@ -36,8 +55,10 @@ void RecomputeDistinctParents(TreeNode* nodes, const std::vector<int64_t>& level
   parents->clear();
   uint8_t* marks = seen->data();
   int64_t previous = 0;  // no parent is 0
-  for (int64_t node : level) {
-    const int64_t parent = node >> 1;
+  const size_t count = level.size();
+  for (size_t j = 0; j < count; ++j) {
+    if (j + 2 * kPrefetchAhead < count) __builtin_prefetch(&nodes[level[j + 2 * kPrefetchAhead] >> 1], 1);
+    const int64_t parent = level[j] >> 1;
     if (parent == previous || (!sorted && marks[parent])) continue;
     if (!sorted) marks[parent] = 1;
     previous = parent;
@@ -53,7 +74,9 @@ void RecomputeDistinctParents(TreeNode* nodes, const std::vector<int64_t>& level
 
 void UpdatePerElement(TreeNode* nodes, int64_t capacity, std::span<const int64_t> indices,
                       std::span<const double> values) {
-  for (size_t j = 0; j < indices.size(); ++j) {
+  const size_t k = indices.size();
+  for (size_t j = 0; j < k; ++j) {
+    if (j + kPrefetchAhead < k) PrefetchPath(nodes, LeafNode(capacity, indices[j + kPrefetchAhead]));
     WriteLeaf(nodes, capacity, indices[j], values[j]);
     PropagateToRoot(nodes, capacity, indices[j]);
   }

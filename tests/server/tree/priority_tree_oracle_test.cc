@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "server/tree/tree_test_util.h"
+#include "tree/tree_algorithm.h"
 
 namespace perserve::tree::testing {
 namespace {
@@ -48,9 +49,13 @@ void ExpectDescentsMatch(const PriorityTree& tree, const ReferenceTree& referenc
   std::vector<int64_t> found(masses.size());
   const Status status = tree.FindPrefixSum(masses, found);
   ASSERT_TRUE(status.ok()) << status.ToString();
+  // The single-descent spelling of the rule (tree_algorithm.h) on the same nodes.
+  std::vector<TreeNode> nodes(reference.sums().size());
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = TreeNode{reference.sums()[i], reference.mins()[i]};
   for (size_t j = 0; j < masses.size(); ++j) {
     const int64_t expected = reference.GuardedDescend(masses[j]);
     ASSERT_EQ(found[j], expected) << "mass " << masses[j] << " (total " << reference.Total() << ")";
+    ASSERT_EQ(FindPrefixSumLeaf(nodes.data(), reference.capacity(), masses[j]), expected) << "mass " << masses[j];
     ASSERT_GT(reference.Leaf(found[j]), 0.0) << "descent returned an empty leaf for mass " << masses[j];
     const int64_t plain = reference.PlainDescend(masses[j]);
     if (reference.Leaf(plain) > 0.0) {
