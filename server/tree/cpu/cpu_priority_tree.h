@@ -6,7 +6,7 @@
 // that several cache misses are in flight at once.
 #pragma once
 
-#include <memory>
+#include <string>
 
 #include "tree/cpu/node_buffer.h"
 #include "tree/cpu/update_strategies.h"

@@ -2,7 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <new>
