@@ -20,6 +20,8 @@ class Status {
     kFailedPrecondition = 3,  // the object is not in a state to do this
     kUnavailable = 4,       // a resource (device, peer) is not there
     kInternal = 5,          // a bug or a failed system call
+    kNotFound = 6,          // a key or name that does not exist
+    kUnimplemented = 7,     // a message kind or feature this build does not know
   };
 
   Status() = default;
@@ -30,6 +32,15 @@ class Status {
   static Status FailedPrecondition(std::string message) { return Status(Code::kFailedPrecondition, std::move(message)); }
   static Status Unavailable(std::string message) { return Status(Code::kUnavailable, std::move(message)); }
   static Status Internal(std::string message) { return Status(Code::kInternal, std::move(message)); }
+  static Status NotFound(std::string message) { return Status(Code::kNotFound, std::move(message)); }
+  static Status Unimplemented(std::string message) { return Status(Code::kUnimplemented, std::move(message)); }
+  // Rebuilds a status from a code received on the wire; unknown codes become kInternal.
+  static Status FromCode(int code, std::string message) {
+    if (code <= 0 || code > static_cast<int>(Code::kUnimplemented)) {
+      return code == 0 ? Ok() : Internal("unknown status code " + std::to_string(code) + ": " + message);
+    }
+    return Status(static_cast<Code>(code), std::move(message));
+  }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
@@ -49,6 +60,8 @@ class Status {
       case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
       case Code::kUnavailable: return "UNAVAILABLE";
       case Code::kInternal: return "INTERNAL";
+      case Code::kNotFound: return "NOT_FOUND";
+      case Code::kUnimplemented: return "UNIMPLEMENTED";
     }
     return "UNKNOWN";
   }

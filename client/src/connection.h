@@ -1,0 +1,51 @@
+// Connection: one client's link to its replay rank (internal to the client
+// library): the joined communicator, request ids, sends that complete in the
+// background, and replies matched to their requests by id (a deferred sample
+// reply can arrive after the replies to later requests).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "mpi/communicator.h"
+#include "mpi/join.h"
+#include "mpi/send_queue.h"
+#include "proto/codec.h"
+
+namespace perserve::client_internal {
+
+class Connection {
+ public:
+  // Collective over `parent`.
+  Status Join(MPI_Comm parent, proto::Role role);
+
+  const Schema& schema() const { return join_.schema; }
+  int server_rank() const { return join_.server_rank; }
+  MPI_Comm comm() const { return comm_.get(); }
+  uint64_t NextRequestId() { return next_request_id_++; }
+
+  // Sends a frame without waiting for it to be received; the buffer is kept
+  // until MPI reports the send complete.
+  Status Send(std::vector<std::byte> frame);
+
+  // Waits for the reply to `request_id`; replies to other requests that
+  // arrive first are kept for their own callers. An ErrorReply becomes the
+  // returned status. On success `frame` points into `*message`.
+  Status AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame);
+
+  // Sends kCloseRequest and waits for its reply, then for every send.
+  Status Close();
+
+ private:
+  mpi::Communicator comm_;
+  mpi::JoinResult join_;
+  uint64_t next_request_id_ = 1;
+  mpi::SendQueue sends_;
+  std::map<uint64_t, std::vector<std::byte>> early_replies_;
+};
+
+}  // namespace perserve::client_internal

@@ -1,0 +1,46 @@
+#include "mpi/communicator.h"
+
+namespace perserve::mpi {
+
+Status Check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return Status::Ok();
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return Status::Internal(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(length)));
+}
+
+Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received) {
+  int flag = 1;
+  MPI_Message message;
+  MPI_Status status;
+  if (wait) {
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Mprobe(source, tag, comm, &message, &status), "MPI_Mprobe"));
+  } else {
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Improbe(source, tag, comm, &flag, &message, &status), "MPI_Improbe"));
+  }
+  *received = flag != 0;
+  if (!flag) return Status::Ok();
+  int count = 0;
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count"));
+  buffer->resize(static_cast<size_t>(count));
+  return Check(MPI_Mrecv(buffer->data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+Status Communicator::Duplicate(MPI_Comm parent) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) PERSERVE_RETURN_IF_ERROR(Check(MPI_Init(nullptr, nullptr), "MPI_Init"));
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup"));
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank"));
+  return Check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+}  // namespace perserve::mpi

@@ -1,0 +1,39 @@
+// The collective join every rank of a perserve job makes at start-up, over the
+// communicator the caller passes (default MPI_COMM_WORLD):
+//
+//   1. each rank duplicates the communicator (Communicator);
+//   2. MPI_Allgather of {role, protocol version} from every rank;
+//   3. every rank checks that all versions match and that there is at least
+//      one server; all ranks see the same table, so all agree on failure;
+//   4. each server rank, in rank order, broadcasts its schema (size, bytes).
+//
+// Clients (actors and learners, in rank order) are dealt to the servers
+// round-robin; each learns its server's rank and schema, each server the
+// ranks of its clients. No configuration is needed to find anyone.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "mpi/communicator.h"
+#include "perserve/schema.h"
+#include "perserve/status.h"
+#include "proto/messages.h"
+
+namespace perserve::mpi {
+
+struct JoinResult {
+  proto::Role role = proto::Role::kBystander;
+  std::vector<int> server_ranks;
+  int server_rank = -1;           // a client's server
+  Schema schema;                  // a client's server's schema (a server's own)
+  std::vector<int> client_ranks;  // a server's clients
+  std::vector<proto::Role> roles; // every rank's role, by rank
+};
+
+// Collective over `parent`. A server passes its schema; others pass nullptr.
+// On success `comm` holds the duplicated communicator all later messages use.
+Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result);
+
+}  // namespace perserve::mpi

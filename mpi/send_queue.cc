@@ -1,0 +1,61 @@
+#include "mpi/send_queue.h"
+
+#include <limits>
+#include <string>
+
+#include "mpi/communicator.h"
+
+namespace perserve::mpi {
+
+SendQueue::~SendQueue() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) (void)Drain();
+}
+
+Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Status::InvalidArgument("a message of " + std::to_string(bytes.size()) +
+                                   " bytes exceeds MPI's 2 GiB message limit");
+  }
+  MPI_Request request;
+  PERSERVE_RETURN_IF_ERROR(
+      Check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank, tag, comm, &request), "MPI_Isend"));
+  requests_.push_back(request);
+  buffers_.push_back(std::move(bytes));
+  return Status::Ok();
+}
+
+Status SendQueue::Progress() {
+  if (requests_.empty()) return Status::Ok();
+  int completed = 0;
+  done_.resize(requests_.size());
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
+                                              done_.data(), MPI_STATUSES_IGNORE),
+                                 "MPI_Testsome"));
+  if (completed <= 0) return Status::Ok();
+  // Completed requests are now MPI_REQUEST_NULL: keep the others, in order.
+  size_t kept = 0;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    if (kept != i) {
+      requests_[kept] = requests_[i];
+      buffers_[kept] = std::move(buffers_[i]);
+    }
+    ++kept;
+  }
+  requests_.resize(kept);
+  buffers_.resize(kept);
+  return Status::Ok();
+}
+
+Status SendQueue::Drain() {
+  if (requests_.empty()) return Status::Ok();
+  const Status status =
+      Check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  requests_.clear();
+  buffers_.clear();
+  return status;
+}
+
+}  // namespace perserve::mpi

@@ -1,0 +1,86 @@
+#include "proto/codec.h"
+
+#include <cstring>
+
+#include <cereal/types/vector.hpp>
+#include <fmt/format.h>
+
+namespace perserve {
+
+template <class Archive>
+void serialize(Archive& ar, Column& column) {
+  uint8_t dtype = static_cast<uint8_t>(column.dtype);
+  ar(column.name, dtype, column.shape);
+  column.dtype = static_cast<DType>(dtype);
+}
+
+template <class Archive>
+void serialize(Archive& ar, Schema& schema) {
+  ar(schema.columns);
+}
+
+namespace proto {
+
+Status DecodeFrame(std::span<const std::byte> bytes, Frame* frame) {
+  if (bytes.size() < kFrameHeaderBytes) {
+    return Status::InvalidArgument(fmt::format("message of {} bytes is shorter than a frame header ({} bytes)",
+                                               bytes.size(), kFrameHeaderBytes));
+  }
+  std::memcpy(&frame->header, bytes.data(), kFrameHeaderBytes);
+  const FrameHeader& header = frame->header;
+  if (header.magic != kMagic) {
+    return Status::InvalidArgument(fmt::format("message has bad magic {:#x}: not a perserve frame", header.magic));
+  }
+  if (header.version != kProtocolVersion) {
+    return Status::FailedPrecondition(fmt::format("message speaks protocol version {}, this side speaks {}",
+                                                  header.version, kProtocolVersion));
+  }
+  const uint64_t body = bytes.size() - kFrameHeaderBytes;
+  if (header.meta_bytes > body || header.bulk_bytes != body - header.meta_bytes) {
+    return Status::InvalidArgument(fmt::format("message sizes do not add up: header says {} meta + {} bulk bytes, "
+                                               "{} bytes follow the header",
+                                               header.meta_bytes, header.bulk_bytes, body));
+  }
+  frame->meta = bytes.subspan(kFrameHeaderBytes, header.meta_bytes);
+  frame->bulk = bytes.subspan(kFrameHeaderBytes + header.meta_bytes);
+  return Status::Ok();
+}
+
+void EncodeFrameMeta(MessageKind kind, uint64_t request_id, const std::string& meta,
+                     std::initializer_list<std::span<const std::byte>> bulk, std::vector<std::byte>* out) {
+  EncodeFrameWithTail(kind, request_id, meta, bulk, 0, out);
+}
+
+std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, const std::string& meta,
+                                         std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
+                                         std::vector<std::byte>* out) {
+  FrameHeader header;
+  header.kind = static_cast<uint16_t>(kind);
+  header.request_id = request_id;
+  header.meta_bytes = static_cast<uint32_t>(meta.size());
+  for (const auto& part : bulk) header.bulk_bytes += part.size();
+  header.bulk_bytes += tail_bytes;
+  out->resize(kFrameHeaderBytes + meta.size() + header.bulk_bytes);
+  std::byte* cursor = out->data();
+  std::memcpy(cursor, &header, kFrameHeaderBytes);
+  cursor += kFrameHeaderBytes;
+  std::memcpy(cursor, meta.data(), meta.size());
+  cursor += meta.size();
+  for (const auto& part : bulk) {
+    if (!part.empty()) std::memcpy(cursor, part.data(), part.size());
+    cursor += part.size();
+  }
+  return std::span<std::byte>(cursor, tail_bytes);
+}
+
+std::string SerializeSchema(const Schema& schema) { return SerializeMeta(schema); }
+
+Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema) {
+  Frame frame;
+  frame.meta = bytes;
+  PERSERVE_RETURN_IF_ERROR(DecodeMeta(frame, schema));
+  return schema->Validate();
+}
+
+}  // namespace proto
+}  // namespace perserve

@@ -1,0 +1,87 @@
+// Frames (messages.h) to bytes and back. Decoding checks everything a peer
+// could get wrong (short buffers, bad magic, another protocol version, sizes
+// that do not add up, meta that cereal cannot read) and says which.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cereal/archives/binary.hpp>
+
+#include "perserve/schema.h"
+#include "perserve/status.h"
+#include "proto/messages.h"
+
+namespace perserve::proto {
+
+struct Frame {
+  FrameHeader header;
+  std::span<const std::byte> meta;
+  std::span<const std::byte> bulk;
+  MessageKind kind() const { return static_cast<MessageKind>(header.kind); }
+};
+
+// Parses the header and slices meta and bulk out of `bytes` (no copy). A frame
+// of another protocol version fails with kFailedPrecondition, but `frame`'s
+// header is still filled in, so the caller can answer its request id.
+Status DecodeFrame(std::span<const std::byte> bytes, Frame* frame);
+
+// Encodes header + meta + the bulk parts, concatenated, into `out` (resized;
+// its capacity is reused across calls).
+void EncodeFrameMeta(MessageKind kind, uint64_t request_id, const std::string& meta,
+                     std::initializer_list<std::span<const std::byte>> bulk, std::vector<std::byte>* out);
+
+// Like EncodeFrameMeta, with `tail_bytes` more bulk bytes left for the caller
+// to fill in place (returned), so large payloads are written straight into the
+// frame instead of being copied there.
+std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, const std::string& meta,
+                                         std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
+                                         std::vector<std::byte>* out);
+
+template <class Meta>
+std::string SerializeMeta(const Meta& meta) {
+  std::ostringstream stream;
+  {
+    cereal::BinaryOutputArchive archive(stream);
+    archive(meta);
+  }
+  return std::move(stream).str();
+}
+
+template <class Meta>
+void EncodeFrame(MessageKind kind, uint64_t request_id, const Meta& meta,
+                 std::initializer_list<std::span<const std::byte>> bulk, std::vector<std::byte>* out) {
+  EncodeFrameMeta(kind, request_id, SerializeMeta(meta), bulk, out);
+}
+
+// Reads the frame's meta as `Meta`; a truncated or garbled meta is an error,
+// never an exception.
+template <class Meta>
+Status DecodeMeta(const Frame& frame, Meta* meta) {
+  try {
+    std::istringstream stream(std::string(reinterpret_cast<const char*>(frame.meta.data()), frame.meta.size()));
+    cereal::BinaryInputArchive archive(stream);
+    archive(*meta);
+    if (stream.peek() != std::char_traits<char>::eof()) {
+      return Status::InvalidArgument("message meta has trailing bytes");
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("message meta is truncated or garbled: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+// The schema as sent at join (cereal), and back.
+std::string SerializeSchema(const Schema& schema);
+Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
+
+template <typename T>
+std::span<const std::byte> AsBytes(std::span<const T> values) {
+  return std::as_bytes(values);
+}
+
+}  // namespace perserve::proto

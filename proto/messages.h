@@ -1,0 +1,117 @@
+// The wire protocol between perserve clients and replay ranks.
+//
+// Every message is one MPI message (tag kRequestTag client -> server,
+// kReplyTag server -> client) holding one frame:
+//
+//   offset  size  field
+//        0     4  magic        0x56525350 ("PSRV" little-endian)
+//        4     2  version      kProtocolVersion
+//        6     2  kind         MessageKind
+//        8     8  request_id   chosen by the client; a reply repeats it
+//       16     4  meta_bytes   length of the cereal-encoded meta struct
+//       20     4  reserved     0
+//       24     8  bulk_bytes   length of the raw bulk region after the meta
+//       32     .  meta         cereal BinaryArchive of the kind's struct below
+//        .     .  bulk         raw column bytes, keys, priorities (layout per kind)
+//
+// Bulk data (transition columns, keys, priorities, weights) is never put
+// through cereal: it is laid out raw after the meta, so it is copied once into
+// the send buffer and read in place on the other side. Integers and doubles
+// are in the sender's native (little-endian) byte order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cereal/types/string.hpp>
+
+namespace perserve::proto {
+
+constexpr uint32_t kMagic = 0x56525350;
+constexpr uint16_t kProtocolVersion = 1;
+constexpr int kRequestTag = 7301;
+constexpr int kReplyTag = 7302;
+constexpr size_t kFrameHeaderBytes = 32;
+
+enum class MessageKind : uint16_t {
+  kAddRequest = 1,     // AddRequest; bulk: each column (count * item bytes) in schema order,
+                       // then count doubles of priorities when has_priorities
+  kAddReply = 2,       // AddReply
+  kSampleRequest = 3,  // SampleRequest
+  kSampleReply = 4,    // SampleReply; bulk: count uint64 keys, count double IS weights,
+                       // count double probabilities, then each column in schema order
+  kUpdateRequest = 5,  // UpdateRequest; bulk: count uint64 keys, then count double priorities
+  kUpdateReply = 6,    // UpdateReply
+  kCloseRequest = 7,   // Empty; the server replies kCloseReply after everything sent before it
+  kCloseReply = 8,     // Empty
+  kErrorReply = 9,     // ErrorReply: the request failed and nothing of it was applied
+};
+
+struct FrameHeader {
+  uint32_t magic = kMagic;
+  uint16_t version = kProtocolVersion;
+  uint16_t kind = 0;
+  uint64_t request_id = 0;
+  uint32_t meta_bytes = 0;
+  uint32_t reserved = 0;
+  uint64_t bulk_bytes = 0;
+};
+static_assert(sizeof(FrameHeader) == kFrameHeaderBytes, "the frame header is 32 bytes, no padding");
+
+struct Empty {
+  template <class Archive>
+  void serialize(Archive&) {}
+};
+
+struct AddRequest {
+  int64_t count = 0;
+  bool has_priorities = false;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(count, has_priorities); }
+};
+
+struct AddReply {
+  uint64_t first_key = 0;  // the batch's keys are first_key .. first_key + count - 1
+  int64_t count = 0;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(first_key, count); }
+};
+
+struct SampleRequest {
+  int64_t batch_size = 0;
+  double beta = 0.0;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(batch_size, beta); }
+};
+
+struct SampleReply {
+  int64_t count = 0;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(count); }
+};
+
+struct UpdateRequest {
+  int64_t count = 0;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(count); }
+};
+
+struct UpdateReply {
+  int64_t applied = 0;
+  int64_t stale = 0;  // keys whose items had been overwritten: dropped
+  template <class Archive>
+  void serialize(Archive& ar) { ar(applied, stale); }
+};
+
+struct ErrorReply {
+  int32_t code = 0;  // perserve::Status::Code
+  std::string message;
+  template <class Archive>
+  void serialize(Archive& ar) { ar(code, message); }
+};
+
+// What every rank contributes to the collective join (MPI_Allgather of two
+// int32 per rank), before the server ranks broadcast their schemas.
+enum class Role : int32_t { kServer = 1, kActor = 2, kLearner = 3, kBystander = 4 };
+
+}  // namespace perserve::proto

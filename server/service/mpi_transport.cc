@@ -1,0 +1,19 @@
+#include "service/mpi_transport.h"
+
+#include "mpi/communicator.h"
+#include "proto/messages.h"
+
+namespace perserve::service {
+
+MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks)
+    : comm_(comm), client_ranks_(std::move(client_ranks)) {}
+
+Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, bool* received) {
+  return mpi::ReceiveBytes(comm_, client_ranks_[client], proto::kRequestTag, /*wait=*/false, buffer, received);
+}
+
+Status MpiTransport::Send(int client, std::vector<std::byte> frame) {
+  return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_);
+}
+
+}  // namespace perserve::service

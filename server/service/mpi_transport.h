@@ -1,0 +1,33 @@
+// MpiTransport: frames over the joined communicator. Receives use a
+// source-specific MPI_Improbe per client, so the service decides the order
+// clients are served in (round-robin) instead of MPI_ANY_SOURCE, which lets a
+// flooding client starve the others. Replies go out through a SendQueue, so a
+// learner that is busy training never stalls the server.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "mpi/send_queue.h"
+#include "service/transport.h"
+
+namespace perserve::service {
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, std::vector<int> client_ranks);
+
+  int client_count() const override { return static_cast<int>(client_ranks_.size()); }
+  Status TryReceive(int client, std::vector<std::byte>* buffer, bool* received) override;
+  Status Send(int client, std::vector<std::byte> frame) override;
+  Status Progress() override { return sends_.Progress(); }
+  Status Drain() override { return sends_.Drain(); }
+
+ private:
+  MPI_Comm comm_;
+  std::vector<int> client_ranks_;
+  mpi::SendQueue sends_;
+};
+
+}  // namespace perserve::service

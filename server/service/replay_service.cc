@@ -1,0 +1,229 @@
+#include "service/replay_service.h"
+
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace perserve::service {
+namespace {
+
+// Copies `count` values of T out of a byte region that need not be aligned.
+template <typename T>
+std::vector<T> CopyOut(std::span<const std::byte> bytes, size_t count) {
+  std::vector<T> values(count);
+  if (count > 0) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
+  return values;
+}
+
+}  // namespace
+
+ReplayService::ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options)
+    : replay_(replay),
+      transport_(transport),
+      options_(options),
+      open_(static_cast<size_t>(transport->client_count()), true),
+      open_clients_(transport->client_count()) {}
+
+Status ReplayService::Run() {
+  int idle_passes = 0;
+  while (!done()) {
+    bool handled = false;
+    PERSERVE_RETURN_IF_ERROR(Step(&handled));
+    PERSERVE_RETURN_IF_ERROR(transport_->Progress());
+    MaybeLogStats();
+    // Poll hard while busy; when nothing has come for a while, yield the core
+    // (clients often share the node, and with oversubscription the core).
+    idle_passes = handled ? 0 : idle_passes + 1;
+    if (idle_passes > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  PERSERVE_RETURN_IF_ERROR(transport_->Drain());
+  spdlog::info("final: {}", Summary());
+  return Status::Ok();
+}
+
+Status ReplayService::Step(bool* handled) {
+  *handled = false;
+  const int clients = static_cast<int>(open_.size());
+  for (int visited = 0; visited < clients; ++visited) {
+    const int client = (next_client_ + visited) % clients;
+    if (!open_[client]) continue;
+    bool received = false;
+    PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &received));
+    if (!received) continue;
+    *handled = true;
+    ++counters_.messages;
+    PERSERVE_RETURN_IF_ERROR(Handle(client, receive_buffer_));
+  }
+  if (clients > 0) next_client_ = (next_client_ + 1) % clients;
+  return ServeDeferred();
+}
+
+Status ReplayService::Handle(int client, std::span<const std::byte> bytes) {
+  proto::Frame frame;
+  const Status decoded = proto::DecodeFrame(bytes, &frame);
+  if (!decoded.ok()) return ReplyError(client, frame.header.request_id, decoded);
+  switch (frame.kind()) {
+    case proto::MessageKind::kAddRequest:
+      return HandleAdd(client, frame);
+    case proto::MessageKind::kSampleRequest:
+      return HandleSample(client, frame);
+    case proto::MessageKind::kUpdateRequest:
+      return HandleUpdate(client, frame);
+    case proto::MessageKind::kCloseRequest:
+      return HandleClose(client, frame);
+    default:
+      return ReplyError(client, frame.header.request_id,
+                        Status::Unimplemented(fmt::format("unknown message kind {}", frame.header.kind)));
+  }
+}
+
+Status ReplayService::HandleAdd(int client, const proto::Frame& frame) {
+  ++counters_.add_requests;
+  proto::AddRequest request;
+  Status status = proto::DecodeMeta(frame, &request);
+  if (status.ok() && (request.count < 1 || request.count > replay_->capacity())) {
+    status = Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]",
+                                                 request.count, replay_->capacity()));
+  }
+  const uint64_t priority_bytes =
+      status.ok() && request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
+  if (status.ok() && frame.bulk.size() < priority_bytes) {
+    status = Status::InvalidArgument(fmt::format("an add of {} items with priorities carries only {} bulk bytes",
+                                                 request.count, frame.bulk.size()));
+  }
+  uint64_t first_key = 0;
+  if (status.ok()) {
+    const auto columns = frame.bulk.first(frame.bulk.size() - priority_bytes);
+    const auto priorities =
+        CopyOut<double>(frame.bulk.subspan(columns.size()), request.has_priorities ? request.count : 0);
+    status = replay_->Add(request.count, columns, priorities, &first_key);
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  return Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
+               proto::AddReply{first_key, request.count});
+}
+
+Status ReplayService::HandleSample(int client, const proto::Frame& frame) {
+  ++counters_.sample_requests;
+  proto::SampleRequest request;
+  Status status = proto::DecodeMeta(frame, &request);
+  if (status.ok() && (request.batch_size < 1 || request.batch_size > options_.max_sample_batch)) {
+    status = Status::InvalidArgument(fmt::format("batch size {} is outside [1, {}]", request.batch_size,
+                                                 options_.max_sample_batch));
+  }
+  if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
+  const int64_t reply_bytes = request.batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
+  if (status.ok() && reply_bytes > std::numeric_limits<int>::max()) {
+    status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
+                                                 "message limit",
+                                                 request.batch_size, reply_bytes));
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  if (!ReadyToSample()) {
+    ++counters_.deferred_samples;
+    deferred_.push_back({client, frame.header.request_id, request.batch_size, request.beta});
+    return Status::Ok();
+  }
+  return ServeSample(client, frame.header.request_id, request.batch_size, request.beta);
+}
+
+Status ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta) {
+  const Status status = replay_->Sample(batch_size, beta, &sample_);
+  if (!status.ok()) return ReplyError(client, request_id, status);
+  const size_t column_bytes = static_cast<size_t>(batch_size * replay_->store().schema().ItemBytes());
+  std::vector<std::byte> frame;
+  const std::span<std::byte> columns = proto::EncodeFrameWithTail(
+      proto::MessageKind::kSampleReply, request_id, proto::SerializeMeta(proto::SampleReply{batch_size}),
+      {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
+       std::as_bytes(std::span(sample_.probabilities))},
+      column_bytes, &frame);
+  replay_->store().Gather(sample_.slots, columns);
+  return transport_->Send(client, std::move(frame));
+}
+
+Status ReplayService::ServeDeferred() {
+  while (!deferred_.empty() && ReadyToSample()) {
+    const DeferredSample waiting = deferred_.front();
+    deferred_.pop_front();
+    if (open_[waiting.client]) {
+      PERSERVE_RETURN_IF_ERROR(ServeSample(waiting.client, waiting.request_id, waiting.batch_size, waiting.beta));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
+  ++counters_.update_requests;
+  proto::UpdateRequest request;
+  Status status = proto::DecodeMeta(frame, &request);
+  constexpr uint64_t kBytesPerKey = sizeof(uint64_t) + sizeof(double);
+  const bool count_fits = request.count >= 0 && static_cast<uint64_t>(request.count) <= frame.bulk.size() / kBytesPerKey;
+  const uint64_t expected = count_fits ? static_cast<uint64_t>(request.count) * kBytesPerKey : 0;
+  if (status.ok() && (!count_fits || frame.bulk.size() != expected)) {
+    status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes, got {}",
+                                                 request.count, expected, frame.bulk.size()));
+  }
+  int64_t applied = 0, stale = 0;
+  if (status.ok()) {
+    const size_t count = static_cast<size_t>(request.count);
+    const auto keys = CopyOut<uint64_t>(frame.bulk, count);
+    const auto priorities = CopyOut<double>(frame.bulk.subspan(count * sizeof(uint64_t)), count);
+    status = replay_->UpdatePriorities(keys, priorities, &applied, &stale);
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  return Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id, proto::UpdateReply{applied, stale});
+}
+
+Status ReplayService::HandleClose(int client, const proto::Frame& frame) {
+  open_[client] = false;
+  --open_clients_;
+  std::erase_if(deferred_, [client](const DeferredSample& d) { return d.client == client; });
+  spdlog::debug("client {} closed; {} still open", client, open_clients_);
+  return Reply(client, proto::MessageKind::kCloseReply, frame.header.request_id, proto::Empty{});
+}
+
+Status ReplayService::ReplyError(int client, uint64_t request_id, const Status& error) {
+  ++counters_.errors;
+  spdlog::warn("client {} request {}: {}", client, request_id, error.ToString());
+  return Reply(client, proto::MessageKind::kErrorReply, request_id,
+               proto::ErrorReply{static_cast<int32_t>(error.code()), error.message()});
+}
+
+template <class Meta>
+Status ReplayService::Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
+                            std::initializer_list<std::span<const std::byte>> bulk) {
+  std::vector<std::byte> frame;
+  proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
+  return transport_->Send(client, std::move(frame));
+}
+
+std::string ReplayService::Summary() const {
+  const replay::ReplayCounters& r = replay_->counters();
+  return fmt::format("size {} of {}, {} items in, {} sampled, {} priorities updated, {} stale updates dropped, "
+                     "{} requests ({} add, {} sample, {} update), {} errors",
+                     replay_->size(), replay_->capacity(), r.items_added, r.items_sampled, r.priorities_updated,
+                     r.stale_updates_dropped, counters_.messages, counters_.add_requests, counters_.sample_requests,
+                     counters_.update_requests, counters_.errors);
+}
+
+void ReplayService::MaybeLogStats() {
+  if (options_.stats_interval_seconds <= 0) return;
+  const double seconds = std::chrono::duration<double>(Clock::now() - stats_since_).count();
+  if (seconds < options_.stats_interval_seconds) return;
+  const replay::ReplayCounters& r = replay_->counters();
+  spdlog::info("size {} | in {:.0f} items/s | sampled {:.0f} items/s | updated {:.0f}/s | stale dropped {} | "
+               "errors {}",
+               replay_->size(), (r.items_added - replay_at_last_stats_.items_added) / seconds,
+               (r.items_sampled - replay_at_last_stats_.items_sampled) / seconds,
+               (r.priorities_updated - replay_at_last_stats_.priorities_updated) / seconds,
+               r.stale_updates_dropped - replay_at_last_stats_.stale_updates_dropped,
+               counters_.errors - service_at_last_stats_.errors);
+  replay_at_last_stats_ = r;
+  service_at_last_stats_ = counters_;
+  stats_since_ = Clock::now();
+}
+
+}  // namespace perserve::service

@@ -1,0 +1,102 @@
+// ReplayService: the replay rank's event loop over a Transport: decode each
+// frame, dispatch it to the Replay, reply, keep statistics, stop when every
+// client has closed.
+//
+// Fairness: each Step() visits the open clients round-robin and takes at most
+// one message from each, so a client with a thousand queued batches waits its
+// turn like everyone else: any client's request is handled within one pass
+// over the clients after it arrives (the bound the tests check). Actors bound
+// their own batches in flight (back-pressure), so nothing queues without limit.
+//
+// Bad input never stops the loop: a frame that does not decode, a kind the
+// service does not know, or a request the replay rejects gets an ErrorReply
+// with a typed status, and nothing of that request is applied.
+//
+// A sample request that arrives before min_size_to_sample items are stored is
+// deferred (its reply held back) and served as soon as enough have arrived;
+// other clients are served meanwhile.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "proto/codec.h"
+#include "replay/replay.h"
+#include "service/transport.h"
+
+namespace perserve::service {
+
+struct ServiceOptions {
+  int64_t min_size_to_sample = 1;
+  double stats_interval_seconds = 5.0;  // <= 0: no periodic stats lines
+  int64_t max_sample_batch = int64_t{1} << 20;
+};
+
+struct ServiceCounters {
+  int64_t messages = 0;
+  int64_t add_requests = 0;
+  int64_t sample_requests = 0;
+  int64_t update_requests = 0;
+  int64_t errors = 0;
+  int64_t deferred_samples = 0;
+};
+
+class ReplayService {
+ public:
+  ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options);
+
+  // Serves until every client has closed, then drains the last replies.
+  Status Run();
+
+  // One fair pass: at most one message from each open client, then deferred
+  // samples if the replay has grown enough. Sets *handled if any message was.
+  Status Step(bool* handled);
+
+  bool done() const { return open_clients_ == 0; }
+  const ServiceCounters& counters() const { return counters_; }
+  // The summary line Run() logs at the end (also used for the stats lines).
+  std::string Summary() const;
+
+ private:
+  struct DeferredSample {
+    int client;
+    uint64_t request_id;
+    int64_t batch_size;
+    double beta;
+  };
+
+  Status Handle(int client, std::span<const std::byte> bytes);
+  Status HandleAdd(int client, const proto::Frame& frame);
+  Status HandleSample(int client, const proto::Frame& frame);
+  Status HandleUpdate(int client, const proto::Frame& frame);
+  Status HandleClose(int client, const proto::Frame& frame);
+  Status ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
+  Status ServeDeferred();
+  bool ReadyToSample() const { return replay_->size() >= std::max<int64_t>(1, options_.min_size_to_sample); }
+  Status ReplyError(int client, uint64_t request_id, const Status& error);
+  template <class Meta>
+  Status Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
+               std::initializer_list<std::span<const std::byte>> bulk = {});
+  void MaybeLogStats();
+
+  replay::Replay* replay_;
+  Transport* transport_;
+  ServiceOptions options_;
+  std::vector<bool> open_;
+  int open_clients_;
+  int next_client_ = 0;  // where the next round-robin pass starts
+  std::deque<DeferredSample> deferred_;
+  ServiceCounters counters_;
+  std::vector<std::byte> receive_buffer_;
+  replay::SampleResult sample_;
+
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point stats_since_ = Clock::now();
+  replay::ReplayCounters replay_at_last_stats_;
+  ServiceCounters service_at_last_stats_;
+};
+
+}  // namespace perserve::service

@@ -1,0 +1,116 @@
+// perserve-server: a replay rank. Launched in the same MPI job as the actors
+// and learners (mpirun -np 1 perserve-server [flags] : -np N actor : -np M learner),
+// joins them collectively, serves until every client has closed.
+#include <mpi.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "mpi/join.h"
+#include "replay/replay.h"
+#include "service/mpi_transport.h"
+#include "service/replay_service.h"
+
+namespace {
+
+struct Flags {
+  int64_t capacity = int64_t{1} << 21;
+  double alpha = 0.6;
+  int64_t min_size_to_sample = 1;
+  std::vector<std::string> columns;
+  double stats_interval = 5.0;
+  std::string device = "auto";
+  uint64_t seed = 0x5eed;
+  std::string log_level = "info";
+};
+
+// Ends the whole job with a message: every other rank is waiting in the join.
+[[noreturn]] void Abort(const std::string& message) {
+  std::fprintf(stderr, "perserve-server: %s\n", message.c_str());
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) MPI_Init(nullptr, nullptr);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+// Joins, serves until every client has closed; everything MPI is freed on return.
+int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::replay::ReplayOptions& options) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {} server] [%l] %v", world_rank));
+  spdlog::set_level(spdlog::level::from_str(flags.log_level));
+
+  perserve::mpi::Communicator comm;
+  perserve::mpi::JoinResult joined;
+  perserve::Status status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined);
+  if (!status.ok()) Abort("join failed: " + status.ToString());
+  std::unique_ptr<perserve::replay::Replay> replay;
+  status = perserve::replay::Replay::Create(options, schema, &replay);
+  if (!status.ok()) Abort(status.ToString());
+  spdlog::info("serving {} clients; capacity {}, alpha {}, tree on {}, schema {} ({} bytes an item)",
+               joined.client_ranks.size(), flags.capacity, flags.alpha, replay->tree().device_name(),
+               schema.ToString(), schema.ItemBytes());
+  perserve::service::MpiTransport transport(comm.get(), joined.client_ranks);
+  perserve::service::ReplayService service(
+      replay.get(), &transport, perserve::service::ServiceOptions{flags.min_size_to_sample, flags.stats_interval});
+  status = service.Run();
+  if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"perserve-server: a prioritized experience replay rank"};
+  Flags flags;
+  app.set_config("--config", "", "TOML/INI file with any of these options (column = [\"obs:uint8:84,84,4\", ...])");
+  app.add_option("--capacity", flags.capacity, "transitions held (FIFO ring)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--min-size-to-sample", flags.min_size_to_sample,
+                 "sample requests wait until this many transitions are stored")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--column", flags.columns,
+                 "a schema column name:dtype:shape (repeat; dtypes uint8 int32 int64 float32 float64); "
+                 "default: " + perserve::Schema::Default().ToString());
+  app.add_option("--stats-interval", flags.stats_interval, "seconds between stats lines (0: none)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--seed", flags.seed, "sampling seed")->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    Abort("bad command line");
+  }
+
+  perserve::Schema schema = flags.columns.empty() ? perserve::Schema::Default() : perserve::Schema{};
+  for (const std::string& spec : flags.columns) {
+    perserve::Column column;
+    if (const perserve::Status s = perserve::ParseColumn(spec, &column); !s.ok()) Abort(s.ToString());
+    schema.columns.push_back(column);
+  }
+  if (const perserve::Status s = schema.Validate(); !s.ok()) Abort(s.ToString());
+  perserve::replay::ReplayOptions options{flags.capacity, flags.alpha, perserve::tree::Device::kAuto, flags.seed};
+  if (const perserve::Status s = perserve::tree::ParseDevice(flags.device, &options.device); !s.ok()) {
+    Abort(s.ToString());
+  }
+
+  MPI_Init(&argc, &argv);
+  const int code = Serve(flags, schema, options);
+  MPI_Finalize();
+  return code;
+}

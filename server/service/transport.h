@@ -1,0 +1,37 @@
+// Transport: how the service exchanges frames with its clients, numbered
+// 0 .. client_count() - 1. MpiTransport is the real one; LoopbackTransport
+// (tests) keeps everything in memory so the service logic is testable
+// without mpirun.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "perserve/status.h"
+
+namespace perserve::service {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int client_count() const = 0;
+
+  // Moves the next waiting message from `client` into `buffer` and sets
+  // *received; sets it false (and returns OK) when nothing is waiting. Never
+  // blocks.
+  virtual Status TryReceive(int client, std::vector<std::byte>* buffer, bool* received) = 0;
+
+  // Queues `frame` for `client` and returns without waiting for the client to
+  // receive it (a learner busy training must not stall the server).
+  virtual Status Send(int client, std::vector<std::byte> frame) = 0;
+
+  // Completes what it can of the queued sends. Never blocks.
+  virtual Status Progress() = 0;
+
+  // Waits until every queued send has completed (at shutdown).
+  virtual Status Drain() = 0;
+};
+
+}  // namespace perserve::service

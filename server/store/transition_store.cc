@@ -1,0 +1,54 @@
+#include "store/transition_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace perserve::store {
+
+TransitionStore::TransitionStore(Schema schema, int64_t capacity) : schema_(std::move(schema)), capacity_(capacity) {
+  for (const Column& column : schema_.columns) {
+    const int64_t item_bytes = column.ItemBytes();
+    // new[] without () leaves the bytes uninitialised: pages are only backed once written.
+    columns_.push_back({item_bytes, std::unique_ptr<std::byte[]>(new std::byte[item_bytes * capacity_])});
+  }
+}
+
+Status TransitionStore::CheckBatch(int64_t count, std::span<const std::byte> bulk) const {
+  if (count <= 0) return Status::InvalidArgument(fmt::format("a batch of {} items", count));
+  if (count > capacity_) {
+    return Status::InvalidArgument(fmt::format("a batch of {} items is larger than the store ({} slots)", count,
+                                               capacity_));
+  }
+  const uint64_t expected = static_cast<uint64_t>(count) * static_cast<uint64_t>(schema_.ItemBytes());
+  if (bulk.size() != expected) {
+    return Status::InvalidArgument(fmt::format("a batch of {} items must carry {} bytes of columns ({} per item: {}), "
+                                               "got {}",
+                                               count, expected, schema_.ItemBytes(), schema_.ToString(), bulk.size()));
+  }
+  return Status::Ok();
+}
+
+void TransitionStore::Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk) {
+  const std::byte* source = bulk.data();
+  for (const ColumnArray& column : columns_) {
+    // At most two runs: up to the end of the ring, then from slot 0.
+    const int64_t first_run = std::min(count, capacity_ - first_slot);
+    std::memcpy(column.data.get() + first_slot * column.item_bytes, source, first_run * column.item_bytes);
+    std::memcpy(column.data.get(), source + first_run * column.item_bytes, (count - first_run) * column.item_bytes);
+    source += count * column.item_bytes;
+  }
+}
+
+void TransitionStore::Gather(std::span<const int64_t> slots, std::span<std::byte> out) const {
+  std::byte* target = out.data();
+  for (const ColumnArray& column : columns_) {
+    for (int64_t slot : slots) {
+      std::memcpy(target, column.data.get() + slot * column.item_bytes, column.item_bytes);
+      target += column.item_bytes;
+    }
+  }
+}
+
+}  // namespace perserve::store

@@ -1,0 +1,50 @@
+// TransitionStore: the transitions' bytes, one contiguous array per schema
+// column, `capacity` slots each (a ring: the replay decides which slot an item
+// goes to). Knows nothing of priorities or keys.
+//
+// Column arrays are allocated untouched, so a large capacity only costs memory
+// for the slots actually written. Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "perserve/schema.h"
+#include "perserve/status.h"
+
+namespace perserve::store {
+
+class TransitionStore {
+ public:
+  TransitionStore(Schema schema, int64_t capacity);
+
+  const Schema& schema() const { return schema_; }
+  int64_t capacity() const { return capacity_; }
+
+  // Checks that `bulk` holds exactly `count` items of every column, laid out
+  // column after column (the wire layout of an intake batch).
+  Status CheckBatch(int64_t count, std::span<const std::byte> bulk) const;
+
+  // Writes a checked batch into slots first_slot, first_slot + 1, ... (mod
+  // capacity). count <= capacity. O(bytes).
+  void Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk);
+
+  // Copies the items in `slots` out, column after column, into `out`, which
+  // must hold slots.size() * schema().ItemBytes() bytes.
+  void Gather(std::span<const int64_t> slots, std::span<std::byte> out) const;
+
+ private:
+  struct ColumnArray {
+    int64_t item_bytes;
+    std::unique_ptr<std::byte[]> data;
+  };
+
+  Schema schema_;
+  int64_t capacity_;
+  std::vector<ColumnArray> columns_;
+};
+
+}  // namespace perserve::store
