@@ -163,8 +163,8 @@ Status ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
   const bool count_fits = request.count >= 0 && static_cast<uint64_t>(request.count) <= frame.bulk.size() / kBytesPerKey;
   const uint64_t expected = count_fits ? static_cast<uint64_t>(request.count) * kBytesPerKey : 0;
   if (status.ok() && (!count_fits || frame.bulk.size() != expected)) {
-    status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes, got {}",
-                                                 request.count, expected, frame.bulk.size()));
+    status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes a key, got {} in all",
+                                                 request.count, kBytesPerKey, frame.bulk.size()));
   }
   int64_t applied = 0, stale = 0;
   if (status.ok()) {

@@ -1,0 +1,340 @@
+// Clients for the multi-rank tests, run under mpirun beside a real
+// perserve-server (tests/CMakeLists.txt has the command lines). Each scenario
+// checks what it is about and exits non-zero on the first failure, which
+// fails the whole mpirun and so the ctest entry.
+//
+//   end_to_end  actors add patterned items; the learner's first sample waits
+//               for min size; every byte sampled for a key is what the actor
+//               sent for it; after priority updates the draws follow them.
+//   stale       updates for keys whose items were overwritten are dropped.
+//   bad_input   a raw client sends broken frames: each gets its typed error,
+//               the server keeps serving, and nothing rejected is applied.
+//   flood       one actor floods; another actor and the learner stay served
+//               within a stated bound.
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "mpi/join.h"
+#include "perserve/client.h"
+#include "proto/codec.h"
+
+namespace {
+
+using perserve::Status;
+using Clock = std::chrono::steady_clock;
+
+int rank = -1;
+
+#define CHECK(condition, ...)                                                                      \
+  do {                                                                                             \
+    if (!(condition)) {                                                                            \
+      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", rank, __FILE__, __LINE__, #condition, \
+                 fmt::format(__VA_ARGS__));                                                        \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+#define CHECK_OK(expr)                                              \
+  do {                                                              \
+    const Status check_ok_status = (expr);                          \
+    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
+  } while (0)
+
+// The end_to_end schema (server flags: --column id:int64 --column payload:uint8:37 --column value:float64:3):
+// every byte of an item is a function of its id.
+constexpr int kPayload = 37;
+uint8_t PayloadByte(int64_t id, int b) { return static_cast<uint8_t>((id * 31 + b) & 0xff); }
+double ValueAt(int64_t id, int e) { return static_cast<double>(id) + 0.25 * e; }
+
+void AddPatterned(perserve::ActorClient* actor, int64_t first_id, int64_t count, int64_t batch) {
+  for (int64_t start = 0; start < count; start += batch) {
+    const int64_t n = std::min(batch, count - start);
+    std::vector<int64_t> ids(n);
+    std::vector<uint8_t> payload(n * kPayload);
+    std::vector<double> values(n * 3);
+    for (int64_t j = 0; j < n; ++j) {
+      ids[j] = first_id + start + j;
+      for (int b = 0; b < kPayload; ++b) payload[j * kPayload + b] = PayloadByte(ids[j], b);
+      for (int e = 0; e < 3; ++e) values[j * 3 + e] = ValueAt(ids[j], e);
+    }
+    CHECK_OK(actor->Add(perserve::BatchView{n, {ids.data(), payload.data(), values.data()}},
+                        std::vector<double>(n, 1.0)));
+  }
+}
+
+int EndToEndActor() {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  CHECK(actor->schema().ToString() == "id:int64:;payload:uint8:37;value:float64:3", "schema {}",
+        actor->schema().ToString());
+  AddPatterned(actor.get(), int64_t{rank} * 1000000, 1000, 50);
+  CHECK_OK(actor->Close());
+  CHECK(actor->items_acknowledged() == 1000, "acknowledged {}", actor->items_acknowledged());
+  return 0;
+}
+
+int EndToEndLearner(int64_t total) {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  std::map<uint64_t, int64_t> id_of_key;
+  perserve::SampleBatch batch;
+  // The server's --min-size-to-sample is `total`: this first reply is held back until every item is in.
+  for (int round = 0; round < 100; ++round) {
+    CHECK_OK(learner->Sample(64, 0.4, &batch));
+    CHECK(batch.size == 64 && batch.columns.size() == 3, "size {}", batch.size);
+    for (int64_t i = 0; i < batch.size; ++i) {
+      CHECK(batch.keys[i] < static_cast<uint64_t>(total), "key {} of {}", batch.keys[i], total);
+      int64_t id;
+      std::memcpy(&id, batch.columns[0].data() + 8 * i, 8);
+      for (int b = 0; b < kPayload; ++b) {
+        CHECK(static_cast<uint8_t>(batch.columns[1][i * kPayload + b]) == PayloadByte(id, b), "payload of id {}", id);
+      }
+      for (int e = 0; e < 3; ++e) {
+        double value;
+        std::memcpy(&value, batch.columns[2].data() + (i * 3 + e) * 8, 8);
+        CHECK(value == ValueAt(id, e), "value of id {}", id);
+      }
+      const auto [it, inserted] = id_of_key.emplace(batch.keys[i], id);
+      CHECK(it->second == id, "key {} came back as id {} and as id {}", batch.keys[i], it->second, id);
+      CHECK(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0 + 1e-12, "weight {}", batch.weights[i]);
+    }
+  }
+  // New priorities by key class: key % 4 = c gets priority c + 1 (alpha 1 on the server).
+  std::vector<uint64_t> keys(total);
+  std::vector<double> priorities(total);
+  for (int64_t k = 0; k < total; ++k) {
+    keys[k] = static_cast<uint64_t>(k);
+    priorities[k] = static_cast<double>(k % 4 + 1);
+  }
+  perserve::UpdateResult result;
+  CHECK_OK(learner->UpdatePriorities(keys, priorities, &result));
+  CHECK(result.applied == total && result.stale == 0, "applied {} stale {}", result.applied, result.stale);
+  std::vector<double> counts(4, 0.0);
+  const int rounds = 200, size = 256;
+  for (int round = 0; round < rounds; ++round) {
+    CHECK_OK(learner->Sample(size, 0.4, &batch));
+    for (uint64_t key : batch.keys) counts[key % 4] += 1.0;
+  }
+  double chi_square = 0.0;
+  for (int c = 0; c < 4; ++c) {
+    const double expected = rounds * size * (c + 1) / 10.0;
+    chi_square += (counts[c] - expected) * (counts[c] - expected) / expected;
+  }
+  CHECK(chi_square < 16.27, "chi-square {} over 3 dof: {} {} {} {}", chi_square, counts[0], counts[1], counts[2],
+        counts[3]);
+  CHECK_OK(learner->Close());
+  fmt::print("[rank {}] end_to_end: {} keys checked byte for byte, class frequencies chi-square {:.2f}\n", rank,
+             id_of_key.size(), chi_square);
+  return 0;
+}
+
+int StaleActor() {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  AddPatterned(actor.get(), 0, 1000, 10);
+  CHECK_OK(actor->Close());
+  return 0;
+}
+
+int StaleLearner() {
+  // Server: --capacity 100 --min-size-to-sample 100, so keys 0..99 exist when the first sample returns.
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  perserve::SampleBatch batch;
+  uint64_t newest = 0;
+  while (newest < 110) {  // key 110 exists only once keys 0..10 have been overwritten
+    CHECK_OK(learner->Sample(16, 0.4, &batch));
+    for (uint64_t key : batch.keys) newest = std::max(newest, key);
+  }
+  const std::vector<uint64_t> old_keys = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  perserve::UpdateResult result;
+  CHECK_OK(learner->UpdatePriorities(old_keys, std::vector<double>(10, 5.0), &result));
+  CHECK(result.stale == 10 && result.applied == 0, "applied {} stale {}", result.applied, result.stale);
+  const Status unknown = learner->UpdatePriorities(std::vector<uint64_t>{1u << 30}, std::vector<double>{1.0});
+  CHECK(unknown.code() == Status::Code::kNotFound, "{}", unknown.ToString());
+  CHECK_OK(learner->Close());
+  fmt::print("[rank {}] stale: 10 updates for overwritten keys dropped and counted\n", rank);
+  return 0;
+}
+
+// A client that speaks raw frames, to send what the library never would.
+class RawClient {
+ public:
+  void Join() { CHECK_OK(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kActor, nullptr, &comm_, &join_)); }
+
+  // Sends `frame` and returns the reply's frame (kept in reply_).
+  perserve::proto::Frame Exchange(const std::vector<std::byte>& frame) {
+    CHECK(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, join_.server_rank,
+                   perserve::proto::kRequestTag, comm_.get()) == MPI_SUCCESS, "send");
+    bool received = false;
+    CHECK_OK(perserve::mpi::ReceiveBytes(comm_.get(), join_.server_rank, perserve::proto::kReplyTag, true, &reply_,
+                                         &received));
+    perserve::proto::Frame decoded;
+    CHECK_OK(perserve::proto::DecodeFrame(reply_, &decoded));
+    return decoded;
+  }
+
+  Status::Code ErrorOf(const std::vector<std::byte>& frame) {
+    const perserve::proto::Frame reply = Exchange(frame);
+    CHECK(reply.kind() == perserve::proto::MessageKind::kErrorReply, "kind {}", reply.header.kind);
+    perserve::proto::ErrorReply error;
+    CHECK_OK(perserve::proto::DecodeMeta(reply, &error));
+    return static_cast<Status::Code>(error.code);
+  }
+
+  const perserve::Schema& schema() const { return join_.schema; }
+
+ private:
+  perserve::mpi::Communicator comm_;
+  perserve::mpi::JoinResult join_;
+  std::vector<std::byte> reply_;
+};
+
+template <class Meta>
+std::vector<std::byte> Frame(perserve::proto::MessageKind kind, uint64_t id, const Meta& meta,
+                             std::initializer_list<std::span<const std::byte>> bulk = {}) {
+  std::vector<std::byte> frame;
+  perserve::proto::EncodeFrame(kind, id, meta, bulk, &frame);
+  return frame;
+}
+
+int BadInputClient() {
+  using perserve::proto::MessageKind;
+  RawClient raw;
+  raw.Join();
+  const int64_t item_bytes = raw.schema().ItemBytes();  // the default schema: 45
+  const std::vector<std::byte> two_items(2 * item_bytes, std::byte{1});
+  const std::vector<std::byte> short_items(2 * item_bytes - 1, std::byte{1});
+  const std::vector<double> nan_priorities = {1.0, std::nan("")};
+  const std::vector<double> negative = {-1.0, 1.0};
+  std::vector<std::byte> wrong_version = Frame(MessageKind::kAddRequest, 3, perserve::proto::AddRequest{2, false},
+                                               {std::span<const std::byte>(two_items)});
+  const uint16_t version = perserve::proto::kProtocolVersion + 1;
+  std::memcpy(wrong_version.data() + 4, &version, 2);
+  std::vector<std::byte> truncated = Frame(MessageKind::kAddRequest, 4, perserve::proto::AddRequest{2, false},
+                                           {std::span<const std::byte>(two_items)});
+  truncated.resize(truncated.size() / 2);
+
+  CHECK(raw.ErrorOf(std::vector<std::byte>(5, std::byte{0x7f})) == Status::Code::kInvalidArgument, "garbage");
+  CHECK(raw.ErrorOf(std::vector<std::byte>(100, std::byte{0x11})) == Status::Code::kInvalidArgument, "bad magic");
+  CHECK(raw.ErrorOf(wrong_version) == Status::Code::kFailedPrecondition, "wrong version");
+  CHECK(raw.ErrorOf(truncated) == Status::Code::kInvalidArgument, "truncated");
+  CHECK(raw.ErrorOf(Frame(static_cast<MessageKind>(99), 5, perserve::proto::Empty{})) ==
+            Status::Code::kUnimplemented, "unknown kind");
+  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 6, perserve::proto::AddRequest{2, false},
+                          {std::span<const std::byte>(short_items)})) == Status::Code::kInvalidArgument,
+        "wrong column sizes");
+  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 7, perserve::proto::AddRequest{2, true},
+                          {std::span<const std::byte>(two_items), std::as_bytes(std::span(nan_priorities))})) ==
+            Status::Code::kInvalidArgument, "NaN priority");
+  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 8, perserve::proto::AddRequest{2, true},
+                          {std::span<const std::byte>(two_items), std::as_bytes(std::span(negative))})) ==
+            Status::Code::kInvalidArgument, "negative priority");
+  const std::vector<uint64_t> unknown_key = {12345};
+  const std::vector<double> one = {1.0};
+  CHECK(raw.ErrorOf(Frame(MessageKind::kUpdateRequest, 9, perserve::proto::UpdateRequest{1},
+                          {std::as_bytes(std::span(unknown_key)), std::as_bytes(std::span(one))})) ==
+            Status::Code::kNotFound, "unknown key");
+
+  // Still serving, and nothing of the rejected adds was stored: the first key issued is 0.
+  const perserve::proto::Frame added = raw.Exchange(Frame(MessageKind::kAddRequest, 10,
+                                                          perserve::proto::AddRequest{2, false},
+                                                          {std::span<const std::byte>(two_items)}));
+  CHECK(added.kind() == MessageKind::kAddReply, "kind {}", added.header.kind);
+  perserve::proto::AddReply reply;
+  CHECK_OK(perserve::proto::DecodeMeta(added, &reply));
+  CHECK(reply.first_key == 0 && reply.count == 2, "first key {} count {}", reply.first_key, reply.count);
+  const perserve::proto::Frame closed = raw.Exchange(Frame(MessageKind::kCloseRequest, 11, perserve::proto::Empty{}));
+  CHECK(closed.kind() == MessageKind::kCloseReply, "kind {}", closed.header.kind);
+  fmt::print("[rank {}] bad_input: 9 broken requests answered with their errors, server still serving\n", rank);
+  return 0;
+}
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The stated bound: under a flood, any other client's request is answered
+// within this many milliseconds (the service guarantees one round-robin pass;
+// the bound leaves room for an oversubscribed 2-core machine).
+constexpr double kFloodBoundMillis = 2000.0;
+
+int FloodActor(bool flooder) {
+  std::unique_ptr<perserve::ActorClient> actor;
+  perserve::ClientOptions options;
+  options.max_in_flight = flooder ? 32 : 1;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, options, &actor));
+  const int64_t item_bytes = actor->schema().ItemBytes();
+  std::vector<std::vector<std::byte>> columns;
+  perserve::BatchView batch{flooder ? 200 : 1, {}};
+  for (const auto& column : actor->schema().columns) {
+    columns.emplace_back(static_cast<size_t>(batch.size * column.ItemBytes()), std::byte{3});
+    batch.columns.push_back(columns.back().data());
+  }
+  double worst = 0.0;
+  const int batches = flooder ? 3000 : 40;
+  for (int i = 0; i < batches; ++i) {
+    const auto start = Clock::now();
+    CHECK_OK(actor->Add(batch));
+    if (!flooder) {
+      CHECK_OK(actor->Flush());
+      worst = std::max(worst, MillisSince(start));
+    }
+  }
+  CHECK_OK(actor->Close());
+  if (!flooder) {
+    CHECK(worst < kFloodBoundMillis, "an add took {:.1f} ms under a flood", worst);
+    fmt::print("[rank {}] flood: slowest add of the quiet actor {:.2f} ms ({} bytes an item)\n", rank, worst,
+               item_bytes);
+  }
+  return 0;
+}
+
+int FloodLearner() {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  perserve::SampleBatch batch;
+  CHECK_OK(learner->Sample(64, 0.4, &batch));  // waits for the first data
+  double worst = 0.0;
+  for (int i = 0; i < 40; ++i) {
+    const auto start = Clock::now();
+    CHECK_OK(learner->Sample(64, 0.4, &batch));
+    worst = std::max(worst, MillisSince(start));
+  }
+  CHECK(worst < kFloodBoundMillis, "a sample took {:.1f} ms under a flood", worst);
+  CHECK_OK(learner->Close());
+  fmt::print("[rank {}] flood: slowest sample of 64 {:.2f} ms\n", rank, worst);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  const std::string role = argc > 2 ? argv[2] : "";
+  int code = 2;
+  if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
+  if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
+  if (scenario == "stale" && role == "actor") code = StaleActor();
+  if (scenario == "stale" && role == "learner") code = StaleLearner();
+  if (scenario == "bad_input" && role == "raw") code = BadInputClient();
+  if (scenario == "bad_input" && role == "bystander") code = perserve::JoinAsBystander(MPI_COMM_WORLD).ok() ? 0 : 1;
+  if (scenario == "flood" && role == "flooder") code = FloodActor(true);
+  if (scenario == "flood" && role == "actor") code = FloodActor(false);
+  if (scenario == "flood" && role == "learner") code = FloodLearner();
+  if (code == 2) fmt::print(stderr, "usage: mpi_test_client <scenario> <role>\n");
+  MPI_Finalize();
+  return code;
+}
