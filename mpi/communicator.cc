@@ -10,7 +10,8 @@ Status Check(int code, const char* what) {
   return Status::Internal(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(length)));
 }
 
-Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received) {
+Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
+                    int* matched_tag) {
   int flag = 1;
   MPI_Message message;
   MPI_Status status;
@@ -21,6 +22,7 @@ Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<s
   }
   *received = flag != 0;
   if (!flag) return Status::Ok();
+  if (matched_tag != nullptr) *matched_tag = status.MPI_TAG;
   int count = 0;
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count"));
   buffer->resize(static_cast<size_t>(count));

@@ -22,7 +22,9 @@ Status Check(int code, const char* what);
 // waiting; with wait true it blocks until one arrives. A matched probe
 // (MPI_Improbe / MPI_Mprobe + MPI_Mrecv), so no other thread's receive can
 // take the message between the probe and the receive.
-Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received);
+// `tag` may be MPI_ANY_TAG; the matched message's tag goes to *matched_tag if given.
+Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
+                    int* matched_tag = nullptr);
 
 class Communicator {
  public:

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <deque>
+#include <utility>
 #include <vector>
 
+#include "proto/messages.h"
 #include "service/transport.h"
 
 namespace perserve::service {
@@ -15,16 +17,19 @@ class LoopbackTransport final : public Transport {
   explicit LoopbackTransport(int clients) : inboxes_(clients), outboxes_(clients) {}
 
   // Test side.
-  void Push(int client, std::vector<std::byte> frame) { inboxes_[client].push_back(std::move(frame)); }
+  void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag) {
+    inboxes_[client].push_back({std::move(frame), tag});
+  }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   size_t waiting(int client) const { return inboxes_[client].size(); }
 
   // Service side.
   int client_count() const override { return static_cast<int>(inboxes_.size()); }
-  Status TryReceive(int client, std::vector<std::byte>* buffer, bool* received) override {
+  Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override {
     *received = !inboxes_[client].empty();
     if (*received) {
-      *buffer = std::move(inboxes_[client].front());
+      *buffer = std::move(inboxes_[client].front().first);
+      *tag = inboxes_[client].front().second;
       inboxes_[client].pop_front();
     }
     return Status::Ok();
@@ -37,7 +42,7 @@ class LoopbackTransport final : public Transport {
   Status Drain() override { return Status::Ok(); }
 
  private:
-  std::vector<std::deque<std::vector<std::byte>>> inboxes_;
+  std::vector<std::deque<std::pair<std::vector<std::byte>, int>>> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
 };
 

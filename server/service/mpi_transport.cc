@@ -8,8 +8,8 @@ namespace perserve::service {
 MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks)
     : comm_(comm), client_ranks_(std::move(client_ranks)) {}
 
-Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, bool* received) {
-  return mpi::ReceiveBytes(comm_, client_ranks_[client], proto::kRequestTag, /*wait=*/false, buffer, received);
+Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
+  return mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag);
 }
 
 Status MpiTransport::Send(int client, std::vector<std::byte> frame) {

@@ -19,7 +19,7 @@ class MpiTransport final : public Transport {
   MpiTransport(MPI_Comm comm, std::vector<int> client_ranks);
 
   int client_count() const override { return static_cast<int>(client_ranks_.size()); }
-  Status TryReceive(int client, std::vector<std::byte>* buffer, bool* received) override;
+  Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   Status Send(int client, std::vector<std::byte> frame) override;
   Status Progress() override { return sends_.Progress(); }
   Status Drain() override { return sends_.Drain(); }

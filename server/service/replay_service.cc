@@ -51,19 +51,25 @@ Status ReplayService::Step(bool* handled) {
     const int client = (next_client_ + visited) % clients;
     if (!open_[client]) continue;
     bool received = false;
-    PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &received));
+    int tag = 0;
+    PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
     if (!received) continue;
     *handled = true;
     ++counters_.messages;
-    PERSERVE_RETURN_IF_ERROR(Handle(client, receive_buffer_));
+    PERSERVE_RETURN_IF_ERROR(Handle(client, tag, receive_buffer_));
   }
   if (clients > 0) next_client_ = (next_client_ + 1) % clients;
   return ServeDeferred();
 }
 
-Status ReplayService::Handle(int client, std::span<const std::byte> bytes) {
+Status ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes) {
   proto::Frame frame;
   const Status decoded = proto::DecodeFrame(bytes, &frame);
+  if (tag != proto::kRequestTag) {
+    return ReplyError(client, frame.header.request_id,
+                      Status::Unimplemented(fmt::format("unknown message tag {} (requests use tag {})", tag,
+                                                        proto::kRequestTag)));
+  }
   if (!decoded.ok()) return ReplyError(client, frame.header.request_id, decoded);
   switch (frame.kind()) {
     case proto::MessageKind::kAddRequest:

@@ -68,7 +68,7 @@ class ReplayService {
     double beta;
   };
 
-  Status Handle(int client, std::span<const std::byte> bytes);
+  Status Handle(int client, int tag, std::span<const std::byte> bytes);
   Status HandleAdd(int client, const proto::Frame& frame);
   Status HandleSample(int client, const proto::Frame& frame);
   Status HandleUpdate(int client, const proto::Frame& frame);

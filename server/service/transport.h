@@ -18,10 +18,11 @@ class Transport {
 
   virtual int client_count() const = 0;
 
-  // Moves the next waiting message from `client` into `buffer` and sets
-  // *received; sets it false (and returns OK) when nothing is waiting. Never
-  // blocks.
-  virtual Status TryReceive(int client, std::vector<std::byte>* buffer, bool* received) = 0;
+  // Moves the next waiting message from `client`, whatever its tag (a wrong
+  // tag is the service's to answer), into `buffer`, its tag into *tag, and
+  // sets *received; sets it false (and returns OK) when nothing is waiting.
+  // Never blocks.
+  virtual Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) = 0;
 
   // Queues `frame` for `client` and returns without waiting for the client to
   // receive it (a learner busy training must not stall the server).

@@ -173,9 +173,9 @@ class RawClient {
   void Join() { CHECK_OK(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kActor, nullptr, &comm_, &join_)); }
 
   // Sends `frame` and returns the reply's frame (kept in reply_).
-  perserve::proto::Frame Exchange(const std::vector<std::byte>& frame) {
-    CHECK(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, join_.server_rank,
-                   perserve::proto::kRequestTag, comm_.get()) == MPI_SUCCESS, "send");
+  perserve::proto::Frame Exchange(const std::vector<std::byte>& frame, int tag = perserve::proto::kRequestTag) {
+    CHECK(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, join_.server_rank, tag, comm_.get()) ==
+              MPI_SUCCESS, "send");
     bool received = false;
     CHECK_OK(perserve::mpi::ReceiveBytes(comm_.get(), join_.server_rank, perserve::proto::kReplyTag, true, &reply_,
                                          &received));
@@ -184,8 +184,8 @@ class RawClient {
     return decoded;
   }
 
-  Status::Code ErrorOf(const std::vector<std::byte>& frame) {
-    const perserve::proto::Frame reply = Exchange(frame);
+  Status::Code ErrorOf(const std::vector<std::byte>& frame, int tag = perserve::proto::kRequestTag) {
+    const perserve::proto::Frame reply = Exchange(frame, tag);
     CHECK(reply.kind() == perserve::proto::MessageKind::kErrorReply, "kind {}", reply.header.kind);
     perserve::proto::ErrorReply error;
     CHECK_OK(perserve::proto::DecodeMeta(reply, &error));
@@ -226,6 +226,10 @@ int BadInputClient() {
   truncated.resize(truncated.size() / 2);
 
   CHECK(raw.ErrorOf(std::vector<std::byte>(5, std::byte{0x7f})) == Status::Code::kInvalidArgument, "garbage");
+  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 2, perserve::proto::AddRequest{2, false},
+                          {std::span<const std::byte>(two_items)}),
+                    /*tag=*/12345) == Status::Code::kUnimplemented,
+        "unknown tag");
   CHECK(raw.ErrorOf(std::vector<std::byte>(100, std::byte{0x11})) == Status::Code::kInvalidArgument, "bad magic");
   CHECK(raw.ErrorOf(wrong_version) == Status::Code::kFailedPrecondition, "wrong version");
   CHECK(raw.ErrorOf(truncated) == Status::Code::kInvalidArgument, "truncated");
@@ -256,7 +260,7 @@ int BadInputClient() {
   CHECK(reply.first_key == 0 && reply.count == 2, "first key {} count {}", reply.first_key, reply.count);
   const perserve::proto::Frame closed = raw.Exchange(Frame(MessageKind::kCloseRequest, 11, perserve::proto::Empty{}));
   CHECK(closed.kind() == MessageKind::kCloseReply, "kind {}", closed.header.kind);
-  fmt::print("[rank {}] bad_input: 9 broken requests answered with their errors, server still serving\n", rank);
+  fmt::print("[rank {}] bad_input: 10 broken requests answered with their errors, server still serving\n", rank);
   return 0;
 }
 

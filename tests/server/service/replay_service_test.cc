@@ -168,6 +168,9 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
     Step();
     EXPECT_EQ(ErrorCode(0, c.id), c.code) << "request " << c.id;
   }
+  transport_->Push(0, AddFrame(24, 0, 2, {}), /*tag=*/proto::kRequestTag + 40);
+  Step();
+  EXPECT_EQ(ErrorCode(0, 24), Status::Code::kUnimplemented) << "unknown tag";
   EXPECT_EQ(replay_->next_key(), 0u) << "a rejected add stored something";
 
   // The server still serves, and later requests see nothing of the rejected ones.
@@ -185,7 +188,7 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
   EXPECT_EQ(ErrorCode(0, 31), Status::Code::kNotFound);
   EXPECT_EQ(ErrorCode(0, 32), Status::Code::kInvalidArgument);
   EXPECT_EQ(replay_->tree().Total(), 3.0) << "a rejected update changed a priority";
-  EXPECT_EQ(service_->counters().errors, static_cast<int64_t>(cases.size()) + 2);
+  EXPECT_EQ(service_->counters().errors, static_cast<int64_t>(cases.size()) + 3);
 }
 
 TEST_F(ServiceTest, SampleWaitsForMinSizeWithoutBlockingOthers) {
