@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,12 +31,25 @@ int Fail(int rank, const char* role, const perserve::Status& status) {
   return 1;
 }
 
+// Writes `value` as element e of an array of `dtype`.
+void SetElement(perserve::DType dtype, unsigned char* data, int64_t e, double value) {
+  switch (dtype) {
+    case perserve::DType::kUInt8: data[e] = static_cast<unsigned char>(value); return;
+    case perserve::DType::kInt32: { const int32_t v = static_cast<int32_t>(value); std::memcpy(data + 4 * e, &v, 4); return; }
+    case perserve::DType::kInt64: { const int64_t v = static_cast<int64_t>(value); std::memcpy(data + 8 * e, &v, 8); return; }
+    case perserve::DType::kFloat32: { const float v = static_cast<float>(value); std::memcpy(data + 4 * e, &v, 4); return; }
+    case perserve::DType::kFloat64: std::memcpy(data + 8 * e, &value, 8); return;
+  }
+}
+
 int RunActor(int rank, double seconds, int64_t batch_size) {
   std::unique_ptr<perserve::ActorClient> actor;
   if (auto s = perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor); !s.ok()) return Fail(rank, "actor", s);
   const perserve::Schema& schema = actor->schema();
   std::mt19937_64 rng(static_cast<uint64_t>(rank));
   std::uniform_real_distribution<double> priority(0.1, 2.0);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::bernoulli_distribution episode_ends(0.01);
   std::vector<std::vector<unsigned char>> columns;
   perserve::BatchView batch{batch_size, {}};
   for (const perserve::Column& column : schema.columns) {
@@ -46,8 +60,22 @@ int RunActor(int rank, double seconds, int64_t batch_size) {
   int64_t batches = 0;
   const auto start = Clock::now();
   while (SecondsSince(start) < seconds) {
-    for (auto& column : columns) {
-      for (size_t b = 0; b < column.size(); ++b) column[b] = static_cast<unsigned char>(rng());
+    // Plausible values: a reward of 1 a step, episodes of ~100 steps, small
+    // floats, random bytes elsewhere.
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const perserve::Column& column = schema.columns[c];
+      const int64_t elements = batch_size * column.ElementCount();
+      for (int64_t e = 0; e < elements; ++e) {
+        if (column.name == "done") {
+          SetElement(column.dtype, columns[c].data(), e, episode_ends(rng) ? 1.0 : 0.0);
+        } else if (column.name == "reward") {
+          SetElement(column.dtype, columns[c].data(), e, 1.0);
+        } else {
+          SetElement(column.dtype, columns[c].data(), e, column.dtype == perserve::DType::kUInt8
+                                                             ? static_cast<double>(rng() & 0xff)
+                                                             : unit(rng));
+        }
+      }
     }
     for (double& p : priorities) p = priority(rng);
     if (auto s = actor->Add(batch, priorities); !s.ok()) return Fail(rank, "actor", s);

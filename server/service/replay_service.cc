@@ -25,7 +25,8 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
       transport_(transport),
       options_(options),
       open_(static_cast<size_t>(transport->client_count()), true),
-      open_clients_(transport->client_count()) {}
+      open_clients_(transport->client_count()),
+      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {}
 
 Status ReplayService::Run() {
   int idle_passes = 0;
@@ -106,6 +107,7 @@ Status ReplayService::HandleAdd(int client, const proto::Frame& frame) {
     const auto priorities =
         CopyOut<double>(frame.bulk.subspan(columns.size()), request.has_priorities ? request.count : 0);
     status = replay_->Add(request.count, columns, priorities, &first_key);
+    if (status.ok()) episodes_.Observe(client, request.count, columns);
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   return Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
@@ -227,6 +229,11 @@ void ReplayService::MaybeLogStats() {
                (r.priorities_updated - replay_at_last_stats_.priorities_updated) / seconds,
                r.stale_updates_dropped - replay_at_last_stats_.stale_updates_dropped,
                counters_.errors - service_at_last_stats_.errors);
+  if (episodes_.enabled()) {
+    const replay::EpisodeSummary e = episodes_.TakeInterval();
+    spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,
+                 e.max_return, e.mean_length);
+  }
   replay_at_last_stats_ = r;
   service_at_last_stats_ = counters_;
   stats_since_ = Clock::now();

@@ -21,9 +21,11 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "proto/codec.h"
+#include "replay/episode_tracker.h"
 #include "replay/replay.h"
 #include "service/transport.h"
 
@@ -33,6 +35,10 @@ struct ServiceOptions {
   int64_t min_size_to_sample = 1;
   double stats_interval_seconds = 5.0;  // <= 0: no periodic stats lines
   int64_t max_sample_batch = int64_t{1} << 20;
+  // Scalar columns whose per-actor episodes the stats lines report (off when
+  // the schema lacks either).
+  std::string reward_column = "reward";
+  std::string done_column = "done";
 };
 
 struct ServiceCounters {
@@ -57,6 +63,7 @@ class ReplayService {
 
   bool done() const { return open_clients_ == 0; }
   const ServiceCounters& counters() const { return counters_; }
+  replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end (also used for the stats lines).
   std::string Summary() const;
 
@@ -90,6 +97,7 @@ class ReplayService {
   int next_client_ = 0;  // where the next round-robin pass starts
   std::deque<DeferredSample> deferred_;
   ServiceCounters counters_;
+  replay::EpisodeTracker episodes_;
   std::vector<std::byte> receive_buffer_;
   replay::SampleResult sample_;
 

@@ -28,6 +28,8 @@ struct Flags {
   std::string device = "auto";
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
+  std::string reward_column = "reward";
+  std::string done_column = "done";
 };
 
 // Ends the whole job with a message: every other rank is waiting in the join.
@@ -58,8 +60,12 @@ int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::re
                joined.client_ranks.size(), flags.capacity, flags.alpha, replay->tree().device_name(),
                schema.ToString(), schema.ItemBytes());
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks);
-  perserve::service::ReplayService service(
-      replay.get(), &transport, perserve::service::ServiceOptions{flags.min_size_to_sample, flags.stats_interval});
+  perserve::service::ServiceOptions service_options;
+  service_options.min_size_to_sample = flags.min_size_to_sample;
+  service_options.stats_interval_seconds = flags.stats_interval;
+  service_options.reward_column = flags.reward_column;
+  service_options.done_column = flags.done_column;
+  perserve::service::ReplayService service(replay.get(), &transport, service_options);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
   return 0;
@@ -86,6 +92,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", flags.seed, "sampling seed")->capture_default_str();
+  app.add_option("--reward-column", flags.reward_column,
+                 "scalar column whose per-actor episode returns the stats lines report")->capture_default_str();
+  app.add_option("--done-column", flags.done_column, "scalar column that marks an episode's last step")
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "scan/episodic_prefix_sum.h"
 #include "tree/priority_tree.h"
 
 struct perserve_tree {
@@ -106,6 +107,26 @@ double perserve_tree_min(perserve_tree* t) {
 int64_t perserve_tree_capacity(perserve_tree* t) {
   if (t == nullptr) return Fail("INVALID_ARGUMENT: tree handle is NULL"), -1;
   return t->tree->capacity();
+}
+
+int perserve_episodic_prefix_sum(const double* x, const uint8_t* dones, int64_t streams, int64_t length,
+                                 int boundary, double* carry_sum, uint8_t* carry_done, double* out,
+                                 const char* device) {
+  if (streams < 0 || length < 0) return Fail("INVALID_ARGUMENT: streams and length must be >= 0");
+  const int64_t elements = streams * length;
+  if ((elements > 0 && (x == nullptr || dones == nullptr || out == nullptr)) ||
+      (streams > 0 && (carry_sum == nullptr || carry_done == nullptr))) {
+    return Fail("INVALID_ARGUMENT: NULL array with a non-zero size");
+  }
+  perserve::tree::Device parsed;
+  const perserve::Status parsed_device = perserve::tree::ParseDevice(device == nullptr ? "" : device, &parsed);
+  if (!parsed_device.ok()) return Report(parsed_device);
+  return Guarded([&] {
+    const perserve::scan::ScanArrays<double> arrays{Span(x, elements), Span(dones, elements), streams, length,
+                                                    Span(carry_sum, streams), Span(carry_done, streams),
+                                                    Span(out, elements)};
+    return Report(perserve::scan::EpisodicPrefixSum(arrays, static_cast<perserve::scan::Boundary>(boundary), parsed));
+  });
 }
 
 const char* perserve_last_error(void) { return last_error.c_str(); }

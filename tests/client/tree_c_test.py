@@ -29,6 +29,9 @@ lib.perserve_tree_min.argtypes = [ctypes.c_void_p]
 lib.perserve_tree_capacity.restype = ctypes.c_int64
 lib.perserve_tree_capacity.argtypes = [ctypes.c_void_p]
 lib.perserve_last_error.restype = ctypes.c_char_p
+u8p = ctypes.POINTER(ctypes.c_uint8)
+lib.perserve_episodic_prefix_sum.argtypes = [f64p, u8p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, f64p, u8p,
+                                             f64p, ctypes.c_char_p]
 lib.perserve_last_error.argtypes = []
 
 
@@ -183,6 +186,55 @@ class TreeCApiTest(unittest.TestCase):
         worker.join()
         self.assertIn("bogus-thread", seen[0])
         self.assertIn("bogus-main", last_error())
+
+
+def episodic_reference(x, dones, boundary):
+    """The recurrence as the issue writes it, per stream."""
+    out = np.empty_like(x)
+    for s in range(x.shape[0]):
+        c, previous = 0.0, 0
+        for t in range(x.shape[1]):
+            keep = 1 - (previous if boundary == 0 else dones[s, t])
+            c = x[s, t] + keep * c
+            previous = dones[s, t]
+            out[s, t] = c
+    return out
+
+
+class EpisodicPrefixSumCApiTest(unittest.TestCase):
+    def scan(self, x, dones, boundary, carry_sum, carry_done, device=b"cpu"):
+        out = np.empty_like(x)
+        rc = lib.perserve_episodic_prefix_sum(ptr(x, f64p), ptr(dones, u8p), x.shape[0], x.shape[1], boundary,
+                                              ptr(carry_sum, f64p), ptr(carry_done, u8p), ptr(out, f64p), device)
+        return rc, out
+
+    def test_chunks_with_carries_equal_the_whole_recurrence(self):
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((5, 60))
+        dones = (rng.random((5, 60)) < 0.1).astype(np.uint8)
+        for boundary in (0, 1):
+            expected = episodic_reference(x, dones, boundary)
+            carry_sum, carry_done = np.zeros(5), np.zeros(5, dtype=np.uint8)
+            pieces = []
+            for start in range(0, 60, 25):
+                xs = np.ascontiguousarray(x[:, start:start + 25])
+                ds = np.ascontiguousarray(dones[:, start:start + 25])
+                rc, out = self.scan(xs, ds, boundary, carry_sum, carry_done)
+                self.assertEqual(rc, 0, last_error())
+                pieces.append(out)
+            np.testing.assert_array_equal(np.concatenate(pieces, axis=1), expected)
+            self.assertTrue((carry_done == dones[:, -1]).all())
+
+    def test_bad_arguments_fail_with_a_message(self):
+        x = np.zeros((2, 3))
+        dones = np.zeros((2, 3), dtype=np.uint8)
+        carry_sum, carry_done = np.zeros(2), np.zeros(2, dtype=np.uint8)
+        rc, _ = self.scan(x, dones, 5, carry_sum, carry_done)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("boundary", last_error())
+        rc, _ = self.scan(x, dones, 0, carry_sum, carry_done, device=b"tpu")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("unknown device", last_error())
 
 
 if __name__ == "__main__":

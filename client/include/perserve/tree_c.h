@@ -34,6 +34,15 @@ double perserve_tree_total(perserve_tree* t);
 /* Min over the leaves ever set; +inf when none was. */
 double perserve_tree_min(perserve_tree* t);
 int64_t perserve_tree_capacity(perserve_tree* t); /* after rounding */
+/* The episodic prefix sum: running sums of x that reset at episode boundaries.
+ * x, dones, out: [streams, length] row-major; carry_sum, carry_done: [streams], read
+ * (the state before this call; zeros for a fresh stream) and written (the state after).
+ * boundary: 0 = ends_at (dones[t] = 1 ends an episode at t), 1 = starts_at (dones[t] = 1
+ * starts one at t). device: "cpu", "cuda", "auto". 0 on success. */
+int perserve_episodic_prefix_sum(const double* x, const uint8_t* dones, int64_t streams, int64_t length,
+                                 int boundary, double* carry_sum, uint8_t* carry_done, double* out,
+                                 const char* device);
+
 /* Message of the last failed call on this thread ("" if none). */
 const char* perserve_last_error(void);
 

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <omp.h>
+
 #include <fmt/format.h>
 
 #include "scan/episodic_prefix_sum.h"
@@ -8,35 +10,25 @@
 namespace perserve::scan {
 namespace {
 
-// Streams scanned in lockstep by the interleaved path: enough independent
-// additions in flight to hide the add latency of each stream's chain.
-constexpr int64_t kLockstepStreams = 8;
-// Inputs at least this large are split over threads (by groups of streams).
+// Inputs at least this large, with at least two streams, are split over
+// threads by streams: below it the fork/join costs more than it saves.
 constexpr int64_t kParallelElements = int64_t{1} << 18;
 
+// The sequential recurrence over streams [first, last).
 template <typename T>
 void ScanStreams(const ScanArrays<T>& arrays, Boundary boundary, int64_t first, int64_t last) {
-  const int64_t length = arrays.length;
-  T sum[kLockstepStreams];
-  uint8_t done[kLockstepStreams];
-  for (int64_t group = first; group < last; group += kLockstepStreams) {
-    const int64_t lanes = std::min(kLockstepStreams, last - group);
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      sum[lane] = arrays.carry_sum[group + lane];
-      done[lane] = arrays.carry_done[group + lane];
+  for (int64_t s = first; s < last; ++s) {
+    T sum = arrays.carry_sum[s];
+    uint8_t previous_done = arrays.carry_done[s];
+    for (int64_t t = 0; t < arrays.length; ++t) {
+      const int64_t i = s * arrays.length + t;
+      sum = ScanStep(arrays.x[i], ResetsAt(boundary, arrays.dones[i], previous_done), sum);
+      previous_done = arrays.dones[i];
+      arrays.out[i] = sum;
     }
-    for (int64_t t = 0; t < length; ++t) {
-      for (int64_t lane = 0; lane < lanes; ++lane) {
-        const int64_t i = (group + lane) * length + t;
-        const uint8_t d = arrays.dones[i];
-        sum[lane] = ScanStep(arrays.x[i], ResetsAt(boundary, d, done[lane]), sum[lane]);
-        done[lane] = d;
-        arrays.out[i] = sum[lane];
-      }
-    }
-    for (int64_t lane = 0; lane < lanes && length > 0; ++lane) {
-      arrays.carry_sum[group + lane] = sum[lane];
-      arrays.carry_done[group + lane] = done[lane];
+    if (arrays.length > 0) {
+      arrays.carry_sum[s] = sum;
+      arrays.carry_done[s] = previous_done;
     }
   }
 }
@@ -65,33 +57,20 @@ Status ValidateScan(const ScanArrays<T>& arrays) {
 
 template <typename T>
 void EpisodicPrefixSumLoop(const ScanArrays<T>& arrays, Boundary boundary) {
-  for (int64_t s = 0; s < arrays.streams; ++s) {
-    T sum = arrays.carry_sum[s];
-    uint8_t previous_done = arrays.carry_done[s];
-    for (int64_t t = 0; t < arrays.length; ++t) {
-      const int64_t i = s * arrays.length + t;
-      sum = ScanStep(arrays.x[i], ResetsAt(boundary, arrays.dones[i], previous_done), sum);
-      previous_done = arrays.dones[i];
-      arrays.out[i] = sum;
-    }
-    if (arrays.length > 0) {
-      arrays.carry_sum[s] = sum;
-      arrays.carry_done[s] = previous_done;
-    }
-  }
+  ScanStreams(arrays, boundary, 0, arrays.streams);
 }
 
 template <typename T>
-void EpisodicPrefixSumInterleaved(const ScanArrays<T>& arrays, Boundary boundary) {
-  const int64_t groups = (arrays.streams + kLockstepStreams - 1) / kLockstepStreams;
-  if (arrays.streams * arrays.length < kParallelElements || groups < 2) {
+void EpisodicPrefixSumParallel(const ScanArrays<T>& arrays, Boundary boundary) {
+  if (arrays.streams < 2 || arrays.streams * arrays.length < kParallelElements) {
     ScanStreams(arrays, boundary, 0, arrays.streams);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t group = 0; group < groups; ++group) {
-    ScanStreams(arrays, boundary, group * kLockstepStreams,
-                std::min(arrays.streams, (group + 1) * kLockstepStreams));
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads();
+    const int64_t thread = omp_get_thread_num();
+    ScanStreams(arrays, boundary, arrays.streams * thread / threads, arrays.streams * (thread + 1) / threads);
   }
 }
 
@@ -106,14 +85,14 @@ Status EpisodicPrefixSum(const ScanArrays<T>& arrays, Boundary boundary, tree::D
     if (tree::UsableCudaDeviceCount(&why) > 0) return EpisodicPrefixSumCuda(arrays, boundary);
     if (device == tree::Device::kCuda) return Status::Unavailable("device \"cuda\" requested, but " + why);
   }
-  EpisodicPrefixSumInterleaved(arrays, boundary);
+  EpisodicPrefixSumParallel(arrays, boundary);
   return Status::Ok();
 }
 
 #define PERSERVE_INSTANTIATE_SCAN(T)                                                          \
   template Status ValidateScan<T>(const ScanArrays<T>&);                                      \
   template void EpisodicPrefixSumLoop<T>(const ScanArrays<T>&, Boundary);                    \
-  template void EpisodicPrefixSumInterleaved<T>(const ScanArrays<T>&, Boundary);             \
+  template void EpisodicPrefixSumParallel<T>(const ScanArrays<T>&, Boundary);                \
   template Status EpisodicPrefixSum<T>(const ScanArrays<T>&, Boundary, tree::Device);
 PERSERVE_INSTANTIATE_SCAN(float)
 PERSERVE_INSTANTIATE_SCAN(double)

@@ -1,0 +1,103 @@
+#include "replay/episode_tracker.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "scan/episodic_prefix_sum.h"
+
+namespace perserve::replay {
+namespace {
+
+// Reads element j of a scalar column of any dtype as a double.
+double ReadAsDouble(const std::byte* data, DType dtype, int64_t j) {
+  switch (dtype) {
+    case DType::kUInt8:
+      return static_cast<double>(static_cast<uint8_t>(data[j]));
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, data + 4 * j, 4);
+      return v;
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, data + 8 * j, 8);
+      return static_cast<double>(v);
+    }
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, data + 4 * j, 4);
+      return v;
+    }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, data + 8 * j, 8);
+      return v;
+    }
+  }
+  return 0.0;
+}
+
+int ScalarColumn(const Schema& schema, std::string_view name) {
+  const int index = schema.ColumnIndex(name);
+  return index >= 0 && schema.columns[index].ElementCount() == 1 ? index : -1;
+}
+
+}  // namespace
+
+EpisodeTracker::EpisodeTracker(const Schema& schema, std::string_view reward, std::string_view done, int streams)
+    : schema_(schema),
+      reward_column_(ScalarColumn(schema, reward)),
+      done_column_(ScalarColumn(schema, done)),
+      carries_(static_cast<size_t>(streams)) {}
+
+void EpisodeTracker::Observe(int stream, int64_t count, std::span<const std::byte> columns) {
+  if (!enabled() || count <= 0) return;
+  const std::byte* reward_data = nullptr;
+  const std::byte* done_data = nullptr;
+  size_t offset = 0;
+  for (int c = 0; c < static_cast<int>(schema_.columns.size()); ++c) {
+    if (c == reward_column_) reward_data = columns.data() + offset;
+    if (c == done_column_) done_data = columns.data() + offset;
+    offset += static_cast<size_t>(count * schema_.columns[c].ItemBytes());
+  }
+  const size_t n = static_cast<size_t>(count);
+  rewards_.resize(n);
+  dones_.resize(n);
+  ones_.assign(n, 1.0);
+  returns_.resize(n);
+  lengths_.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    rewards_[j] = ReadAsDouble(reward_data, schema_.columns[reward_column_].dtype, static_cast<int64_t>(j));
+    dones_[j] = ReadAsDouble(done_data, schema_.columns[done_column_].dtype, static_cast<int64_t>(j)) != 0.0;
+  }
+  Carry& carry = carries_[stream];
+  // Episode returns and episode lengths (a running count: the sum of ones).
+  (void)scan::EpisodicPrefixSum(scan::ScanArrays<double>{rewards_, dones_, 1, count, {&carry.return_sum, 1},
+                                                         {&carry.return_done, 1}, returns_},
+                                scan::Boundary::kEndsAt);
+  (void)scan::EpisodicPrefixSum(scan::ScanArrays<double>{ones_, dones_, 1, count, {&carry.length_sum, 1},
+                                                         {&carry.length_done, 1}, lengths_},
+                                scan::Boundary::kEndsAt);
+  for (size_t j = 0; j < n; ++j) {
+    if (!dones_[j]) continue;
+    return_max_ = episodes_ == 0 ? returns_[j] : std::max(return_max_, returns_[j]);
+    ++episodes_;
+    return_total_ += returns_[j];
+    length_total_ += lengths_[j];
+  }
+}
+
+EpisodeSummary EpisodeTracker::TakeInterval() {
+  EpisodeSummary summary;
+  summary.episodes = episodes_;
+  if (episodes_ > 0) {
+    summary.mean_return = return_total_ / episodes_;
+    summary.max_return = return_max_;
+    summary.mean_length = length_total_ / episodes_;
+  }
+  episodes_ = 0;
+  return_total_ = return_max_ = length_total_ = 0.0;
+  return summary;
+}
+
+}  // namespace perserve::replay
