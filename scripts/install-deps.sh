@@ -9,7 +9,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   libcereal-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  python3 python3-numpy
+  libzmq3-dev cppzmq-dev
+  python3 python3-numpy python3-matplotlib
 )
 
 missing=()
@@ -19,12 +20,20 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Dockerfile linter the tests run (there is no Docker engine to build the
+# images here), from the npm registry into .tools/, where npm is available.
+cd "$(dirname "$0")/.."
+linter=.tools/node_modules/.bin/dockerfilelint
+if [ ! -x "$linter" ] && command -v npm >/dev/null 2>&1; then
+  npm install --prefix .tools --no-audit --no-fund --silent dockerfilelint@1.8.0 >/dev/null 2>&1 \
+    || echo "install-deps: could not install dockerfilelint; the Dockerfile lint test will be skipped"
+fi

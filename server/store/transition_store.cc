@@ -10,8 +10,7 @@ namespace perserve::store {
 TransitionStore::TransitionStore(Schema schema, int64_t capacity) : schema_(std::move(schema)), capacity_(capacity) {
   for (const Column& column : schema_.columns) {
     const int64_t item_bytes = column.ItemBytes();
-    // new[] without () leaves the bytes uninitialised: pages are only backed once written.
-    columns_.push_back({item_bytes, std::unique_ptr<std::byte[]>(new std::byte[item_bytes * capacity_])});
+    columns_.push_back({item_bytes, util::AllocatePageMemory(static_cast<size_t>(item_bytes * capacity_))});
   }
 }
 

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Summarises scripts/bench-scaling.sh runs: medians and ranges over repeats,
+MPI vs ZeroMQ intake ratios, a CSV, and PNG charts (matplotlib, no display).
+
+Usage: plot_scaling.py RESULTS_DIR
+"""
+import collections
+import glob
+import json
+import os
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+METRICS = ("items_per_s", "intake_mb_per_s", "samples_per_s", "intake_over_raw_mpi", "raw_mpi_mb_per_s")
+
+
+def load(directory):
+    runs = collections.defaultdict(list)
+    for path in sorted(glob.glob(os.path.join(directory, "run-*.json"))):
+        with open(path) as f:
+            run = json.load(f)
+        runs[(run["transport"], run["size"], run["actors"])].append(run)
+    return runs
+
+
+def summarize(runs):
+    rows = []
+    for (transport, size, actors), group in sorted(runs.items()):
+        row = {"transport": transport, "size": size, "actors": actors, "repeats": len(group)}
+        for metric in METRICS + ("latency_median_ms", "latency_p99_ms"):
+            if metric.startswith("latency"):
+                values = [r["sample_latency_ms"]["median" if "median" in metric else "p99"] for r in group]
+            else:
+                values = [r[metric] for r in group]
+            row[metric] = statistics.median(values)
+            row[metric + "_min"] = min(values)
+            row[metric + "_max"] = max(values)
+        rows.append(row)
+    return rows
+
+
+def ratios(rows):
+    by_key = {(r["transport"], r["size"], r["actors"]): r for r in rows}
+    out = []
+    for (transport, size, actors), row in sorted(by_key.items()):
+        zmq = by_key.get(("zmq", size, actors))
+        if transport == "mpi" and zmq:
+            out.append({"size": size, "actors": actors, "mpi_over_zmq_intake": row["items_per_s"] / zmq["items_per_s"],
+                        "mpi_over_zmq_samples": row["samples_per_s"] / zmq["samples_per_s"]})
+    return out
+
+
+def chart(rows, directory):
+    sizes = sorted({r["size"] for r in rows})
+    fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
+    for column, size in enumerate(sizes):
+        for transport, style in (("mpi", "o-"), ("zmq", "s--")):
+            sel = sorted((r for r in rows if r["size"] == size and r["transport"] == transport),
+                         key=lambda r: r["actors"])
+            if not sel:
+                continue
+            actors = [r["actors"] for r in sel]
+            for row_index, (metric, label) in enumerate((("intake_mb_per_s", "intake MB/s"),
+                                                         ("latency_median_ms", "sample-512 latency, median ms"))):
+                ax = axes[row_index][column]
+                med = [r[metric] for r in sel]
+                err = [[m - r[metric + "_min"] for m, r in zip(med, sel)], [r[metric + "_max"] - m for m, r in zip(med, sel)]]
+                ax.errorbar(actors, med, yerr=err, fmt=style, capsize=3, label=transport.upper())
+                ax.set_xlabel("actors")
+                ax.set_ylabel(label)
+                ax.set_title(f"{size} transitions")
+                ax.set_xscale("log", base=2)
+                ax.legend()
+        mpi = sorted((r for r in rows if r["size"] == size and r["transport"] == "mpi"), key=lambda r: r["actors"])
+        if mpi:
+            axes[0][column].plot([r["actors"] for r in mpi], [r["raw_mpi_mb_per_s"] for r in mpi], ":",
+                                 color="gray", label="raw MPI, same message size")
+            axes[0][column].legend()
+    fig.suptitle("perserve replay rank: MPI vs ZeroMQ (medians over repeats, bars: min-max)")
+    fig.tight_layout()
+    path = os.path.join(directory, "scaling.png")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    directory = sys.argv[1]
+    runs = load(directory)
+    if not runs:
+        print(f"no run-*.json in {directory}")
+        return 1
+    rows = summarize(runs)
+    with open(os.path.join(directory, "scaling.csv"), "w") as f:
+        keys = list(rows[0].keys())
+        f.write(",".join(keys) + "\n")
+        for row in rows:
+            f.write(",".join(str(row[k]) for k in keys) + "\n")
+    print(f"{'transport':<10}{'size':<7}{'actors':>7}{'items/s':>12}{'MB/s':>9}{'x raw':>7}{'samples/s':>12}"
+          f"{'lat med ms':>11}{'p99 ms':>9}")
+    for r in rows:
+        print(f"{r['transport']:<10}{r['size']:<7}{r['actors']:>7}{r['items_per_s']:>12.0f}{r['intake_mb_per_s']:>9.1f}"
+              f"{r['intake_over_raw_mpi']:>7.3f}{r['samples_per_s']:>12.0f}{r['latency_median_ms']:>11.3f}"
+              f"{r['latency_p99_ms']:>9.3f}")
+    print()
+    for r in ratios(rows):
+        print(f"MPI/ZeroMQ {r['size']:<6} {r['actors']} actors: intake {r['mpi_over_zmq_intake']:.2f}x, "
+              f"samples {r['mpi_over_zmq_samples']:.2f}x")
+    with open(os.path.join(directory, "ratios.json"), "w") as f:
+        json.dump(ratios(rows), f, indent=2)
+    print(f"\nchart: {chart(rows, directory)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+// perserve_bench_system: the replay rank under load, as an MPI job launched
+// by scripts/bench-scaling.sh (or by hand):
+//
+//   mpirun -np <actors + 2> perserve_bench_system --transport mpi|zmq --size small|atari
+//
+// Rank 0 is the replay server, the last rank one learner, the ranks between
+// actors. Two phases in one run:
+//   1. raw MPI: every actor streams messages of exactly an intake batch's size
+//      (50 transitions with priorities) to rank 0 with 4 sends in flight, the
+//      bound the client library keeps; rank 0 only receives. That is the
+//      ceiling for intake between these ranks.
+//   2. the replay: actors add batches of 50 with priorities, the learner
+//      samples 512 and updates 512 priorities in a loop, for --seconds, over
+//      the chosen transport: the perserve client library over MPI, or the same
+//      protocol and the same ReplayService over ZeroMQ (system/zmq_transport.h
+//      says how it is tuned).
+// Rank 0 prints a table and writes the JSON (--out).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "mpi/join.h"
+#include "perserve/client.h"
+#include "replay/replay.h"
+#include "service/mpi_transport.h"
+#include "service/replay_service.h"
+#include "system/zmq_client.h"
+#include "system/zmq_transport.h"
+
+namespace perserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+constexpr int64_t kIntakeBatch = 50;
+constexpr int64_t kSampleBatch = 512;
+constexpr int kRawTag = 801;
+constexpr int kRawEndTag = 802;
+constexpr int kInFlight = 4;
+
+[[noreturn]] void Die(const std::string& what) {
+  fmt::print(stderr, "perserve_bench_system: {}\n", what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+void Check(const Status& status, const char* what) {
+  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
+}
+
+// ~128 B CartPole-like transitions, or Atari-like ones: two 84x84x4 uint8 frames.
+Schema SchemaFor(const std::string& size) {
+  if (size == "atari") {
+    return Schema{{{"obs", DType::kUInt8, {84, 84, 4}}, {"next_obs", DType::kUInt8, {84, 84, 4}},
+                   {"action", DType::kInt64, {}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+  }
+  return Schema{{{"obs", DType::kFloat32, {14}}, {"next_obs", DType::kFloat32, {14}}, {"action", DType::kInt64, {}},
+                 {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+}
+
+// What each rank reports to rank 0 at the end.
+struct Report {
+  double role = 0;  // 0 server, 1 actor, 2 learner
+  double items = 0, seconds = 0;
+  double samples = 0, updates = 0, latency_median_ms = 0, latency_p99_ms = 0;
+  double raw_bytes = 0, raw_seconds = 0;
+};
+
+// Phase 1. Returns (on rank 0) bytes received and the seconds it took.
+void RawMpi(int rank, int size, int64_t message_bytes, double seconds, Report* report) {
+  std::vector<std::byte> buffer(message_bytes, std::byte{7});
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  if (rank == 0) {
+    int ends = 0;
+    double bytes = 0;
+    while (ends < size - 2) {
+      MPI_Status status;
+      MPI_Message message;
+      MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &message, &status);
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      MPI_Mrecv(buffer.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      if (status.MPI_TAG == kRawEndTag) {
+        ++ends;
+      } else {
+        bytes += count;
+      }
+    }
+    report->raw_bytes = bytes;
+    report->raw_seconds = SecondsSince(start);
+  } else if (rank < size - 1) {
+    std::vector<std::vector<std::byte>> buffers(kInFlight, buffer);
+    MPI_Request requests[kInFlight];
+    std::fill(std::begin(requests), std::end(requests), MPI_REQUEST_NULL);
+    for (int64_t i = 0; SecondsSince(start) < seconds; ++i) {
+      const int slot = static_cast<int>(i % kInFlight);
+      MPI_Wait(&requests[slot], MPI_STATUS_IGNORE);
+      MPI_Isend(buffers[slot].data(), static_cast<int>(message_bytes), MPI_BYTE, 0, kRawTag, MPI_COMM_WORLD,
+                &requests[slot]);
+    }
+    MPI_Waitall(kInFlight, requests, MPI_STATUSES_IGNORE);
+    MPI_Send(nullptr, 0, MPI_BYTE, 0, kRawEndTag, MPI_COMM_WORLD);
+  }
+}
+
+void FillBatch(const Schema& schema, std::mt19937_64& rng, std::vector<std::vector<std::byte>>* columns,
+               std::vector<double>* priorities) {
+  columns->clear();
+  for (const Column& column : schema.columns) {
+    columns->emplace_back(static_cast<size_t>(kIntakeBatch * column.ItemBytes()));
+    for (auto& b : columns->back()) b = static_cast<std::byte>(rng() & 0x3f);
+  }
+  std::uniform_real_distribution<double> priority(0.1, 2.0);
+  priorities->resize(kIntakeBatch);
+  for (double& p : *priorities) p = priority(rng);
+}
+
+void Latencies(std::vector<double> millis, Report* report) {
+  if (millis.empty()) return;
+  std::sort(millis.begin(), millis.end());
+  report->latency_median_ms = millis[millis.size() / 2];
+  report->latency_p99_ms = millis[std::min(millis.size() - 1, millis.size() * 99 / 100)];
+}
+
+void MpiActor(const Schema&, double seconds, int rank, Report* report) {
+  std::unique_ptr<ActorClient> actor;
+  ClientOptions options;
+  options.max_in_flight = kInFlight;
+  Check(ActorClient::Join(MPI_COMM_WORLD, options, &actor), "actor join");
+  std::mt19937_64 rng(rank);
+  std::vector<std::vector<std::byte>> columns;
+  std::vector<double> priorities;
+  FillBatch(actor->schema(), rng, &columns, &priorities);
+  BatchView batch{kIntakeBatch, {}};
+  for (const auto& column : columns) batch.columns.push_back(column.data());
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) Check(actor->Add(batch, priorities), "add");
+  Check(actor->Close(), "actor close");
+  report->items = static_cast<double>(actor->items_acknowledged());
+  report->seconds = SecondsSince(start);
+}
+
+void MpiLearner(double seconds, Report* report) {
+  std::unique_ptr<LearnerClient> learner;
+  Check(LearnerClient::Join(MPI_COMM_WORLD, {}, &learner), "learner join");
+  MPI_Barrier(MPI_COMM_WORLD);
+  SampleBatch batch;
+  std::vector<double> millis;
+  std::vector<double> priorities(kSampleBatch, 0.5);
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) {
+    const auto asked = Clock::now();
+    Check(learner->Sample(kSampleBatch, 0.4, &batch), "sample");
+    millis.push_back(1e3 * SecondsSince(asked));
+    Check(learner->UpdatePriorities(batch.keys, priorities), "update");
+    report->samples += static_cast<double>(batch.size);
+    report->updates += static_cast<double>(batch.size);
+  }
+  Check(learner->Close(), "learner close");
+  report->seconds = SecondsSince(start);
+  Latencies(std::move(millis), report);
+}
+
+void Serve(service::Transport* transport, const Schema& schema, int64_t capacity, Report* report) {
+  std::unique_ptr<replay::Replay> replay;
+  Check(replay::Replay::Create(replay::ReplayOptions{capacity, 0.6, tree::Device::kAuto, 1}, schema, &replay),
+        "replay");
+  service::ServiceOptions options;
+  options.stats_interval_seconds = 0;
+  service::ReplayService service(replay.get(), transport, options);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  Check(service.Run(), "service");
+  report->items = static_cast<double>(replay->counters().items_added);
+  report->seconds = SecondsSince(start);
+}
+
+void ZmqActorRole(zmq::context_t* context, const std::string& endpoint, int index, const Schema& schema,
+                  double seconds, int rank, Report* report) {
+  ZmqClient client(context, endpoint, index, kInFlight);
+  std::mt19937_64 rng(rank);
+  std::vector<std::vector<std::byte>> columns;
+  std::vector<double> priorities;
+  FillBatch(schema, rng, &columns, &priorities);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) Check(client.Add(kIntakeBatch, columns, priorities), "zmq add");
+  Check(client.Close(), "zmq actor close");
+  report->items = static_cast<double>(client.items_acknowledged());
+  report->seconds = SecondsSince(start);
+}
+
+void ZmqLearnerRole(zmq::context_t* context, const std::string& endpoint, int index, double seconds,
+                    Report* report) {
+  ZmqClient client(context, endpoint, index, 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<uint64_t> keys;
+  std::vector<double> millis;
+  std::vector<double> priorities(kSampleBatch, 0.5);
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) {
+    const auto asked = Clock::now();
+    Check(client.Sample(kSampleBatch, 0.4, &keys), "zmq sample");
+    millis.push_back(1e3 * SecondsSince(asked));
+    Check(client.Update(keys, priorities), "zmq update");
+    report->samples += static_cast<double>(keys.size());
+    report->updates += static_cast<double>(keys.size());
+  }
+  Check(client.Close(), "zmq learner close");
+  report->seconds = SecondsSince(start);
+  Latencies(std::move(millis), report);
+}
+
+}  // namespace
+}  // namespace perserve::bench
+
+int main(int argc, char** argv) {
+  using namespace perserve::bench;
+  CLI::App app{"perserve system benchmark: intake, sampling and raw MPI bandwidth in one MPI job"};
+  std::string transport = "mpi", size_name = "small", out, endpoint;
+  double seconds = 5.0, raw_seconds = 2.0;
+  app.add_option("--transport", transport, "mpi or zmq")->check(CLI::IsMember({"mpi", "zmq"}))->capture_default_str();
+  app.add_option("--size", size_name, "small (~128 B) or atari (~56 KB) transitions")
+      ->check(CLI::IsMember({"small", "atari"}))->capture_default_str();
+  app.add_option("--seconds", seconds, "replay phase length")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--raw-seconds", raw_seconds, "raw MPI phase length")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--endpoint", endpoint, "ZeroMQ endpoint (default ipc:// in /tmp, one node)");
+  app.add_option("--out", out, "JSON result file (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 3) Die("needs at least 3 ranks: a server, an actor, a learner");
+  const int actors = size - 2;
+  const perserve::Schema schema = SchemaFor(size_name);
+  // Enough slots for the run without letting Atari frames eat the machine.
+  const int64_t capacity = size_name == "atari" ? int64_t{1} << 15 : int64_t{1} << 21;
+  const int64_t message_bytes = static_cast<int64_t>(perserve::proto::kFrameHeaderBytes) + 9 +
+                                kIntakeBatch * (schema.ItemBytes() + 8);
+  Report report;
+  report.role = rank == 0 ? 0 : (rank == size - 1 ? 2 : 1);
+
+  RawMpi(rank, size, message_bytes, raw_seconds, &report);
+
+  if (transport == "mpi") {
+    if (rank == 0) {
+      perserve::mpi::Communicator comm;
+      perserve::mpi::JoinResult joined;
+      Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined), "join");
+      perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks);
+      Serve(&mpi_transport, schema, capacity, &report);
+    } else if (rank == size - 1) {
+      MpiLearner(seconds, &report);
+    } else {
+      MpiActor(schema, seconds, rank, &report);
+    }
+  } else {
+    // MPI only bootstraps here: rank 0 picks the endpoint and tells the others.
+    char name[256] = {};
+    if (rank == 0) {
+      const std::string chosen =
+          endpoint.empty() ? fmt::format("ipc:///tmp/perserve-bench-{}.ipc", static_cast<long>(getpid())) : endpoint;
+      std::snprintf(name, sizeof(name), "%s", chosen.c_str());
+    }
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    zmq::context_t context(1);
+    if (rank == 0) {
+      ZmqTransport zmq_transport(&context, name, actors + 1);
+      MPI_Barrier(MPI_COMM_WORLD);  // bound before anyone connects
+      Serve(&zmq_transport, schema, capacity, &report);
+    } else {
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == size - 1) {
+        ZmqLearnerRole(&context, name, actors, seconds, &report);
+      } else {
+        ZmqActorRole(&context, name, rank - 1, schema, seconds, rank, &report);
+      }
+    }
+  }
+
+  std::vector<Report> reports(rank == 0 ? size : 0);
+  MPI_Gather(&report, sizeof(Report), MPI_BYTE, reports.data(), sizeof(Report), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    double items = 0, actor_seconds = 0;
+    for (int r = 1; r < size - 1; ++r) {
+      items += reports[r].items;
+      actor_seconds = std::max(actor_seconds, reports[r].seconds);
+    }
+    const Report& learner = reports[size - 1];
+    const double item_bytes = static_cast<double>(schema.ItemBytes());
+    const double items_per_s = items / actor_seconds;
+    const double intake_mb_s = items_per_s * item_bytes / 1e6;
+    const double raw_mb_s = report.raw_bytes / report.raw_seconds / 1e6;
+    // Compare like with like: the raw figure counts whole messages, so scale intake to message bytes.
+    const double intake_message_mb_s = items_per_s / kIntakeBatch * static_cast<double>(message_bytes) / 1e6;
+    const std::string json = fmt::format(
+        "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, \"actors\": {}, "
+        "\"seconds\": {:.3f}, \"items_in\": {:.0f}, \"items_per_s\": {:.1f}, \"intake_mb_per_s\": {:.2f}, "
+        "\"samples_per_s\": {:.1f}, \"updates_per_s\": {:.1f}, \"sample_latency_ms\": {{\"median\": {:.4f}, "
+        "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}}}\n",
+        transport, size_name, schema.ItemBytes(), message_bytes, actors, actor_seconds, items, items_per_s,
+        intake_mb_s, learner.samples / learner.seconds, learner.updates / learner.seconds,
+        learner.latency_median_ms, learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s);
+    fmt::print("transport {} | {} transitions ({} B) | {} actors\n"
+               "  intake        {:>12.0f} items/s  {:>9.1f} MB/s  ({:.2f}x raw MPI: {:.1f} MB/s in {}-byte messages)\n"
+               "  learner       {:>12.0f} samples/s, {:.0f} updates/s, sample of {} latency median {:.3f} ms, p99 "
+               "{:.3f} ms\n",
+               transport, size_name, schema.ItemBytes(), actors, items_per_s, intake_mb_s,
+               intake_message_mb_s / raw_mb_s, raw_mb_s, message_bytes, learner.samples / learner.seconds,
+               learner.updates / learner.seconds, kSampleBatch, learner.latency_median_ms, learner.latency_p99_ms);
+    if (!out.empty()) {
+      std::FILE* file = std::fopen(out.c_str(), "w");
+      if (file == nullptr) Die("cannot write " + out);
+      std::fputs(json.c_str(), file);
+      std::fclose(file);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The system benchmark swept over actor counts, transition sizes and
+# transports, repeated, on this machine with mpirun; then the summary table
+# and the charts.
+# Usage: scripts/bench-scaling.sh [out-dir]   (default bench-results/scaling)
+# Environment: ACTORS="1 2 4 8" SIZES="small atari" TRANSPORTS="mpi zmq"
+#              REPEATS=3 SECONDS_PER_RUN=3 RAW_SECONDS=1
+# Writes <out-dir>/run-<transport>-<size>-<actors>a-<repeat>.json (one per
+# run), scaling.csv (medians with ranges) and PNG charts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out_dir=${1:-bench-results/scaling}
+actors_list=${ACTORS:-1 2 4 8}
+sizes=${SIZES:-small atari}
+transports=${TRANSPORTS:-mpi zmq}
+repeats=${REPEATS:-3}
+seconds=${SECONDS_PER_RUN:-3}
+raw_seconds=${RAW_SECONDS:-1}
+
+scripts/build.sh build -DCMAKE_BUILD_TYPE=Release >/dev/null
+source scripts/mpi-env.sh
+mkdir -p "$out_dir"
+for repeat in $(seq 1 "$repeats"); do
+  for size in $sizes; do
+    for actors in $actors_list; do
+      for transport in $transports; do
+        out="$out_dir/run-$transport-$size-${actors}a-$repeat.json"
+        echo "== $transport $size $actors actors (repeat $repeat)"
+        mpirun -np $((actors + 2)) build/bench/perserve_bench_system --transport "$transport" --size "$size" \
+          --seconds "$seconds" --raw-seconds "$raw_seconds" --out "$out" | sed 's/^/   /'
+      done
+    done
+  done
+done
+/usr/bin/python3 bench/plot_scaling.py "$out_dir"
