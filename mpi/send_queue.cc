@@ -13,6 +13,26 @@ SendQueue::~SendQueue() {
   if (!finalized) (void)Drain();
 }
 
+namespace {
+
+// Completed buffers kept for reuse: enough for a client's sends in flight.
+constexpr size_t kPoolSize = 8;
+
+}  // namespace
+
+std::vector<std::byte> SendQueue::Acquire(size_t expected_bytes) {
+  if (pool_.empty()) return {};
+  size_t pick = 0;
+  for (size_t i = 1; i < pool_.size(); ++i) {
+    const size_t have = pool_[i].capacity(), best = pool_[pick].capacity();
+    const bool fits = have >= expected_bytes, best_fits = best >= expected_bytes;
+    if ((fits && (!best_fits || have < best)) || (!fits && !best_fits && have > best)) pick = i;
+  }
+  std::vector<std::byte> buffer = std::move(pool_[pick]);
+  pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(pick));
+  return buffer;
+}
+
 Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm) {
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return Status::InvalidArgument("a message of " + std::to_string(bytes.size()) +
@@ -37,7 +57,10 @@ Status SendQueue::Progress() {
   // Completed requests are now MPI_REQUEST_NULL: keep the others, in order.
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
-    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    if (requests_[i] == MPI_REQUEST_NULL) {
+      if (pool_.size() < kPoolSize) pool_.push_back(std::move(buffers_[i]));
+      continue;
+    }
     if (kept != i) {
       requests_[kept] = requests_[i];
       buffers_[kept] = std::move(buffers_[i]);

@@ -28,6 +28,7 @@ void ConfigureSocket(zmq::socket_t* socket) {
 ZmqTransport::ZmqTransport(zmq::context_t* context, const std::string& endpoint, int clients)
     : socket_(*context, zmq::socket_type::router), queues_(static_cast<size_t>(clients)) {
   ConfigureSocket(&socket_);
+  socket_.set(zmq::sockopt::router_mandatory, 1);  // an unroutable reply is an error, not silently dropped
   socket_.bind(endpoint);
 }
 

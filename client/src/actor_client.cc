@@ -50,7 +50,7 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
   for (const auto& part : parts) bulk_bytes += part.size();
   const uint64_t id = connection_->NextRequestId();
   const proto::AddRequest request{batch.size, !priorities.empty()};
-  std::vector<std::byte> frame;
+  std::vector<std::byte> frame = connection_->AcquireBuffer(bulk_bytes + priorities.size_bytes() + 64);
   std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
                                                          proto::SerializeMeta(request), {}, bulk_bytes +
                                                          priorities.size_bytes(), &frame);

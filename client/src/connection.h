@@ -28,6 +28,9 @@ class Connection {
   MPI_Comm comm() const { return comm_.get(); }
   uint64_t NextRequestId() { return next_request_id_++; }
 
+  // A buffer to encode the next frame into (recycled; see mpi::SendQueue).
+  std::vector<std::byte> AcquireBuffer(size_t expected_bytes) { return sends_.Acquire(expected_bytes); }
+
   // Sends a frame without waiting for it to be received; the buffer is kept
   // until MPI reports the send complete.
   Status Send(std::vector<std::byte> frame);

@@ -22,7 +22,10 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
 }
 
 Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree)
-    : options_(options), store_(std::move(schema), options.capacity), tree_(std::move(tree)), rng_(options.seed) {}
+    : options_(options),
+      store_(std::move(schema), options.capacity, options.prefault_store),
+      tree_(std::move(tree)),
+      rng_(options.seed) {}
 
 Status Replay::LeafValues(std::span<const double> priorities, std::vector<double>* leaves) const {
   leaves->resize(priorities.size());

@@ -34,6 +34,7 @@ struct ReplayOptions {
   double alpha = 0.6;
   tree::Device device = tree::Device::kAuto;
   uint64_t seed = 0x5eed;
+  bool prefault_store = false;  // see store::TransitionStore
 };
 
 struct SampleResult {

@@ -21,6 +21,7 @@ class MpiTransport final : public Transport {
   int client_count() const override { return static_cast<int>(client_ranks_.size()); }
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   Status Send(int client, std::vector<std::byte> frame) override;
+  std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Progress() override { return sends_.Progress(); }
   Status Drain() override { return sends_.Drain(); }
 

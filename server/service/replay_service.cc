@@ -142,7 +142,7 @@ Status ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch
   const Status status = replay_->Sample(batch_size, beta, &sample_);
   if (!status.ok()) return ReplyError(client, request_id, status);
   const size_t column_bytes = static_cast<size_t>(batch_size * replay_->store().schema().ItemBytes());
-  std::vector<std::byte> frame;
+  std::vector<std::byte> frame = transport_->AcquireBuffer(column_bytes + 24 * static_cast<size_t>(batch_size) + 64);
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(
       proto::MessageKind::kSampleReply, request_id, proto::SerializeMeta(proto::SampleReply{batch_size}),
       {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
@@ -203,7 +203,7 @@ Status ReplayService::ReplyError(int client, uint64_t request_id, const Status& 
 template <class Meta>
 Status ReplayService::Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
                             std::initializer_list<std::span<const std::byte>> bulk) {
-  std::vector<std::byte> frame;
+  std::vector<std::byte> frame = transport_->AcquireBuffer(256);
   proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
   return transport_->Send(client, std::move(frame));
 }

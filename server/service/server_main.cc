@@ -28,6 +28,7 @@ struct Flags {
   std::string device = "auto";
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
+  bool prefault_store = false;
   std::string reward_column = "reward";
   std::string done_column = "done";
 };
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", flags.seed, "sampling seed")->capture_default_str();
+  app.add_flag("--prefault-store", flags.prefault_store,
+               "write every store page at start: steady intake from the first item, memory committed up front");
   app.add_option("--reward-column", flags.reward_column,
                  "scalar column whose per-actor episode returns the stats lines report")->capture_default_str();
   app.add_option("--done-column", flags.done_column, "scalar column that marks an episode's last step")
@@ -114,7 +117,8 @@ int main(int argc, char** argv) {
     schema.columns.push_back(column);
   }
   if (const perserve::Status s = schema.Validate(); !s.ok()) Abort(s.ToString());
-  perserve::replay::ReplayOptions options{flags.capacity, flags.alpha, perserve::tree::Device::kAuto, flags.seed};
+  perserve::replay::ReplayOptions options{flags.capacity, flags.alpha, perserve::tree::Device::kAuto, flags.seed,
+                                          flags.prefault_store};
   if (const perserve::Status s = perserve::tree::ParseDevice(flags.device, &options.device); !s.ok()) {
     Abort(s.ToString());
   }

@@ -28,6 +28,13 @@ class Transport {
   // receive it (a learner busy training must not stall the server).
   virtual Status Send(int client, std::vector<std::byte> frame) = 0;
 
+  // A buffer to encode the next frame into; a transport may recycle the
+  // buffers of completed sends (the smallest holding `expected_bytes`).
+  virtual std::vector<std::byte> AcquireBuffer(size_t expected_bytes) {
+    (void)expected_bytes;
+    return {};
+  }
+
   // Completes what it can of the queued sends. Never blocks.
   virtual Status Progress() = 0;
 

@@ -7,10 +7,13 @@
 
 namespace perserve::store {
 
-TransitionStore::TransitionStore(Schema schema, int64_t capacity) : schema_(std::move(schema)), capacity_(capacity) {
+TransitionStore::TransitionStore(Schema schema, int64_t capacity, bool prefault)
+    : schema_(std::move(schema)), capacity_(capacity) {
   for (const Column& column : schema_.columns) {
     const int64_t item_bytes = column.ItemBytes();
-    columns_.push_back({item_bytes, util::AllocatePageMemory(static_cast<size_t>(item_bytes * capacity_))});
+    const size_t bytes = static_cast<size_t>(item_bytes * capacity_);
+    columns_.push_back({item_bytes, util::AllocatePageMemory(bytes)});
+    if (prefault) std::memset(columns_.back().data.get(), 0, bytes);
   }
 }
 

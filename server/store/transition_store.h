@@ -22,7 +22,10 @@ namespace perserve::store {
 
 class TransitionStore {
  public:
-  TransitionStore(Schema schema, int64_t capacity);
+  // With `prefault`, every page is written once now, so intake never pays a
+  // page fault (and a 2 MiB zero-fill) while the ring fills for the first
+  // time; the memory is committed at start, and an oversized store fails then.
+  TransitionStore(Schema schema, int64_t capacity, bool prefault = false);
 
   const Schema& schema() const { return schema_; }
   int64_t capacity() const { return capacity_; }
