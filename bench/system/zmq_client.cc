@@ -7,12 +7,6 @@
 #include "system/zmq_transport.h"
 
 namespace perserve::bench {
-namespace {
-
-void FreeVector(void*, void* hint) { delete static_cast<std::vector<std::byte>*>(hint); }
-
-}  // namespace
-
 ZmqClient::ZmqClient(zmq::context_t* context, const std::string& endpoint, int index, int max_in_flight)
     : socket_(*context, zmq::socket_type::dealer), max_in_flight_(max_in_flight) {
   ConfigureSocket(&socket_);
@@ -20,16 +14,7 @@ ZmqClient::ZmqClient(zmq::context_t* context, const std::string& endpoint, int i
   socket_.connect(endpoint);
 }
 
-Status ZmqClient::SendFrame(std::vector<std::byte> frame) {
-  try {
-    auto* owned = new std::vector<std::byte>(std::move(frame));
-    zmq::message_t message(owned->data(), owned->size(), FreeVector, owned);  // zero-copy
-    socket_.send(message, zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    return Status::Internal(std::string("zmq send: ") + e.what());
-  }
-  return Status::Ok();
-}
+Status ZmqClient::SendFrame(std::vector<std::byte> frame) { return SendOwned(&socket_, std::move(frame)); }
 
 Status ZmqClient::Receive(proto::MessageKind expected, zmq::message_t* message, proto::Frame* frame) {
   try {

@@ -18,6 +18,17 @@ void FreeVector(void*, void* hint) { delete static_cast<std::vector<std::byte>*>
 
 }  // namespace
 
+Status SendOwned(zmq::socket_t* socket, std::vector<std::byte> frame, bool more) {
+  try {
+    auto* owned = new std::vector<std::byte>(std::move(frame));
+    zmq::message_t message(owned->data(), owned->size(), FreeVector, owned);
+    socket->send(message, more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Status::Internal(std::string("zmq send: ") + e.what());
+  }
+  return Status::Ok();
+}
+
 void ConfigureSocket(zmq::socket_t* socket) {
   socket->set(zmq::sockopt::sndhwm, kHighWaterMark);
   socket->set(zmq::sockopt::rcvhwm, kHighWaterMark);
@@ -65,13 +76,10 @@ Status ZmqTransport::Send(int client, std::vector<std::byte> frame) {
   try {
     const std::string id = fmt::format("c{}", client);
     socket_.send(zmq::buffer(id), zmq::send_flags::sndmore);
-    auto* owned = new std::vector<std::byte>(std::move(frame));
-    zmq::message_t message(owned->data(), owned->size(), FreeVector, owned);  // zero-copy
-    socket_.send(message, zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
     return Status::Internal(std::string("zmq send: ") + e.what());
   }
-  return Status::Ok();
+  return SendOwned(&socket_, std::move(frame));
 }
 
 }  // namespace perserve::bench

@@ -27,6 +27,10 @@ namespace perserve::bench {
 // Options every socket in the baseline gets.
 void ConfigureSocket(zmq::socket_t* socket);
 
+// Sends `frame` as the last part of a message without copying it: ZeroMQ
+// frees the buffer once sent. `more` sends it as a non-final part.
+Status SendOwned(zmq::socket_t* socket, std::vector<std::byte> frame, bool more = false);
+
 class ZmqTransport final : public service::Transport {
  public:
   ZmqTransport(zmq::context_t* context, const std::string& endpoint, int clients);

@@ -123,8 +123,9 @@ Status ReplayService::HandleSample(int client, const proto::Frame& frame) {
                                                  options_.max_sample_batch));
   }
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
-  const int64_t reply_bytes = request.batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
-  if (status.ok() && reply_bytes > std::numeric_limits<int>::max()) {
+  // Bounded operands (batch <= max_sample_batch, an item <= 1 GiB): no overflow.
+  const int64_t reply_bytes = status.ok() ? request.batch_size * (replay_->store().schema().ItemBytes() + 3 * 8) : 0;
+  if (reply_bytes > std::numeric_limits<int>::max()) {
     status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
                                                  "message limit",
                                                  request.batch_size, reply_bytes));

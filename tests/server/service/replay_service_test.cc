@@ -158,6 +158,8 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
       {Frame(MessageKind::kAddRequest, 20, proto::AddRequest{int64_t{1} << 62, true}), 20,
        Status::Code::kInvalidArgument},
       {Frame(MessageKind::kSampleRequest, 21, proto::SampleRequest{0, 0.4}), 21, Status::Code::kInvalidArgument},
+      {Frame(MessageKind::kSampleRequest, 25, proto::SampleRequest{int64_t{1} << 62, 0.4}), 25,
+       Status::Code::kInvalidArgument},
       {Frame(MessageKind::kUpdateRequest, 22, proto::UpdateRequest{1}, {std::as_bytes(std::span(one_key))}), 22,
        Status::Code::kInvalidArgument},
       {Frame(MessageKind::kUpdateRequest, 23, proto::UpdateRequest{int64_t{1} << 61}), 23,
