@@ -37,7 +37,11 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
     return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), batch.size));
   }
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
-  if (!pending_error_.ok()) return std::exchange(pending_error_, Status::Ok());
+  if (!pending_error_.ok()) {
+    const Status earlier = std::exchange(pending_error_, Status::Ok());
+    return Status::FromCode(static_cast<int>(earlier.code()),
+                            "an earlier batch was rejected, and this one was not sent: " + earlier.message());
+  }
 
   // One contiguous frame: the columns in schema order, then the priorities.
   std::vector<std::span<const std::byte>> parts;

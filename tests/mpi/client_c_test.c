@@ -1,6 +1,7 @@
 /* The client C ABI (perserve/client_c.h) from C, under mpirun beside
  * perserve-server --column id:int64 --column x:float32:2 --min-size-to-sample 50.
- * argv[1]: "actor" adds 50 items (ids 0..49, x = {id, -id}); "learner" samples,
+ * argv[1]: "actor" adds 50 items (ids 0..49, x = {id, -id}) and, after two rejected
+ * batches, item 50; "learner" samples,
  * checks every item's bytes and the weights, updates priorities, closes. */
 #include <math.h>
 #include <mpi.h>
@@ -45,6 +46,15 @@ static int run_actor(void) {
   perserve_actor_add(actor, 1, one, bad); /* rejected by the server: seen at flush */
   CHECK(perserve_actor_flush(actor) != 0);
   CHECK(strstr(perserve_client_last_error(), "priority") != NULL);
+  /* The same, seen by a later add (2 in flight): that add sends nothing and says so. */
+  CHECK(perserve_actor_add(actor, 1, one, bad) == 0);
+  one_id[0] = 50;
+  one_x[0] = 50.0f;
+  one_x[1] = -50.0f;
+  CHECK(perserve_actor_add(actor, 1, one, NULL) == 0); /* key 50 */
+  CHECK(perserve_actor_add(actor, 1, one, NULL) != 0);
+  CHECK(strstr(perserve_client_last_error(), "earlier batch was rejected, and this one was not sent") != NULL);
+  CHECK(perserve_actor_flush(actor) == 0);
   CHECK(perserve_actor_close(actor) == 0);
   return 0;
 }
@@ -61,7 +71,7 @@ static int run_learner(void) {
   CHECK(perserve_learner_sample(learner, kBatch, 0.5, keys, weights, columns) == 0);
   double priorities[kBatch];
   for (int i = 0; i < kBatch; ++i) {
-    CHECK(keys[i] < 50);
+    CHECK(keys[i] <= 50);
     CHECK(ids[i] == (int64_t)keys[i]); /* one actor: keys are ids */
     CHECK(x[2 * i] == (float)ids[i] && x[2 * i + 1] == -(float)ids[i]);
     CHECK(weights[i] > 0.0 && weights[i] <= 1.0 + 1e-12);

@@ -76,8 +76,9 @@ class ActorClient {
   // Sends a batch; priorities empty (the server gives the largest priority
   // seen so far) or one per item, finite and > 0. The batch is copied, so the
   // caller may reuse its buffers at once. Returns after sending, not after the
-  // server stored it: a rejection of an earlier batch is returned by a later
-  // Add or by Flush. Waits while max_in_flight batches are unacknowledged.
+  // server stored it: a rejection of an earlier batch is returned by Flush or
+  // by the next Add, which then does not send its own batch (the message says
+  // so; send it again). Waits while max_in_flight batches are unacknowledged.
   Status Add(const BatchView& batch, std::span<const double> priorities = {});
 
   // Waits until every batch sent has been acknowledged; returns the first
