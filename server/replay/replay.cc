@@ -17,6 +17,7 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
   PERSERVE_RETURN_IF_ERROR(schema.Validate());
   std::unique_ptr<tree::PriorityTree> tree;
   PERSERVE_RETURN_IF_ERROR(tree::PriorityTree::Create(options.capacity, options.device, &tree));
+  tree->PrepareAuto();  // before any request can wait for it
   replay->reset(new Replay(options, std::move(schema), std::move(tree)));
   return Status::Ok();
 }

@@ -50,13 +50,15 @@ int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::re
   spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {} server] [%l] %v", world_rank));
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
 
+  // The replay first (allocation, store prefault, the tree's auto calibration):
+  // clients wait in the join meanwhile, so no request waits for it.
+  std::unique_ptr<perserve::replay::Replay> replay;
+  perserve::Status status = perserve::replay::Replay::Create(options, schema, &replay);
+  if (!status.ok()) Abort(status.ToString());
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  perserve::Status status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined);
+  status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined);
   if (!status.ok()) Abort("join failed: " + status.ToString());
-  std::unique_ptr<perserve::replay::Replay> replay;
-  status = perserve::replay::Replay::Create(options, schema, &replay);
-  if (!status.ok()) Abort(status.ToString());
   spdlog::info("serving {} clients; capacity {}, alpha {}, tree on {}, schema {} ({} bytes an item)",
                joined.client_ranks.size(), flags.capacity, flags.alpha, replay->tree().device_name(),
                schema.ToString(), schema.ItemBytes());

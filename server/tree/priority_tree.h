@@ -54,6 +54,11 @@ class PriorityTree {
   virtual void SetStrategy(UpdateStrategy strategy) = 0;
   virtual UpdateStrategy strategy() const = 0;
 
+  // Measures now whatever kAuto needs (otherwise measured on the first update
+  // that uses it): a server calls this before serving, so no request waits
+  // for the calibration (~0.65 s at 2^21 leaves on the CPU).
+  virtual void PrepareAuto() {}
+
   // Sets leaf indices[j] to values[j] for every j. Validates the whole batch
   // first: an index outside [0, capacity) or a value that is negative, NaN or
   // infinite fails with a status naming the first bad element, and the tree is

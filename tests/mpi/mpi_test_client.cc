@@ -268,17 +268,31 @@ double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// The stated bound: under a flood, any other client's request is answered
-// within this many milliseconds (the service guarantees one round-robin pass;
-// the bound leaves room for an oversubscribed 2-core machine).
-constexpr double kFloodBoundMillis = 2000.0;
+// The stated bound, independent of how loaded the machine is: while one actor
+// floods (6000 batches of 200 as fast as the server takes them), the quiet
+// actor's 40 add+flush round trips and the learner's 40 samples all finish
+// before the flood does -- nobody waits for the flood to end (the service's
+// guarantee is one round-robin pass; tests/server/service checks that exactly).
+// As a sanity bound, no single request takes over 10 s. Finish times are
+// steady_clock readings, one clock for all ranks on one machine. Ranks (see
+// tests/CMakeLists.txt): 0 server, 1 flooder, 2 quiet actor, 3 learner.
+constexpr double kSanityBoundMillis = 10000.0;
+constexpr int kFinishTag = 990;
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void ReportFinish() {
+  const int64_t finished = NowNanos();
+  CHECK(MPI_Send(&finished, 1, MPI_INT64_T, 1, kFinishTag, MPI_COMM_WORLD) == MPI_SUCCESS, "send finish time");
+}
 
 int FloodActor(bool flooder) {
   std::unique_ptr<perserve::ActorClient> actor;
   perserve::ClientOptions options;
   options.max_in_flight = flooder ? 32 : 1;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, options, &actor));
-  const int64_t item_bytes = actor->schema().ItemBytes();
   std::vector<std::vector<std::byte>> columns;
   perserve::BatchView batch{flooder ? 200 : 1, {}};
   for (const auto& column : actor->schema().columns) {
@@ -286,7 +300,7 @@ int FloodActor(bool flooder) {
     batch.columns.push_back(columns.back().data());
   }
   double worst = 0.0;
-  const int batches = flooder ? 3000 : 40;
+  const int batches = flooder ? 6000 : 40;
   for (int i = 0; i < batches; ++i) {
     const auto start = Clock::now();
     CHECK_OK(actor->Add(batch));
@@ -295,11 +309,24 @@ int FloodActor(bool flooder) {
       worst = std::max(worst, MillisSince(start));
     }
   }
+  CHECK_OK(actor->Flush());
+  const int64_t flood_end = NowNanos();
   CHECK_OK(actor->Close());
   if (!flooder) {
-    CHECK(worst < kFloodBoundMillis, "an add took {:.1f} ms under a flood", worst);
-    fmt::print("[rank {}] flood: slowest add of the quiet actor {:.2f} ms ({} bytes an item)\n", rank, worst,
-               item_bytes);
+    CHECK(worst < kSanityBoundMillis, "an add took {:.1f} ms under a flood", worst);
+    ReportFinish();
+    fmt::print("[rank {}] flood: slowest add+flush of the quiet actor {:.2f} ms\n", rank, worst);
+    return 0;
+  }
+  for (int other = 0; other < 2; ++other) {
+    int64_t finished = 0;
+    MPI_Status status;
+    CHECK(MPI_Recv(&finished, 1, MPI_INT64_T, MPI_ANY_SOURCE, kFinishTag, MPI_COMM_WORLD, &status) == MPI_SUCCESS,
+          "receive finish time");
+    CHECK(finished < flood_end, "rank {} finished {:.1f} ms after the flood ended: it waited for the flood",
+          status.MPI_SOURCE, (finished - flood_end) / 1e6);
+    fmt::print("[rank {}] flood: rank {} finished {:.1f} ms before the flood ended\n", rank, status.MPI_SOURCE,
+               (flood_end - finished) / 1e6);
   }
   return 0;
 }
@@ -315,7 +342,8 @@ int FloodLearner() {
     CHECK_OK(learner->Sample(64, 0.4, &batch));
     worst = std::max(worst, MillisSince(start));
   }
-  CHECK(worst < kFloodBoundMillis, "a sample took {:.1f} ms under a flood", worst);
+  CHECK(worst < kSanityBoundMillis, "a sample took {:.1f} ms under a flood", worst);
+  ReportFinish();
   CHECK_OK(learner->Close());
   fmt::print("[rank {}] flood: slowest sample of 64 {:.2f} ms\n", rank, worst);
   return 0;

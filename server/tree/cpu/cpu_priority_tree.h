@@ -25,6 +25,7 @@ class CpuPriorityTree final : public PriorityTree {
   std::string_view device_name() const override { return "cpu"; }
   void SetStrategy(UpdateStrategy strategy) override { strategy_ = strategy; }
   UpdateStrategy strategy() const override { return strategy_; }
+  void PrepareAuto() override { AutoTable(); }
 
   Status Update(std::span<const int64_t> indices, std::span<const double> values) override;
   Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const override;
