@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Runs scripts/slurm/*.sbatch end to end on a single-node Slurm that this test
+# stands up and tears down: slurmctld and three slurmd (n1, n2, n3, all on
+# localhost, each with its own spool and TmpFS so PMIx directories do not
+# collide), partitions "gpu" (n1, n3) and "cpu" (n2), auth/none. The job
+# scripts run as written except for the #SBATCH resource counts, shrunk to
+# this tiny cluster, and --gpus, dropped (no GPUs here).
+#
+# Needs root and slurmctld/slurmd (Debian: slurmctld slurmd slurm-client), and
+# PERSERVE_SLURM_TEST=1 (.ci/run sets it); otherwise it skips (exit 77).
+# Usage: slurm_jobs_test.sh REPO_ROOT BUILD_DIR
+set -uo pipefail
+repo=$1
+build=$2
+if [ "${PERSERVE_SLURM_TEST:-0}" != 1 ]; then
+  echo "skipped: set PERSERVE_SLURM_TEST=1 (as .ci/run does) to stand up a local Slurm and run the job scripts"
+  exit 77
+fi
+if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null; then
+  echo "skipped: needs root and slurmctld/slurmd (apt-get install slurmctld slurmd slurm-client)"
+  exit 77
+fi
+
+dir=$(mktemp -d /tmp/perserve-slurm.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  sleep 1
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+mkdir -p "$dir"/{state,log,spool/n1,spool/n2,spool/n3,tmp/n1,tmp/n2,tmp/n3,jobs}
+cpus=$(nproc)  # slurmd drains a node that claims more CPUs than the host has
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=perservetest
+SlurmctldHost=localhost
+SlurmctldPort=16817
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+TmpFS=$dir/tmp/%n
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17001 CPUs=$cpus RealMemory=2000
+NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17002 CPUs=$cpus RealMemory=2000
+NodeName=n3 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17003 CPUs=$cpus RealMemory=2000
+PartitionName=gpu Nodes=n1,n3 MaxTime=INFINITE State=UP OverSubscribe=FORCE
+PartitionName=cpu Nodes=n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+PartitionName=all Nodes=n[1-3] MaxTime=INFINITE State=UP OverSubscribe=FORCE
+CONF
+export SLURM_CONF=$dir/slurm.conf
+slurmctld -D >"$dir/log/slurmctld.out" 2>&1 &
+pids+=($!)
+sleep 2
+for node in n1 n2 n3; do
+  slurmd -D -N "$node" >"$dir/log/slurmd-$node.out" 2>&1 &
+  pids+=($!)
+done
+ready=0
+for _ in $(seq 1 30); do
+  if [ "$(sinfo -h -o %t -p all 2>/dev/null | sort -u)" = "idle" ]; then ready=1; break; fi
+  sleep 1
+done
+sinfo -p all
+if [ "$ready" != 1 ]; then
+  echo "the local Slurm did not come up"
+  tail -n 20 "$dir"/log/*.log
+  exit 1
+fi
+
+source "$repo/scripts/mpi-env.sh"
+export PERSERVE=$repo
+export ACTOR="$build/client/perserve-demo-client --role actor --seconds 3"
+export LEARNER="$build/client/perserve-demo-client --role learner --seconds 3"
+export ACTOR_ARGS="--role actor --seconds 3" LEARNER_ARGS="--role learner --seconds 3"
+export SERVER_FLAGS="--capacity 65536 --stats-interval 1"
+# The scripts name build/ under PERSERVE; point that at this build.
+[ "$build" = "$repo/build" ] || { mkdir -p "$dir/tree"; ln -s "$build" "$dir/tree/build"; export PERSERVE=$dir/tree; }
+
+failures=0
+run_job() {  # run_job NAME SCRIPT: submits a shrunk copy, waits, checks its output
+  local name=$1 script=$2 copy="$dir/jobs/$1.sbatch" out="$dir/jobs/$1.out"
+  sed -e 's/ --gpus=1//' \
+      -e 's/--nodes=2 --ntasks=8/--nodes=1 --ntasks=2/' \
+      -e 's/^#SBATCH --nodes=2$/#SBATCH --nodes=3 --partition=all/' \
+      -e 's/^#SBATCH --ntasks=10$/#SBATCH --ntasks=4/' \
+      -e "s|^#SBATCH --output=.*|#SBATCH --output=$out|" "$script" >"$copy"
+  echo "== $name: sbatch --wait $(basename "$script") (shrunk copy)"
+  if ! timeout -s KILL 120 sbatch --wait "$copy"; then
+    echo "   the job failed or timed out"
+    failures=$((failures + 1))
+  fi
+  sed 's/^/   | /' "$out" 2>/dev/null | tail -n 12
+  grep -q "final: .* 0 errors" "$out" 2>/dev/null || { echo "   no clean server summary"; failures=$((failures + 1)); }
+  grep -q "learner\] done" "$out" 2>/dev/null || { echo "   the learner did not finish"; failures=$((failures + 1)); }
+  grep -q "actor\] sent" "$out" 2>/dev/null || { echo "   no actor finished"; failures=$((failures + 1)); }
+}
+run_job hetjob "$repo/scripts/slurm/perserve-hetjob.sbatch"
+run_job single "$repo/scripts/slurm/perserve-single.sbatch"
+if [ "$failures" -ne 0 ]; then
+  echo "slurm job scripts: $failures checks failed"
+  tail -n 20 "$dir"/log/*.log
+  exit 1
+fi
+echo "slurm job scripts: hetjob and single allocation ran end to end"
