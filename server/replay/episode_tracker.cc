@@ -8,31 +8,21 @@
 namespace perserve::replay {
 namespace {
 
+template <typename T>
+double Load(const std::byte* data, int64_t j) {
+  T value;
+  std::memcpy(&value, data + sizeof(T) * j, sizeof(T));
+  return static_cast<double>(value);
+}
+
 // Reads element j of a scalar column of any dtype as a double.
 double ReadAsDouble(const std::byte* data, DType dtype, int64_t j) {
   switch (dtype) {
-    case DType::kUInt8:
-      return static_cast<double>(static_cast<uint8_t>(data[j]));
-    case DType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, data + 4 * j, 4);
-      return v;
-    }
-    case DType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, data + 8 * j, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, data + 4 * j, 4);
-      return v;
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, data + 8 * j, 8);
-      return v;
-    }
+    case DType::kUInt8: return Load<uint8_t>(data, j);
+    case DType::kInt32: return Load<int32_t>(data, j);
+    case DType::kInt64: return Load<int64_t>(data, j);
+    case DType::kFloat32: return Load<float>(data, j);
+    case DType::kFloat64: return Load<double>(data, j);
   }
   return 0.0;
 }
