@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
 #include <span>
 #include <sstream>
@@ -79,9 +80,16 @@ Status DecodeMeta(const Frame& frame, Meta* meta) {
 std::string SerializeSchema(const Schema& schema);
 Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
 
+// Copies `count` values of T from the front of a bulk region (which need not
+// be aligned for T) into `out`, and advances the region past them. Fails if
+// the region is shorter.
 template <typename T>
-std::span<const std::byte> AsBytes(std::span<const T> values) {
-  return std::as_bytes(values);
+Status TakeArray(std::span<const std::byte>* bulk, size_t count, std::vector<T>* out) {
+  if (bulk->size() / sizeof(T) < count) return Status::InvalidArgument("message bulk is shorter than its count says");
+  out->resize(count);
+  if (count > 0) std::memcpy(out->data(), bulk->data(), count * sizeof(T));
+  *bulk = bulk->subspan(count * sizeof(T));
+  return Status::Ok();
 }
 
 }  // namespace perserve::proto

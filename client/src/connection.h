@@ -24,8 +24,6 @@ class Connection {
   Status Join(MPI_Comm parent, proto::Role role);
 
   const Schema& schema() const { return join_.schema; }
-  int server_rank() const { return join_.server_rank; }
-  MPI_Comm comm() const { return comm_.get(); }
   uint64_t NextRequestId() { return next_request_id_++; }
 
   // A buffer to encode the next frame into (recycled; see mpi::SendQueue).

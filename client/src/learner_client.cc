@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
@@ -8,20 +6,6 @@
 namespace perserve {
 
 using client_internal::Connection;
-
-namespace {
-
-// Copies `count` values of T from the front of `bytes` and advances it.
-template <typename T>
-Status TakeArray(std::span<const std::byte>* bytes, size_t count, std::vector<T>* out) {
-  if (bytes->size() < count * sizeof(T)) return Status::Internal("a sample reply is shorter than its count says");
-  out->resize(count);
-  if (count > 0) std::memcpy(out->data(), bytes->data(), count * sizeof(T));
-  *bytes = bytes->subspan(count * sizeof(T));
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status LearnerClient::Join(MPI_Comm comm, const ClientOptions&, std::unique_ptr<LearnerClient>* learner) {
   auto connection = std::make_unique<Connection>();
@@ -61,9 +45,9 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(frame, &reply));
   const size_t count = static_cast<size_t>(reply.count);
   std::span<const std::byte> bulk = frame.bulk;
-  PERSERVE_RETURN_IF_ERROR(TakeArray(&bulk, count, &batch->keys));
-  PERSERVE_RETURN_IF_ERROR(TakeArray(&bulk, count, &batch->weights));
-  PERSERVE_RETURN_IF_ERROR(TakeArray(&bulk, count, &batch->probabilities));
+  PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->keys));
+  PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->weights));
+  PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->probabilities));
   batch->size = reply.count;
   batch->columns.clear();
   for (const Column& column : schema().columns) {

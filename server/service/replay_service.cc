@@ -1,6 +1,5 @@
 #include "service/replay_service.h"
 
-#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -8,18 +7,6 @@
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
-namespace {
-
-// Copies `count` values of T out of a byte region that need not be aligned.
-template <typename T>
-std::vector<T> CopyOut(std::span<const std::byte> bytes, size_t count) {
-  std::vector<T> values(count);
-  if (count > 0) std::memcpy(values.data(), bytes.data(), count * sizeof(T));
-  return values;
-}
-
-}  // namespace
-
 ReplayService::ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options)
     : replay_(replay),
       transport_(transport),
@@ -104,9 +91,10 @@ Status ReplayService::HandleAdd(int client, const proto::Frame& frame) {
   uint64_t first_key = 0;
   if (status.ok()) {
     const auto columns = frame.bulk.first(frame.bulk.size() - priority_bytes);
-    const auto priorities =
-        CopyOut<double>(frame.bulk.subspan(columns.size()), request.has_priorities ? request.count : 0);
-    status = replay_->Add(request.count, columns, priorities, &first_key);
+    std::span<const std::byte> rest = frame.bulk.subspan(columns.size());
+    std::vector<double> priorities;
+    status = proto::TakeArray(&rest, request.has_priorities ? static_cast<size_t>(request.count) : 0, &priorities);
+    if (status.ok()) status = replay_->Add(request.count, columns, priorities, &first_key);
     if (status.ok()) episodes_.Observe(client, request.count, columns);
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
@@ -178,9 +166,12 @@ Status ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
   int64_t applied = 0, stale = 0;
   if (status.ok()) {
     const size_t count = static_cast<size_t>(request.count);
-    const auto keys = CopyOut<uint64_t>(frame.bulk, count);
-    const auto priorities = CopyOut<double>(frame.bulk.subspan(count * sizeof(uint64_t)), count);
-    status = replay_->UpdatePriorities(keys, priorities, &applied, &stale);
+    std::span<const std::byte> bulk = frame.bulk;
+    std::vector<uint64_t> keys;
+    std::vector<double> priorities;
+    status = proto::TakeArray(&bulk, count, &keys);
+    if (status.ok()) status = proto::TakeArray(&bulk, count, &priorities);
+    if (status.ok()) status = replay_->UpdatePriorities(keys, priorities, &applied, &stale);
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   return Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id, proto::UpdateReply{applied, stale});
