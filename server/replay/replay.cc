@@ -25,21 +25,13 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
 Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree)
     : options_(options),
       store_(std::move(schema), options.capacity, options.prefault_store),
-      tree_(std::move(tree)),
-      rng_(options.seed) {}
+      tree_(std::move(tree)) {}
 
-Status Replay::LeafValues(std::span<const double> priorities, std::vector<double>* leaves) const {
-  leaves->resize(priorities.size());
+Status Replay::CheckPriorities(std::span<const double> priorities) {
   for (size_t j = 0; j < priorities.size(); ++j) {
     const double p = priorities[j];
     if (!std::isfinite(p) || !(p > 0.0)) {
-      return Status::InvalidArgument(
-          fmt::format("priority {} at position {} is not finite and > 0", p, j));
-    }
-    (*leaves)[j] = std::pow(p, options_.alpha);
-    if (!std::isfinite((*leaves)[j])) {
-      return Status::InvalidArgument(fmt::format("priority {} at position {} overflows p^alpha (alpha {})", p, j,
-                                                 options_.alpha));
+      return Status::InvalidArgument(fmt::format("priority {} at position {} is not finite and > 0", p, j));
     }
   }
   return Status::Ok();
@@ -63,12 +55,14 @@ Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<
     defaulted.assign(static_cast<size_t>(count), max_priority_);
     priorities = defaulted;
   }
-  PERSERVE_RETURN_IF_ERROR(LeafValues(priorities, &leaves_));
+  PERSERVE_RETURN_IF_ERROR(CheckPriorities(priorities));
 
   const int64_t first_slot = static_cast<int64_t>(next_key_ % static_cast<uint64_t>(options_.capacity));
   slots_.resize(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves_));  // validated above: cannot fail here
+  // The tree computes the leaves p^alpha (on the device where it lives), and
+  // fails without a change on a priority whose power overflows.
+  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, priorities, options_.alpha));
   store_.Write(first_slot, count, columns);
   *first_key = next_key_;
   next_key_ += static_cast<uint64_t>(count);
@@ -84,13 +78,11 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   }
   if (size() == 0) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  masses_.resize(static_cast<size_t>(batch_size));
-  for (int64_t i = 0; i < batch_size; ++i) masses_[i] = (static_cast<double>(i) + unit(rng_)) * total / batch_size;
   result->slots.resize(static_cast<size_t>(batch_size));
-  PERSERVE_RETURN_IF_ERROR(tree_->FindPrefixSum(masses_, result->slots));
   leaves_.resize(static_cast<size_t>(batch_size));
-  PERSERVE_RETURN_IF_ERROR(tree_->Get(result->slots, leaves_));
+  // Stratified draws, their leaves and the leaf values in one tree call; each
+  // call draws fresh masses from the seed and its own counter value.
+  PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, samples_drawn_++, result->slots, leaves_));
 
   const double n = static_cast<double>(size());
   const double max_weight = std::pow(n * tree_->Min() / total, -beta);
@@ -118,22 +110,22 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
                                           next_key_));
     }
   }
-  PERSERVE_RETURN_IF_ERROR(LeafValues(priorities, &leaves_));
+  PERSERVE_RETURN_IF_ERROR(CheckPriorities(priorities));
   // Keys older than the newest `capacity` have been overwritten: drop them.
   const uint64_t oldest_live = next_key_ > static_cast<uint64_t>(options_.capacity)
                                    ? next_key_ - static_cast<uint64_t>(options_.capacity)
                                    : 0;
   slots_.clear();
-  size_t kept = 0;
+  leaves_.clear();
   double largest = 0.0;
   for (size_t j = 0; j < keys.size(); ++j) {
     if (keys[j] < oldest_live) continue;
     slots_.push_back(static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity)));
-    leaves_[kept++] = leaves_[j];
+    leaves_.push_back(priorities[j]);
     largest = std::max(largest, priorities[j]);
   }
-  leaves_.resize(kept);
-  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves_));
+  const size_t kept = slots_.size();
+  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, leaves_, options_.alpha));
   max_priority_ = std::max(max_priority_, largest);
   *applied = static_cast<int64_t>(kept);
   *stale = static_cast<int64_t>(keys.size() - kept);

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <span>
 #include <vector>
 
@@ -79,9 +78,9 @@ class Replay {
  private:
   Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree);
 
-  // Leaf values p^alpha for the priorities; fails, naming the first, on a
-  // priority that is not finite and > 0 or a leaf that overflows.
-  Status LeafValues(std::span<const double> priorities, std::vector<double>* leaves) const;
+  // Fails, naming the first, on a priority that is not finite and > 0 (the
+  // tree checks the rest: that p^alpha does not overflow).
+  static Status CheckPriorities(std::span<const double> priorities);
   uint64_t KeyAtSlot(int64_t slot) const;
 
   ReplayOptions options_;
@@ -90,11 +89,10 @@ class Replay {
   uint64_t next_key_ = 0;
   double max_priority_ = 1.0;
   ReplayCounters counters_;
-  std::mt19937_64 rng_;
+  uint64_t samples_drawn_ = 0;  // the sampling generator's counter: one value per Sample call
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
   std::vector<double> leaves_;
-  std::vector<double> masses_;
 };
 
 }  // namespace perserve::replay

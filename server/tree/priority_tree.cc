@@ -62,10 +62,17 @@ Status PriorityTree::Create(int64_t capacity, Device device, std::unique_ptr<Pri
   const int64_t rounded = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(capacity)));
   if (device != Device::kCpu) {
     std::string why;
-    const int devices = UsableCudaDeviceCount(&why);
-    if (devices > 0) why = "the CUDA tree backend is not implemented yet";
+    if (UsableCudaDeviceCount(&why) > 0) {
+      const Status created = CreateCudaPriorityTree(rounded, tree);
+      if (created.ok()) {
+        spdlog::info("priority tree: {} leaves on the CUDA device (device {})", rounded,
+                     device == Device::kAuto ? "auto" : "cuda");
+        return Status::Ok();
+      }
+      why = "the CUDA tree could not be created: " + created.ToString();
+    }
     if (device == Device::kCuda) return Status::Unavailable("device \"cuda\" requested, but " + why);
-    spdlog::debug("priority tree: device auto uses the CPU ({})", why);
+    spdlog::info("priority tree: {} leaves on the CPU (device auto: {})", rounded, why);
   }
   try {
     *tree = std::make_unique<CpuPriorityTree>(rounded);

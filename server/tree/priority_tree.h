@@ -65,11 +65,30 @@ class PriorityTree {
   // unchanged. Repeated indices: the last value wins. Sizes must match.
   virtual Status Update(std::span<const int64_t> indices, std::span<const double> values) = 0;
 
+  // Update() with leaf indices[j] set to priorities[j]^alpha, computed where
+  // the tree lives (std::pow on the CPU; on the CUDA device, within 2 ulp of
+  // it). Validated like Update(), plus alpha finite and >= 0 and no priority so
+  // large that its power overflows (or comes within a hair of it); a rejected
+  // batch leaves the tree unchanged.
+  virtual Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
+                                    double alpha) = 0;
+
   // For each mass, the leaf the descent lands on (DESIGN.md): the sampling
   // primitive. Masses must be finite and >= 0 (a mass at or past the total is
   // allowed and lands on the last non-empty leaf); the total must be > 0 unless
   // the batch is empty. Never returns an empty leaf. O(k log n).
   virtual Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const = 0;
+
+  // Draws indices.size() leaves proportional to their values, stratified
+  // (DESIGN.md): mass_i = (i + u_i) * Total() / B with u_i in (0, 1] from a
+  // generator keyed by (seed, counter), so a call is reproducible and each
+  // counter value gives fresh draws. Writes each leaf and its value (for
+  // importance weights). The total must be > 0 unless the batch is empty.
+  // Backends use different generators (CUDA: curand's Philox4_32_10, one
+  // kernel for masses, descents and values), so the draws differ between
+  // backends; each follows the same distribution. O(B log n).
+  virtual Status Sample(uint64_t seed, uint64_t counter, std::span<int64_t> indices,
+                        std::span<double> values) const = 0;
 
   // Leaf values for the given indices (0 for never-set leaves).
   virtual Status Get(std::span<const int64_t> indices, std::span<double> values) const = 0;

@@ -12,6 +12,7 @@
 // descent still reads one line per level.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -118,6 +119,56 @@ PERSERVE_HOST_DEVICE inline int64_t FindPrefixSumLeaf(const TreeNode* nodes, int
     }
   }
   return node - capacity;
+}
+
+// ---- Level-synchronous updates over a sorted batch (the CUDA backend's form)
+//
+// The batch's leaf indices are sorted stably (repeated leaves keep their batch
+// order), and element j of the sorted batch is one thread. No two threads write
+// the same node at the same time, and the result does not depend on timing:
+//   1. element j writes its leaf only if it is the last of its run of equal
+//      leaves, i.e. the last in batch order: the last value wins;
+//   2. then, one level at a time from the leaves' parents up (all threads
+//      finish a level before any starts the next), element j recomputes its
+//      leaf's ancestor at that level only if element j - 1's ancestor there is
+//      a different node: each distinct ancestor exactly once.
+
+PERSERVE_HOST_DEVICE inline bool LastOfRun(const int64_t* sorted_leaves, int64_t count, int64_t j) {
+  return j + 1 == count || sorted_leaves[j + 1] != sorted_leaves[j];
+}
+
+// Step 2 for element j at `height` levels above the leaves (1 = their
+// parents). Returns whether element j was the one to recompute its ancestor.
+PERSERVE_HOST_DEVICE inline bool RecomputeAncestorOnce(TreeNode* nodes, int64_t capacity,
+                                                       const int64_t* sorted_leaves, int64_t j, int height) {
+  const int64_t ancestor = LeafNode(capacity, sorted_leaves[j]) >> height;
+  const bool first = j == 0 || (LeafNode(capacity, sorted_leaves[j - 1]) >> height) != ancestor;
+  if (first) RecomputeNode(nodes, ancestor);
+  return first;
+}
+
+// ---- Leaf values and sampling masses
+
+// A priority's leaf value p^alpha: std::pow on the host, CUDA's pow (within 2
+// ulp of it) on the device.
+PERSERVE_HOST_DEVICE inline double LeafFromPriority(double priority, double alpha) {
+#if defined(__CUDA_ARCH__)
+  return ::pow(priority, alpha);
+#else
+  return std::pow(priority, alpha);
+#endif
+}
+
+// Stratified sampling (DESIGN.md): the total split into `batch` equal segments,
+// draw i at fraction `unit` (in (0, 1]) of segment i.
+PERSERVE_HOST_DEVICE inline double StratifiedMass(int64_t i, double unit, double total, int64_t batch) {
+  return (static_cast<double>(i) + unit) * total / static_cast<double>(batch);
+}
+
+// 64 random bits to a double in (0, 1], as curand's uniform doubles: the top 53
+// bits plus half a step (1 - 2^-54 rounds to 1).
+PERSERVE_HOST_DEVICE inline double UnitFromBits(uint64_t bits) {
+  return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53;
 }
 
 }  // namespace perserve::tree

@@ -1,6 +1,7 @@
 #include "tree/tree_validation.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -50,6 +51,36 @@ Status ValidateUpdateBatch(std::span<const int64_t> indices, std::span<const dou
   PERSERVE_RETURN_IF_ERROR(CheckSizes(indices.size(), values.size(), "indices", "values"));
   PERSERVE_RETURN_IF_ERROR(CheckIndices(indices, capacity));
   return CheckNonNegativeFinite(values, "value");
+}
+
+Status ValidateExponentBatch(std::span<const int64_t> indices, std::span<const double> priorities, double alpha,
+                             int64_t capacity) {
+  if (!std::isfinite(alpha) || !(alpha >= 0.0)) {
+    return Status::InvalidArgument(fmt::format("alpha {} must be finite and >= 0", alpha));
+  }
+  PERSERVE_RETURN_IF_ERROR(CheckSizes(indices.size(), priorities.size(), "indices", "priorities"));
+  PERSERVE_RETURN_IF_ERROR(CheckIndices(indices, capacity));
+  PERSERVE_RETURN_IF_ERROR(CheckNonNegativeFinite(priorities, "priority"));
+  if (alpha <= 1.0) return Status::Ok();  // p^alpha <= max(p, 1): finite
+  // p^alpha overflows from about p = DBL_MAX^(1/alpha). The bound keeps a
+  // relative margin of 1e-12 per unit of alpha below that: far more than the
+  // rounding of pow on either backend, so a priority that passes has a finite
+  // leaf on every backend, before the batch is sent anywhere.
+  const double largest = std::pow(std::numeric_limits<double>::max(), 1.0 / alpha) * (1.0 - 1e-12);
+  for (size_t j = 0; j < priorities.size(); ++j) {
+    if (priorities[j] > largest) {
+      return Status::InvalidArgument(fmt::format("priority {} at position {} overflows p^alpha (alpha {})",
+                                                 priorities[j], j, alpha));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateSampleBatch(std::span<const int64_t> indices_out, std::span<const double> values_out,
+                           double total) {
+  PERSERVE_RETURN_IF_ERROR(CheckSizes(indices_out.size(), values_out.size(), "output indices", "output values"));
+  if (indices_out.empty() || total > 0.0) return Status::Ok();
+  return Status::FailedPrecondition("cannot sample: the tree's total is 0 (no leaf has a positive value)");
 }
 
 Status ValidateDescentBatch(std::span<const double> masses, std::span<const int64_t> indices_out,

@@ -13,6 +13,15 @@ namespace perserve::tree {
 Status ValidateUpdateBatch(std::span<const int64_t> indices, std::span<const double> values,
                            int64_t capacity);
 
+// ValidateUpdateBatch with priorities, plus alpha finite and >= 0 and every
+// priority^alpha safely finite.
+Status ValidateExponentBatch(std::span<const int64_t> indices, std::span<const double> priorities, double alpha,
+                             int64_t capacity);
+
+// Sizes equal, and total > 0 unless empty.
+Status ValidateSampleBatch(std::span<const int64_t> indices_out, std::span<const double> values_out,
+                           double total);
+
 // Sizes equal, every mass finite and >= 0, and total > 0 unless empty.
 Status ValidateDescentBatch(std::span<const double> masses, std::span<const int64_t> indices_out,
                             double total);

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <random>
 
-#include "tree/cpu/strategy_table.h"
+#include "tree/strategy_table.h"
 #include "tree/tree_validation.h"
 
 namespace perserve::tree {
@@ -45,15 +46,41 @@ CpuPriorityTree::CpuPriorityTree(int64_t capacity)
 
 Status CpuPriorityTree::Update(std::span<const int64_t> indices, std::span<const double> values) {
   PERSERVE_RETURN_IF_ERROR(ValidateUpdateBatch(indices, values, capacity_));
-  if (indices.empty()) return Status::Ok();
-  const UpdateStrategy strategy =
-      strategy_ == UpdateStrategy::kAuto ? AutoStrategyFor(static_cast<int64_t>(indices.size())) : strategy_;
-  UpdateWith(strategy, nodes_.data(), capacity_, indices, values, &sparse_scratch_);
+  UpdateValidated(indices, values);
   return Status::Ok();
 }
 
+Status CpuPriorityTree::UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
+                                           double alpha) {
+  PERSERVE_RETURN_IF_ERROR(ValidateExponentBatch(indices, priorities, alpha, capacity_));
+  leaves_.resize(priorities.size());
+  for (size_t j = 0; j < priorities.size(); ++j) leaves_[j] = LeafFromPriority(priorities[j], alpha);
+  UpdateValidated(indices, leaves_);
+  return Status::Ok();
+}
+
+void CpuPriorityTree::UpdateValidated(std::span<const int64_t> indices, std::span<const double> values) {
+  if (indices.empty()) return;
+  const UpdateStrategy strategy =
+      strategy_ == UpdateStrategy::kAuto ? AutoStrategyFor(static_cast<int64_t>(indices.size())) : strategy_;
+  UpdateWith(strategy, nodes_.data(), capacity_, indices, values, &sparse_scratch_);
+}
+
 const StrategyTable& CpuPriorityTree::AutoTable() {
-  if (auto_table_ == nullptr) auto_table_ = &StrategyTable::ForCapacity(capacity_);
+  if (auto_table_ != nullptr) return *auto_table_;
+  const int64_t capacity = capacity_;
+  auto_table_ = StrategyTable::Cached("cpu", capacity, [capacity]() -> std::optional<StrategyTable> {
+    NodeBuffer nodes(capacity);
+    SparseScratch scratch(capacity);
+    // Cheap-at-small-batches first, so the rebuild's O(n) sweep can be ruled out without running.
+    constexpr UpdateStrategy kCandidates[] = {UpdateStrategy::kSparse, UpdateStrategy::kPerElement,
+                                              UpdateStrategy::kRebuild};
+    return StrategyTable::Measure(capacity, kCandidates,
+                                  [&](UpdateStrategy strategy, std::span<const int64_t> indices,
+                                      std::span<const double> values) {
+                                    UpdateWith(strategy, nodes.data(), capacity, indices, values, &scratch);
+                                  });
+  });
   return *auto_table_;
 }
 
@@ -68,6 +95,21 @@ std::string CpuPriorityTree::DescribeAutoTable() { return AutoTable().Describe()
 Status CpuPriorityTree::FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const {
   PERSERVE_RETURN_IF_ERROR(ValidateDescentBatch(masses, indices, Total()));
   DescendRange(nodes_.data(), capacity_, masses, indices);
+  return Status::Ok();
+}
+
+Status CpuPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64_t> indices,
+                               std::span<double> values) const {
+  const double total = Total();
+  PERSERVE_RETURN_IF_ERROR(ValidateSampleBatch(indices, values, total));
+  std::seed_seq sequence{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                         static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)};
+  std::mt19937_64 rng(sequence);
+  const int64_t batch = static_cast<int64_t>(indices.size());
+  masses_.resize(indices.size());
+  for (int64_t i = 0; i < batch; ++i) masses_[i] = StratifiedMass(i, UnitFromBits(rng()), total, batch);
+  DescendRange(nodes_.data(), capacity_, masses_, indices);
+  for (int64_t i = 0; i < batch; ++i) values[i] = nodes_.data()[LeafNode(capacity_, indices[i])].sum;
   return Status::Ok();
 }
 

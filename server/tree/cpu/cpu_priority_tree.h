@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tree/cpu/node_buffer.h"
 #include "tree/cpu/update_strategies.h"
@@ -28,6 +29,11 @@ class CpuPriorityTree final : public PriorityTree {
   void PrepareAuto() override { AutoTable(); }
 
   Status Update(std::span<const int64_t> indices, std::span<const double> values) override;
+  Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
+                            double alpha) override;
+  // The generator: std::mt19937_64 seeded per call from (seed, counter).
+  Status Sample(uint64_t seed, uint64_t counter, std::span<int64_t> indices,
+                std::span<double> values) const override;
   Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const override;
   Status Get(std::span<const int64_t> indices, std::span<double> values) const override;
   double Total() const override { return nodes_.data()[1].sum; }
@@ -44,12 +50,16 @@ class CpuPriorityTree final : public PriorityTree {
 
  private:
   const StrategyTable& AutoTable();
+  void UpdateValidated(std::span<const int64_t> indices, std::span<const double> values);
 
   int64_t capacity_;
   UpdateStrategy strategy_ = UpdateStrategy::kAuto;
   NodeBuffer nodes_;
   SparseScratch sparse_scratch_;
   const StrategyTable* auto_table_ = nullptr;
+  // Scratch reused across calls, so a warmed-up tree does not allocate.
+  std::vector<double> leaves_;
+  mutable std::vector<double> masses_;
 };
 
 }  // namespace perserve::tree

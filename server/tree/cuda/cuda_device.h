@@ -2,7 +2,11 @@
 // that g++ compiles whether or not the build has CUDA.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+
+#include "perserve/status.h"
 
 namespace perserve::tree {
 
@@ -11,5 +15,12 @@ namespace perserve::tree {
 // runtime ("driver insufficient", as on machines without a GPU), all of which
 // mean "no device" rather than an error.
 int UsableCudaDeviceCount(std::string* why);
+
+class PriorityTree;
+
+// A CudaPriorityTree of `capacity` leaves (a power of two) on the current
+// device; kUnavailable in a build without CUDA, an error status from CUDA
+// (e.g. out of device memory) otherwise.
+Status CreateCudaPriorityTree(int64_t capacity, std::unique_ptr<PriorityTree>* tree);
 
 }  // namespace perserve::tree

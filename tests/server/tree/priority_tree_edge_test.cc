@@ -47,16 +47,30 @@ TEST(PriorityTreeCreateTest, RejectsBadCapacityAndUnknownNames) {
   EXPECT_EQ(ParseDevice("tpu", &device).code(), Status::Code::kInvalidArgument);
 }
 
-TEST(PriorityTreeCreateTest, CudaIsUnavailableUntilItsBackendExistsAndAutoFallsBackToCpu) {
+// "auto" takes the CUDA backend exactly where a device is usable; "cuda"
+// without one fails with a message that says so.
+TEST(PriorityTreeCreateTest, AutoPicksCudaWhereUsableAndCudaFailsClearlyElsewhere) {
+  std::string why;
+  const bool usable = UsableCudaDeviceCount(&why) > 0;
   std::unique_ptr<PriorityTree> tree;
   const Status cuda = PriorityTree::Create(16, Device::kCuda, &tree);
-  EXPECT_EQ(cuda.code(), Status::Code::kUnavailable);
-  EXPECT_NE(cuda.message().find("cuda"), std::string::npos) << cuda.message();
+  if (usable) {
+    ASSERT_TRUE(cuda.ok()) << cuda.ToString();
+    EXPECT_EQ(tree->device_name(), "cuda");
+  } else {
+    EXPECT_EQ(cuda.code(), Status::Code::kUnavailable);
+    EXPECT_NE(cuda.message().find("device \"cuda\" requested"), std::string::npos) << cuda.message();
+    EXPECT_NE(cuda.message().find(why), std::string::npos) << cuda.message();
+  }
   ASSERT_TRUE(PriorityTree::Create(16, Device::kAuto, &tree).ok());
-  EXPECT_EQ(tree->device_name(), "cpu");
+  EXPECT_EQ(tree->device_name(), usable ? "cuda" : "cpu");
 }
 
-TEST(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
+class PriorityTreeUpdateTest : public DeviceTest {};
+class PriorityTreeCapacityOneTest : public DeviceTest {};
+class PriorityTreeDescentTest : public DeviceTest {};
+
+TEST_P(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
   struct Case {
     std::vector<int64_t> indices;
     std::vector<double> values;
@@ -74,7 +88,7 @@ TEST(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
   };
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
                                   UpdateStrategy::kAuto}) {
-    std::unique_ptr<PriorityTree> tree = MakeTree(16, strategy);
+    std::unique_ptr<PriorityTree> tree = Make(16, strategy);
     const std::vector<int64_t> seed_indices = {0, 1, 2, 3};
     const std::vector<double> seed_values = {1.0, 2.0, 3.0, 4.0};
     ASSERT_TRUE(tree->Update(seed_indices, seed_values).ok());
@@ -89,8 +103,8 @@ TEST(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
   }
 }
 
-TEST(PriorityTreeUpdateTest, EmptyBatchesAreNoOps) {
-  std::unique_ptr<PriorityTree> tree = MakeTree(16, UpdateStrategy::kAuto);
+TEST_P(PriorityTreeUpdateTest, EmptyBatchesAreNoOps) {
+  std::unique_ptr<PriorityTree> tree = Make(16, UpdateStrategy::kAuto);
   const Snapshot before = Take(*tree);
   ASSERT_TRUE(tree->Update({}, {}).ok());
   EXPECT_TRUE(Take(*tree) == before);
@@ -101,8 +115,8 @@ TEST(PriorityTreeUpdateTest, EmptyBatchesAreNoOps) {
   EXPECT_EQ(tree->FindPrefixSum(mass, index).code(), Status::Code::kFailedPrecondition);
 }
 
-TEST(PriorityTreeUpdateTest, MinCoversLeavesEverSetIncludingZero) {
-  std::unique_ptr<PriorityTree> tree = MakeTree(8, UpdateStrategy::kSparse);
+TEST_P(PriorityTreeUpdateTest, MinCoversLeavesEverSetIncludingZero) {
+  std::unique_ptr<PriorityTree> tree = Make(8, UpdateStrategy::kSparse);
   const std::vector<int64_t> one = {6};
   ASSERT_TRUE(tree->Update(one, std::vector<double>{0.5}).ok());
   EXPECT_EQ(tree->Min(), 0.5);
@@ -111,10 +125,10 @@ TEST(PriorityTreeUpdateTest, MinCoversLeavesEverSetIncludingZero) {
   EXPECT_EQ(tree->Total(), 0.0);
 }
 
-TEST(PriorityTreeCapacityOneTest, TheRootIsTheOnlyLeaf) {
+TEST_P(PriorityTreeCapacityOneTest, TheRootIsTheOnlyLeaf) {
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
                                   UpdateStrategy::kAuto}) {
-    std::unique_ptr<PriorityTree> tree = MakeTree(1, strategy);
+    std::unique_ptr<PriorityTree> tree = Make(1, strategy);
     ASSERT_EQ(tree->capacity(), 1);
     ASSERT_TRUE(tree->Update(std::vector<int64_t>{0}, std::vector<double>{2.5}).ok());
     EXPECT_EQ(tree->Total(), 2.5);
@@ -127,8 +141,8 @@ TEST(PriorityTreeCapacityOneTest, TheRootIsTheOnlyLeaf) {
   }
 }
 
-TEST(PriorityTreeDescentTest, RejectsBadMassesAndMismatchedSizes) {
-  std::unique_ptr<PriorityTree> tree = MakeTree(16, UpdateStrategy::kAuto);
+TEST_P(PriorityTreeDescentTest, RejectsBadMassesAndMismatchedSizes) {
+  std::unique_ptr<PriorityTree> tree = Make(16, UpdateStrategy::kAuto);
   ASSERT_TRUE(tree->Update(std::vector<int64_t>{3}, std::vector<double>{1.0}).ok());
   std::vector<int64_t> out(2);
   for (double bad : {kNaN, -1.0, kInf}) {
@@ -147,8 +161,8 @@ TEST(PriorityTreeDescentTest, RejectsBadMassesAndMismatchedSizes) {
 // A mass at or past the total makes the plain descent walk right into the
 // empty leaves after the last non-empty one; the guard must return that last
 // non-empty leaf instead, and nothing else may change.
-TEST(PriorityTreeDescentTest, NeverReturnsAnEmptyLeafWhenTheTotalIsPositive) {
-  std::unique_ptr<PriorityTree> tree = MakeTree(8, UpdateStrategy::kAuto);
+TEST_P(PriorityTreeDescentTest, NeverReturnsAnEmptyLeafWhenTheTotalIsPositive) {
+  std::unique_ptr<PriorityTree> tree = Make(8, UpdateStrategy::kAuto);
   ReferenceTree reference(8);
   const std::vector<int64_t> indices = {0, 1, 2};
   const std::vector<double> values = {0.1, 0.2, 0.3};
@@ -167,6 +181,10 @@ TEST(PriorityTreeDescentTest, NeverReturnsAnEmptyLeafWhenTheTotalIsPositive) {
   ASSERT_TRUE(tree->FindPrefixSum(more, found_more).ok());
   EXPECT_EQ(found_more, (std::vector<int64_t>{2, 2, 6, 6, 6}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, PriorityTreeUpdateTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
+INSTANTIATE_TEST_SUITE_P(Devices, PriorityTreeCapacityOneTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
+INSTANTIATE_TEST_SUITE_P(Devices, PriorityTreeDescentTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
 
 }  // namespace
 }  // namespace perserve::tree::testing

@@ -1,6 +1,7 @@
-// Every update strategy against the reference tree, bit for bit: every node of
-// the sum and min trees after every batch, and the descents for random,
-// stratified and edge masses.
+// Every backend and update strategy against the reference tree, bit for bit:
+// every node of the sum and min trees after every batch, and the descents for
+// random, stratified and edge masses. The CPU and CUDA suites run the same
+// sequences (same seeds), so matching the reference means matching each other.
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -64,11 +65,13 @@ void ExpectDescentsMatch(const PriorityTree& tree, const ReferenceTree& referenc
   }
 }
 
-class PriorityTreeOracleTest : public ::testing::TestWithParam<std::tuple<int64_t, UpdateStrategy>> {};
+using OracleParam = std::tuple<Device, int64_t, UpdateStrategy>;
+class PriorityTreeOracleTest : public ::testing::TestWithParam<OracleParam> {};
 
 TEST_P(PriorityTreeOracleTest, RandomOperationSequencesMatchReferenceBitForBit) {
-  const auto [capacity, strategy] = GetParam();
-  std::unique_ptr<PriorityTree> tree = MakeTree(capacity, strategy);
+  const auto [device, capacity, strategy] = GetParam();
+  PERSERVE_SKIP_IF_UNUSABLE(device);
+  std::unique_ptr<PriorityTree> tree = MakeTree(capacity, strategy, device);
   ASSERT_NE(tree, nullptr);
   ReferenceTree reference(capacity);
   std::mt19937_64 rng(1234 + static_cast<uint64_t>(capacity));
@@ -92,25 +95,31 @@ TEST_P(PriorityTreeOracleTest, RandomOperationSequencesMatchReferenceBitForBit) 
   }
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::tuple<int64_t, UpdateStrategy>>& info) {
-  const int log2_capacity = std::countr_zero(static_cast<uint64_t>(std::get<0>(info.param)));
+std::string ParamName(const ::testing::TestParamInfo<OracleParam>& info) {
+  const int log2_capacity = std::countr_zero(static_cast<uint64_t>(std::get<1>(info.param)));
   return "capacity_2_" + std::to_string(log2_capacity) + "_" +
-         std::string(UpdateStrategyName(std::get<1>(info.param)));
+         std::string(UpdateStrategyName(std::get<2>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, PriorityTreeOracleTest,
-                         ::testing::Combine(::testing::Values(int64_t{1} << 4, int64_t{1} << 12, int64_t{1} << 21),
-                                            ::testing::Values(UpdateStrategy::kPerElement, UpdateStrategy::kRebuild,
-                                                              UpdateStrategy::kSparse, UpdateStrategy::kAuto)),
-                         ParamName);
+const auto kCapacities = ::testing::Values(int64_t{1} << 4, int64_t{1} << 12, int64_t{1} << 21);
+const auto kStrategies = ::testing::Values(UpdateStrategy::kPerElement, UpdateStrategy::kRebuild,
+                                           UpdateStrategy::kSparse, UpdateStrategy::kAuto);
+INSTANTIATE_TEST_SUITE_P(Cpu, PriorityTreeOracleTest,
+                         ::testing::Combine(::testing::Values(Device::kCpu), kCapacities, kStrategies), ParamName);
+// per_element runs as sparse on CUDA; kept so the suites stay the same shape.
+INSTANTIATE_TEST_SUITE_P(Cuda, PriorityTreeOracleTest,
+                         ::testing::Combine(::testing::Values(Device::kCuda), kCapacities, kStrategies), ParamName);
 
 // The level race of the original GPU rebuild: a parent summed before its
 // children were written. Changing every leaf at once means every internal node
 // depends on fresh children, so any rebuild that runs levels out of order (or
-// together) leaves stale sums that this comparison catches.
-TEST(PriorityTreeRebuildTest, EveryLevelSeesItsChildrensNewValues) {
+// together) leaves stale sums that this comparison catches. 2^15 leaves take
+// the CUDA rebuild through its per-level launches as well as its one-block top.
+class PriorityTreeRebuildTest : public DeviceTest {};
+
+TEST_P(PriorityTreeRebuildTest, EveryLevelSeesItsChildrensNewValues) {
   for (int64_t capacity : {int64_t{1} << 4, int64_t{1} << 15}) {
-    std::unique_ptr<PriorityTree> tree = MakeTree(capacity, UpdateStrategy::kRebuild);
+    std::unique_ptr<PriorityTree> tree = Make(capacity, UpdateStrategy::kRebuild);
     ReferenceTree reference(capacity);
     std::mt19937_64 rng(7);
     for (int round = 0; round < 3; ++round) {
@@ -122,10 +131,14 @@ TEST(PriorityTreeRebuildTest, EveryLevelSeesItsChildrensNewValues) {
   }
 }
 
-TEST(PriorityTreeStrategyTest, RepeatedIndicesLastValueWinsOnEveryStrategy) {
+INSTANTIATE_TEST_SUITE_P(Devices, PriorityTreeRebuildTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
+
+class PriorityTreeStrategyTest : public DeviceTest {};
+
+TEST_P(PriorityTreeStrategyTest, RepeatedIndicesLastValueWinsOnEveryStrategy) {
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
                                   UpdateStrategy::kAuto}) {
-    std::unique_ptr<PriorityTree> tree = MakeTree(64, strategy);
+    std::unique_ptr<PriorityTree> tree = Make(64, strategy);
     const std::vector<int64_t> indices = {5, 9, 5, 5, 9, 63};
     const std::vector<double> values = {1.0, 2.0, 3.0, 4.0, 0.5, 8.0};
     ASSERT_TRUE(tree->Update(indices, values).ok());
@@ -137,6 +150,33 @@ TEST(PriorityTreeStrategyTest, RepeatedIndicesLastValueWinsOnEveryStrategy) {
     EXPECT_EQ(tree->Min(), 0.5) << UpdateStrategyName(strategy);
   }
 }
+
+// Many threads writing one leaf must not race: the same batch, heavy with
+// repeats, on fresh trees gives the reference's nodes (the last value wins)
+// every time. 20000 elements take CUDA's device-wide sort, 2000 its one-block sort.
+TEST_P(PriorityTreeStrategyTest, HeavilyRepeatedBatchesAreDeterministic) {
+  const int64_t capacity = int64_t{1} << 12;
+  std::mt19937_64 rng(99);
+  for (int64_t k : {int64_t{2000}, int64_t{20000}}) {
+    Batch batch;
+    for (int64_t j = 0; j < k; ++j) {
+      batch.indices.push_back(static_cast<int64_t>(rng() % 64) * 61 % capacity);  // 64 distinct leaves
+      batch.values.push_back(RandomValue(rng));
+    }
+    ReferenceTree reference(capacity);
+    ApplyToReference(batch, &reference);
+    for (UpdateStrategy strategy : {UpdateStrategy::kSparse, UpdateStrategy::kRebuild}) {
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        std::unique_ptr<PriorityTree> tree = Make(capacity, strategy);
+        ASSERT_TRUE(tree->Update(batch.indices, batch.values).ok());
+        ASSERT_TRUE(NodesMatch(*tree, reference))
+            << "k " << k << ", " << UpdateStrategyName(strategy) << ", repeat " << repeat;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PriorityTreeStrategyTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
 
 }  // namespace
 }  // namespace perserve::tree::testing

@@ -13,16 +13,52 @@
 #include <gtest/gtest.h>
 
 #include "server/tree/reference_tree.h"
+#include "tree/cuda/cuda_device.h"
 #include "tree/priority_tree.h"
 
 namespace perserve::tree::testing {
 
-inline std::unique_ptr<PriorityTree> MakeTree(int64_t capacity, UpdateStrategy strategy) {
+// Whether `device` can run here; says why not in `why`.
+inline bool DeviceUsable(Device device, std::string* why) {
+  return device != Device::kCuda || UsableCudaDeviceCount(why) > 0;
+}
+
+// In a test body: skips the test, saying why, where `device` cannot run.
+#define PERSERVE_SKIP_IF_UNUSABLE(device)                                             \
+  do {                                                                                 \
+    std::string why_unusable;                                                          \
+    if (!::perserve::tree::testing::DeviceUsable((device), &why_unusable)) {           \
+      GTEST_SKIP() << "no CUDA device: " << why_unusable;                              \
+    }                                                                                  \
+  } while (0)
+
+inline std::string DeviceName(Device device) {
+  return device == Device::kCuda ? "cuda" : device == Device::kCpu ? "cpu" : "auto";
+}
+
+// The devices the backend-agnostic tests run on (CUDA ones skip without a device).
+inline const Device kBothDevices[] = {Device::kCpu, Device::kCuda};
+
+inline std::unique_ptr<PriorityTree> MakeTree(int64_t capacity, UpdateStrategy strategy,
+                                              Device device = Device::kCpu) {
   std::unique_ptr<PriorityTree> tree;
-  const Status status = PriorityTree::Create(capacity, Device::kCpu, &tree);
+  const Status status = PriorityTree::Create(capacity, device, &tree);
   EXPECT_TRUE(status.ok()) << status.ToString();
   if (tree) tree->SetStrategy(strategy);
   return tree;
+}
+
+// A test over one device: the parameter, skipped where it cannot run.
+class DeviceTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override { PERSERVE_SKIP_IF_UNUSABLE(GetParam()); }
+  std::unique_ptr<PriorityTree> Make(int64_t capacity, UpdateStrategy strategy = UpdateStrategy::kAuto) {
+    return MakeTree(capacity, strategy, GetParam());
+  }
+};
+
+inline std::string DeviceParamName(const ::testing::TestParamInfo<Device>& info) {
+  return info.param == Device::kCuda ? "Cuda" : "Cpu";
 }
 
 // Every node's sum and min, bit for bit. Reports the first differing node.

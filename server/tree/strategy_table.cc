@@ -1,4 +1,4 @@
-#include "tree/cpu/strategy_table.h"
+#include "tree/strategy_table.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,21 +6,17 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "tree/cpu/node_buffer.h"
-#include "tree/cpu/update_strategies.h"
 
 namespace perserve::tree {
 namespace {
 
 constexpr int64_t kLargestMeasuredBatch = int64_t{1} << 16;
-// Measured in this order at each size: the strategies that are cheap at small
-// batches first, so the rebuild's O(n) sweep can be ruled out without running.
-constexpr UpdateStrategy kConcrete[] = {UpdateStrategy::kSparse, UpdateStrategy::kPerElement,
-                                        UpdateStrategy::kRebuild};
 // A strategy reaches its steady speed only after several updates (a rebuild
 // streams the whole tree through the caches and changes what the next
 // strategy finds there; at 2^21 leaves speeds settle after ~8 updates), so
@@ -41,9 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-StrategyTable StrategyTable::Measure(int64_t capacity) {
-  NodeBuffer nodes(capacity);
-  SparseScratch scratch(capacity);
+StrategyTable StrategyTable::Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
+                                     const RunUpdate& run_update) {
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<int64_t> leaf(0, capacity - 1);
   std::uniform_real_distribution<double> value(0.0, 1.0);
@@ -59,15 +54,14 @@ StrategyTable StrategyTable::Measure(int64_t capacity) {
   // Every leaf set first, as in a full replay buffer: an empty tree's +inf mins
   // make comparisons predictable and would flatter the strategies that do many.
   for (int64_t i = 0; i < capacity; ++i) indices[i] = i;
-  UpdateRebuild(nodes.data(), capacity, std::span(indices).first(capacity), std::span(values).first(capacity));
+  run_update(UpdateStrategy::kRebuild, std::span(indices).first(capacity), std::span(values).first(capacity));
   for (int64_t& index : indices) index = leaf(rng);
 
   int64_t cursor = 0;
   auto one_update = [&](UpdateStrategy strategy, int64_t k) {
     if (cursor + k > pool) cursor = 0;
     const auto start = Clock::now();
-    UpdateWith(strategy, nodes.data(), capacity, std::span(indices).subspan(cursor, k),
-               std::span(values).subspan(cursor, k), &scratch);
+    run_update(strategy, std::span(indices).subspan(cursor, k), std::span(values).subspan(cursor, k));
     cursor += k;
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
@@ -86,12 +80,12 @@ StrategyTable StrategyTable::Measure(int64_t capacity) {
 
   StrategyTable table;
   std::map<UpdateStrategy, double> floor_seconds;  // each strategy's time at the last size it ran
-  UpdateStrategy winner = UpdateStrategy::kPerElement;
+  UpdateStrategy winner = candidates.front();
   int bucket = 0;
   for (int64_t k = 1; k <= largest; k *= 2, ++bucket) {
     double best_seconds = std::numeric_limits<double>::infinity();
     std::string line = fmt::format("k={}:", k);
-    for (UpdateStrategy strategy : kConcrete) {
+    for (UpdateStrategy strategy : candidates) {
       const auto floor = floor_seconds.find(strategy);
       if (floor != floor_seconds.end() && floor->second > kSkipFactor * best_seconds) {
         line += fmt::format(" {} >{:.1f}us", UpdateStrategyName(strategy), floor->second * 1e6);
@@ -113,13 +107,19 @@ StrategyTable StrategyTable::Measure(int64_t capacity) {
   return table;
 }
 
-const StrategyTable& StrategyTable::ForCapacity(int64_t capacity) {
+const StrategyTable* StrategyTable::Cached(std::string_view backend, int64_t capacity,
+                                           const std::function<std::optional<StrategyTable>()>& measure) {
   static std::mutex mutex;
-  static std::map<int64_t, StrategyTable> tables;
+  static std::map<std::pair<std::string, int64_t>, StrategyTable> tables;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = tables.find(capacity);
-  if (it == tables.end()) it = tables.emplace(capacity, Measure(capacity)).first;
-  return it->second;
+  const std::pair<std::string, int64_t> key(backend, capacity);
+  auto it = tables.find(key);
+  if (it == tables.end()) {
+    std::optional<StrategyTable> table = measure();
+    if (!table) return nullptr;
+    it = tables.emplace(key, std::move(*table)).first;
+  }
+  return &it->second;
 }
 
 }  // namespace perserve::tree
