@@ -3,8 +3,9 @@
 
 Reads the JSON (repetitions are reduced to their median), prints a table of
 wall times per row, and checks the targets as ratios within the one run:
-batched descent >= 2x naive, and "auto" within 1.1x of the fastest concrete
-strategy at every batch size. Writes the summary as JSON next to the input
+batched descent >= 2x naive, "auto" within 1.1x of the fastest concrete
+strategy at every batch size, and (when the CUDA rows ran) Sample/cuda/1024
+and Update/cuda/1024 within 20 us of host wall time, with CPU/CUDA ratios. Writes the summary as JSON next to the input
 (or to --out). Exit status 0 even when a target is missed: the figures are
 the result; --strict makes a miss exit 1.
 """
@@ -49,6 +50,16 @@ def summarize(context, us):
         rows.append({"k": k, **times, "fastest": fastest, "auto_over_fastest": ratio})
         summary["checks"][f"auto_within_1.1x_at_k{k}"] = {"ratio": ratio, "target": 1.1, "met": ratio <= 1.1}
     summary["updates"] = rows
+    for row in ("Sample/cuda/1024", "Update/cuda/1024"):
+        if row in us:
+            summary["checks"][f"{row}_within_20us"] = {"ratio": us[row] / 20.0, "target": 1.0,
+                                                      "met": us[row] <= 20.0}
+    summary["cpu_over_cuda"] = {
+        cpu: us[cpu] / us[cuda]
+        for cpu, cuda in [("Sample/cpu/512", "Sample/cuda/512"), ("Sample/cpu/1024", "Sample/cuda/1024"),
+                          ("Descent/batched/512", "Descent/cuda/512")]
+        + [(f"Update/auto/{k}", f"Update/cuda/{k}") for k in (8, 50, 512, 1024, 2048, 32768)]
+        if cpu in us and cuda in us}
     return summary
 
 
@@ -62,6 +73,8 @@ def print_table(summary, us):
         cells = "".join(f"{row[s]:>13.1f}" for s in STRATEGIES + ("auto",))
         print(f"{row['k']:>7} {cells}{row['fastest']:>13}{row['auto_over_fastest']:>11.2f}")
     print()
+    for pair, ratio in summary["cpu_over_cuda"].items():
+        print(f"{pair + ' cpu/cuda':<32} {ratio:.2f}")
     for name, check in summary["checks"].items():
         verdict = "met" if check["met"] else "MISSED"
         print(f"{name:<32} ratio {check['ratio']:.2f} (target {check['target']}): {verdict}")

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "perserve/status.h"
@@ -58,6 +59,9 @@ class PriorityTree {
   // that uses it): a server calls this before serving, so no request waits
   // for the calibration (~0.65 s at 2^21 leaves on the CPU).
   virtual void PrepareAuto() {}
+  // The crossovers kAuto uses, one line per measured batch size (measures
+  // them first if needed).
+  virtual std::string DescribeAutoTable() = 0;
 
   // Sets leaf indices[j] to values[j] for every j. Validates the whole batch
   // first: an index outside [0, capacity) or a value that is negative, NaN or
@@ -66,10 +70,11 @@ class PriorityTree {
   virtual Status Update(std::span<const int64_t> indices, std::span<const double> values) = 0;
 
   // Update() with leaf indices[j] set to priorities[j]^alpha, computed where
-  // the tree lives (std::pow on the CPU; on the CUDA device, within 2 ulp of
-  // it). Validated like Update(), plus alpha finite and >= 0 and no priority so
-  // large that its power overflows (or comes within a hair of it); a rejected
-  // batch leaves the tree unchanged.
+  // the tree lives (std::pow on the CPU; CUDA's pow on the device, which CUDA
+  // documents as within 2 ulp of the exact power). Validated like Update(),
+  // plus alpha finite and >= 0 and no priority so large that its power
+  // overflows (or comes within a hair of it); a rejected batch leaves the
+  // tree unchanged.
   virtual Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                     double alpha) = 0;
 

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-StrategyTable StrategyTable::Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
+std::optional<StrategyTable> StrategyTable::Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
                                      const RunUpdate& run_update) {
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<int64_t> leaf(0, capacity - 1);
@@ -54,14 +54,18 @@ StrategyTable StrategyTable::Measure(int64_t capacity, std::span<const UpdateStr
   // Every leaf set first, as in a full replay buffer: an empty tree's +inf mins
   // make comparisons predictable and would flatter the strategies that do many.
   for (int64_t i = 0; i < capacity; ++i) indices[i] = i;
-  run_update(UpdateStrategy::kRebuild, std::span(indices).first(capacity), std::span(values).first(capacity));
+  if (!run_update(UpdateStrategy::kRebuild, std::span(indices).first(capacity), std::span(values).first(capacity))
+           .ok()) {
+    return std::nullopt;
+  }
+  bool failed = false;  // a failed update ends the measurement: its time would mean nothing
   for (int64_t& index : indices) index = leaf(rng);
 
   int64_t cursor = 0;
   auto one_update = [&](UpdateStrategy strategy, int64_t k) {
     if (cursor + k > pool) cursor = 0;
     const auto start = Clock::now();
-    run_update(strategy, std::span(indices).subspan(cursor, k), std::span(values).subspan(cursor, k));
+    failed |= !run_update(strategy, std::span(indices).subspan(cursor, k), std::span(values).subspan(cursor, k)).ok();
     cursor += k;
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
@@ -92,6 +96,7 @@ StrategyTable StrategyTable::Measure(int64_t capacity, std::span<const UpdateStr
         continue;
       }
       const double seconds = settled_seconds(strategy, k);
+      if (failed) return std::nullopt;
       floor_seconds[strategy] = seconds;
       line += fmt::format(" {} {:.1f}us", UpdateStrategyName(strategy), seconds * 1e6);
       if (seconds < best_seconds) {

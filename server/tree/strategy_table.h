@@ -31,8 +31,8 @@ class StrategyTable {
  public:
   // Runs one whole update (synchronously: it has finished when this returns)
   // with the given concrete strategy on the backend's scratch tree.
-  using RunUpdate =
-      std::function<void(UpdateStrategy strategy, std::span<const int64_t> indices, std::span<const double> values)>;
+  using RunUpdate = std::function<Status(UpdateStrategy strategy, std::span<const int64_t> indices,
+                                         std::span<const double> values)>;
 
   // The table for `backend` ("cpu", "cuda") and `capacity` (a power of two),
   // measured with `measure` on first use in this process; nullptr if `measure`
@@ -43,7 +43,8 @@ class StrategyTable {
 
   // Times `candidates` (in this order at each size: put the ones cheap at small
   // batches first, so an O(n) sweep can be ruled out without running).
-  static StrategyTable Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
+  // Gives up (nullopt) at the first update that fails.
+  static std::optional<StrategyTable> Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
                                const RunUpdate& run_update);
 
   UpdateStrategy Choose(int64_t k) const { return by_bucket_[Bucket(k)]; }

@@ -150,7 +150,7 @@ PERSERVE_HOST_DEVICE inline bool RecomputeAncestorOnce(TreeNode* nodes, int64_t 
 // ---- Leaf values and sampling masses
 
 // A priority's leaf value p^alpha: std::pow on the host, CUDA's pow (within 2
-// ulp of it) on the device.
+// ulp of the exact power, as CUDA documents it) on the device.
 PERSERVE_HOST_DEVICE inline double LeafFromPriority(double priority, double alpha) {
 #if defined(__CUDA_ARCH__)
   return ::pow(priority, alpha);

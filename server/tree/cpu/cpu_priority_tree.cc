@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <random>
 
 #include "tree/strategy_table.h"
 #include "tree/tree_validation.h"
@@ -37,6 +36,13 @@ void DescendRange(const TreeNode* nodes, int64_t capacity, std::span<const doubl
     }
     for (size_t lane = 0; lane < lanes; ++lane) indices[base + lane] = node[lane] - capacity;
   }
+}
+
+// SplitMix64's output function: a bijective 64-bit mixer.
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -79,6 +85,7 @@ const StrategyTable& CpuPriorityTree::AutoTable() {
                                   [&](UpdateStrategy strategy, std::span<const int64_t> indices,
                                       std::span<const double> values) {
                                     UpdateWith(strategy, nodes.data(), capacity, indices, values, &scratch);
+                                    return Status::Ok();
                                   });
   });
   return *auto_table_;
@@ -102,12 +109,15 @@ Status CpuPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64_
                                std::span<double> values) const {
   const double total = Total();
   PERSERVE_RETURN_IF_ERROR(ValidateSampleBatch(indices, values, total));
-  std::seed_seq sequence{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                         static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)};
-  std::mt19937_64 rng(sequence);
+  // A SplitMix64 stream that starts where (seed, counter) says: draw i is a
+  // function of (seed, counter, i) alone, as with the CUDA backend's Philox.
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  const uint64_t start = Mix(seed + Mix(counter + kGolden));
   const int64_t batch = static_cast<int64_t>(indices.size());
   masses_.resize(indices.size());
-  for (int64_t i = 0; i < batch; ++i) masses_[i] = StratifiedMass(i, UnitFromBits(rng()), total, batch);
+  for (int64_t i = 0; i < batch; ++i) {
+    masses_[i] = StratifiedMass(i, UnitFromBits(Mix(start + static_cast<uint64_t>(i + 1) * kGolden)), total, batch);
+  }
   DescendRange(nodes_.data(), capacity_, masses_, indices);
   for (int64_t i = 0; i < batch; ++i) values[i] = nodes_.data()[LeafNode(capacity_, indices[i])].sum;
   return Status::Ok();

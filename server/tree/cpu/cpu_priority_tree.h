@@ -31,7 +31,7 @@ class CpuPriorityTree final : public PriorityTree {
   Status Update(std::span<const int64_t> indices, std::span<const double> values) override;
   Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                             double alpha) override;
-  // The generator: std::mt19937_64 seeded per call from (seed, counter).
+  // The generator: SplitMix64, draw i keyed by (seed, counter, i).
   Status Sample(uint64_t seed, uint64_t counter, std::span<int64_t> indices,
                 std::span<double> values) const override;
   Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const override;
@@ -46,7 +46,7 @@ class CpuPriorityTree final : public PriorityTree {
   // The strategy kAuto uses for a batch of k (measures the table on first use).
   UpdateStrategy AutoStrategyFor(int64_t k);
   // The measured crossover table, as text (measures it on first use).
-  std::string DescribeAutoTable();
+  std::string DescribeAutoTable() override;
 
  private:
   const StrategyTable& AutoTable();

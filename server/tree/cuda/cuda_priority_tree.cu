@@ -85,13 +85,7 @@ Status CudaPriorityTree::Reserve(int64_t count) const {
   PERSERVE_RETURN_IF_ERROR(Finish("waiting before growing staging"));
   cudaFreeHost(h_in_);
   cudaFreeHost(h_out_);
-  for (int b = 0; b < 2; ++b) {
-    cudaFree(d_keys_[b]);
-    cudaFree(d_values_[b]);
-  }
   h_in_ = h_out_ = nullptr;
-  d_keys_[0] = d_keys_[1] = nullptr;
-  d_values_[0] = d_values_[1] = nullptr;
   reserved_ = 0;
   const size_t bytes = static_cast<size_t>(size) * (sizeof(int64_t) + sizeof(double));
   PERSERVE_RETURN_IF_ERROR(cuda::Check(
@@ -100,19 +94,52 @@ Status CudaPriorityTree::Reserve(int64_t count) const {
   PERSERVE_RETURN_IF_ERROR(
       cuda::Check(cudaHostAlloc(&h_out_, bytes, cudaHostAllocMapped), "cudaHostAlloc (staging out)"));
   PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaHostGetDevicePointer(&d_out_, h_out_, 0), "cudaHostGetDevicePointer"));
+  reserved_ = size;
+  return Status::Ok();
+}
+
+Status CudaPriorityTree::ReserveSort(int64_t count) {
+  if (count <= sort_reserved_) return Status::Ok();
+  const int64_t size = std::max(count, 2 * sort_reserved_);
+  PERSERVE_RETURN_IF_ERROR(Finish("waiting before growing sort buffers"));
+  for (int b = 0; b < 2; ++b) {
+    cudaFree(d_keys_[b]);
+    cudaFree(d_values_[b]);
+    d_keys_[b] = nullptr;
+    d_values_[b] = nullptr;
+  }
+  sort_reserved_ = 0;
   for (int b = 0; b < 2; ++b) {
     PERSERVE_RETURN_IF_ERROR(
         cuda::Check(cudaMalloc(&d_keys_[b], static_cast<size_t>(size) * sizeof(int64_t)), "cudaMalloc (sort keys)"));
     PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaMalloc(&d_values_[b], static_cast<size_t>(size) * sizeof(double)),
                                          "cudaMalloc (sort values)"));
   }
-  reserved_ = size;
+  sort_reserved_ = size;
   return Status::Ok();
 }
 
+// Waits for everything queued, so nothing is left running behind an error,
+// and reports the first error: a launch's, then the stream's.
 Status CudaPriorityTree::Finish(const char* what) const {
-  PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaGetLastError(), what));
-  return cuda::Check(cudaStreamSynchronize(stream_), what);
+  const cudaError_t launch = cudaGetLastError();
+  const cudaError_t run = cudaStreamSynchronize(stream_);
+  PERSERVE_RETURN_IF_ERROR(cuda::Check(launch, what));
+  return cuda::Check(run, what);
+}
+
+// Runs the device part of an operation (inputs already validated) and waits
+// for it. A CUDA error part way through can leave new leaves under stale sums,
+// or a lost context: the tree then refuses every later operation, naming the
+// first error, rather than serve from a tree it cannot vouch for.
+template <typename Body>
+Status CudaPriorityTree::OnDevice(const char* what, Body body) const {
+  if (!failure_.empty()) return Status::Internal(failure_);
+  Status status = body();
+  const Status finished = Finish(what);
+  if (status.ok()) status = finished;
+  if (!status.ok()) failure_ = "the CUDA tree is unusable after a CUDA error: " + status.ToString();
+  return status;
 }
 
 const StrategyTable* CudaPriorityTree::AutoTable() {
@@ -126,8 +153,9 @@ const StrategyTable* CudaPriorityTree::AutoTable() {
     return StrategyTable::Measure(
         capacity, kCandidates,
         [&](UpdateStrategy strategy, std::span<const int64_t> indices, std::span<const double> values) {
-          // A failed update only skews the timing; the next real update reports the error.
-          (void)scratch->UpdateOnDevice(strategy, indices, values, false, 1.0);
+          return scratch->OnDevice("calibration update", [&] {
+            return scratch->UpdateOnDevice(strategy, indices, values, false, 1.0);
+          });
         });
   });
   // Without a table, auto stays sparse (O(k log n) at any size) for this tree.
@@ -151,13 +179,15 @@ UpdateStrategy CudaPriorityTree::Resolve(int64_t count) {
 
 Status CudaPriorityTree::Update(std::span<const int64_t> indices, std::span<const double> values) {
   PERSERVE_RETURN_IF_ERROR(ValidateUpdateBatch(indices, values, capacity_));
-  return UpdateOnDevice(Resolve(static_cast<int64_t>(indices.size())), indices, values, false, 1.0);
+  const UpdateStrategy strategy = Resolve(static_cast<int64_t>(indices.size()));
+  return OnDevice("update", [&] { return UpdateOnDevice(strategy, indices, values, false, 1.0); });
 }
 
 Status CudaPriorityTree::UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                             double alpha) {
   PERSERVE_RETURN_IF_ERROR(ValidateExponentBatch(indices, priorities, alpha, capacity_));
-  return UpdateOnDevice(Resolve(static_cast<int64_t>(indices.size())), indices, priorities, true, alpha);
+  const UpdateStrategy strategy = Resolve(static_cast<int64_t>(indices.size()));
+  return OnDevice("update", [&] { return UpdateOnDevice(strategy, indices, priorities, true, alpha); });
 }
 
 Status CudaPriorityTree::UpdateOnDevice(UpdateStrategy strategy, std::span<const int64_t> indices,
@@ -176,10 +206,10 @@ Status CudaPriorityTree::UpdateOnDevice(UpdateStrategy strategy, std::span<const
     kernels::SmallBatch<<<1, kernels::kBlockThreads, 0, stream_>>>(d_indices, d_values, count, exponent, alpha,
                                                                    sparse, d_nodes_, capacity_, levels_, d_root_);
     PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaGetLastError(), "SmallBatch launch"));
-    if (!sparse) PERSERVE_RETURN_IF_ERROR(RebuildInternalNodes());
-    return Finish("update");
+    return sparse ? Status::Ok() : RebuildInternalNodes();
   }
 
+  PERSERVE_RETURN_IF_ERROR(ReserveSort(count));
   // The device sort reads its input several times: copy it off the host once.
   PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaMemcpyAsync(d_keys_[0], At<int64_t>(h_in_, 0), indices.size_bytes(),
                                                        cudaMemcpyHostToDevice, stream_),
@@ -208,17 +238,14 @@ Status CudaPriorityTree::UpdateOnDevice(UpdateStrategy strategy, std::span<const
   kernels::WriteLastOfRuns<<<Blocks(count), kThreads, 0, stream_>>>(keys.Current(), sorted_values.Current(), count,
                                                                     exponent, alpha, d_nodes_, capacity_);
   PERSERVE_RETURN_IF_ERROR(cuda::Check(cudaGetLastError(), "WriteLastOfRuns launch"));
-  if (!sparse) {
-    PERSERVE_RETURN_IF_ERROR(RebuildInternalNodes());
-    return Finish("update");
-  }
+  if (!sparse) return RebuildInternalNodes();
   // Level by level (stream order separates them) until the rest fits one block.
   int height = 1;
   for (; height <= levels_ && (capacity_ >> height) > kernels::kTopLevelNodes; ++height) {
     kernels::SparseLevel<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, keys.Current(), count, height);
   }
   kernels::TopLevels<<<1, kernels::kBlockThreads, 0, stream_>>>(d_nodes_, capacity_ >> height, d_root_);
-  return Finish("update");
+  return cuda::Check(cudaGetLastError(), "sparse level launches");
 }
 
 Status CudaPriorityTree::RebuildInternalNodes() {
@@ -236,11 +263,13 @@ Status CudaPriorityTree::FindPrefixSum(std::span<const double> masses, std::span
   PERSERVE_RETURN_IF_ERROR(ValidateDescentBatch(masses, indices, Total()));
   const int64_t count = static_cast<int64_t>(masses.size());
   if (count == 0) return Status::Ok();
-  PERSERVE_RETURN_IF_ERROR(Reserve(count));
-  std::memcpy(At<double>(h_in_, 0), masses.data(), masses.size_bytes());
-  kernels::Descend<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, levels_, At<double>(d_in_, 0),
-                                                            count, At<int64_t>(d_out_, 0));
-  PERSERVE_RETURN_IF_ERROR(Finish("descent"));
+  PERSERVE_RETURN_IF_ERROR(OnDevice("descent", [&] {
+    PERSERVE_RETURN_IF_ERROR(Reserve(count));
+    std::memcpy(At<double>(h_in_, 0), masses.data(), masses.size_bytes());
+    kernels::Descend<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, levels_, At<double>(d_in_, 0),
+                                                              count, At<int64_t>(d_out_, 0));
+    return Status::Ok();
+  }));
   std::memcpy(indices.data(), At<int64_t>(h_out_, 0), indices.size_bytes());
   return Status::Ok();
 }
@@ -250,10 +279,12 @@ Status CudaPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64
   PERSERVE_RETURN_IF_ERROR(ValidateSampleBatch(indices, values, Total()));
   const int64_t count = static_cast<int64_t>(indices.size());
   if (count == 0) return Status::Ok();
-  PERSERVE_RETURN_IF_ERROR(Reserve(count));
-  kernels::Sample<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, levels_, seed, counter, count,
-                                                           At<int64_t>(d_out_, 0), At<double>(d_out_, count));
-  PERSERVE_RETURN_IF_ERROR(Finish("sample"));
+  PERSERVE_RETURN_IF_ERROR(OnDevice("sample", [&] {
+    PERSERVE_RETURN_IF_ERROR(Reserve(count));
+    kernels::Sample<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, levels_, seed, counter, count,
+                                                             At<int64_t>(d_out_, 0), At<double>(d_out_, count));
+    return Status::Ok();
+  }));
   std::memcpy(indices.data(), At<int64_t>(h_out_, 0), indices.size_bytes());
   std::memcpy(values.data(), At<double>(h_out_, count), values.size_bytes());
   return Status::Ok();
@@ -263,11 +294,13 @@ Status CudaPriorityTree::Get(std::span<const int64_t> indices, std::span<double>
   PERSERVE_RETURN_IF_ERROR(ValidateGetBatch(indices, values, capacity_));
   const int64_t count = static_cast<int64_t>(indices.size());
   if (count == 0) return Status::Ok();
-  PERSERVE_RETURN_IF_ERROR(Reserve(count));
-  std::memcpy(At<int64_t>(h_in_, 0), indices.data(), indices.size_bytes());
-  kernels::GatherLeaves<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, At<int64_t>(d_in_, 0), count,
-                                                                 At<double>(d_out_, 0));
-  PERSERVE_RETURN_IF_ERROR(Finish("get"));
+  PERSERVE_RETURN_IF_ERROR(OnDevice("get", [&] {
+    PERSERVE_RETURN_IF_ERROR(Reserve(count));
+    std::memcpy(At<int64_t>(h_in_, 0), indices.data(), indices.size_bytes());
+    kernels::GatherLeaves<<<Blocks(count), kThreads, 0, stream_>>>(d_nodes_, capacity_, At<int64_t>(d_in_, 0),
+                                                                   count, At<double>(d_out_, 0));
+    return Status::Ok();
+  }));
   std::memcpy(values.data(), At<double>(h_out_, 0), values.size_bytes());
   return Status::Ok();
 }
@@ -278,10 +311,11 @@ Status CudaPriorityTree::ReadNodes(std::span<double> sums, std::span<double> min
     return Status::InvalidArgument("ReadNodes needs two spans of 2 * capacity elements");
   }
   std::vector<TreeNode> nodes(slots);
-  PERSERVE_RETURN_IF_ERROR(cuda::Check(
-      cudaMemcpyAsync(nodes.data(), d_nodes_, slots * sizeof(TreeNode), cudaMemcpyDeviceToHost, stream_),
-      "cudaMemcpyAsync (nodes)"));
-  PERSERVE_RETURN_IF_ERROR(Finish("reading nodes"));
+  PERSERVE_RETURN_IF_ERROR(OnDevice("reading nodes", [&] {
+    return cuda::Check(
+        cudaMemcpyAsync(nodes.data(), d_nodes_, slots * sizeof(TreeNode), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync (nodes)");
+  }));
   for (size_t i = 0; i < slots; ++i) {
     sums[i] = nodes[i].sum;
     mins[i] = nodes[i].min;

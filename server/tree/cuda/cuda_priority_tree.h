@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "tree/priority_tree.h"
 #include "tree/tree_algorithm.h"
@@ -63,14 +64,19 @@ class CudaPriorityTree final : public PriorityTree {
   Status ReadNodes(std::span<double> sums, std::span<double> mins) const override;
 
   // The measured crossover table, as text (measures it on first use).
-  std::string DescribeAutoTable();
+  std::string DescribeAutoTable() override;
 
  private:
   explicit CudaPriorityTree(int64_t capacity);
   Status Allocate();
-  // Makes staging and scratch hold batches of `count` (grows, never shrinks).
+  // Makes the staging hold batches of `count` (grows, never shrinks).
   Status Reserve(int64_t count) const;
+  // The same for the device sort's buffers (updates above one block's batch).
+  Status ReserveSort(int64_t count);
+  template <typename Body>
+  Status OnDevice(const char* what, Body body) const;
   // Validated batch in, `exponent`: the values are priorities for p^alpha.
+  // Queues the work; the caller (OnDevice) waits for it.
   Status UpdateOnDevice(UpdateStrategy strategy, std::span<const int64_t> indices, std::span<const double> values,
                         bool exponent, double alpha);
   // Recomputes every internal node from the leaves, level by level.
@@ -98,10 +104,13 @@ class CudaPriorityTree final : public PriorityTree {
   mutable std::byte* d_in_ = nullptr;
   mutable std::byte* h_out_ = nullptr;  // mapped pinned: outputs (indices, then values)
   mutable std::byte* d_out_ = nullptr;
-  mutable int64_t* d_keys_[2] = {nullptr, nullptr};  // device sort double buffers for large batches
-  mutable double* d_values_[2] = {nullptr, nullptr};
-  mutable void* d_sort_temp_ = nullptr;
-  mutable size_t sort_temp_bytes_ = 0;
+  int64_t sort_reserved_ = 0;
+  int64_t* d_keys_[2] = {nullptr, nullptr};  // device sort double buffers for large batches
+  double* d_values_[2] = {nullptr, nullptr};
+  void* d_sort_temp_ = nullptr;
+  size_t sort_temp_bytes_ = 0;
+  // Set by the first CUDA error; every later operation then fails with it.
+  mutable std::string failure_;
 };
 
 }  // namespace perserve::tree

@@ -123,7 +123,10 @@ __global__ void Descend(const TreeNode* d_nodes, int64_t capacity, int levels, c
 }
 
 // Stratified sampling, one draw per thread: u_i from Philox4_32_10 keyed by
-// `seed`, subsequence `counter`, offset 4 i (one 128-bit block per draw).
+// `seed`, subsequence `counter`, offset 4 i (one 128-bit block per draw, so
+// no two (counter, i) share one). curand_init computes a few Philox blocks
+// to get there, some hundred instructions: small beside the descent's chain
+// of dependent loads, and it keeps to the documented device API.
 __global__ void Sample(const TreeNode* d_nodes, int64_t capacity, int levels, uint64_t seed, uint64_t counter,
                        int64_t count, int64_t* d_indices_out, double* d_values_out) {
   const double total = d_nodes[1].sum;

@@ -1,7 +1,11 @@
 // UpdateWithExponent: leaves p^alpha computed where the tree lives. On the CPU
-// they are std::pow exactly; on CUDA within 2 ulp of it (CUDA's documented pow
-// accuracy). Either way the tree above them is bit-exact for those leaves.
+// they are std::pow exactly; on CUDA they must be within 2 ulp of it (the
+// issue's bound; CUDA documents its pow as within 2 ulp of the exact power and
+// glibc's is within about 0.52 ulp, and the largest distance seen is printed).
+// Either way the tree above them is bit-exact for those leaves.
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <cstring>
 #include <limits>
 
@@ -24,6 +28,7 @@ TEST_P(UpdateWithExponentTest, LeavesAreStdPowWithinTwoUlpAndTheTreeAboveIsBitEx
   const int64_t capacity = int64_t{1} << 12;
   const int64_t allowed_ulps = GetParam() == Device::kCuda ? 2 : 0;
   std::mt19937_64 rng(5);
+  int64_t largest_distance = 0;
   for (double alpha : {0.6, 0.5, 1.0, 0.0, 1.7, 0.4}) {
     std::unique_ptr<PriorityTree> tree = Make(capacity);
     Batch batch = RandomBatch(rng, capacity, BatchShape::kAllLeaves);
@@ -41,6 +46,7 @@ TEST_P(UpdateWithExponentTest, LeavesAreStdPowWithinTwoUlpAndTheTreeAboveIsBitEx
     ReferenceTree reference(capacity);
     for (int64_t i = 0; i < capacity; ++i) {
       const double expected = std::pow(last_priority[i], alpha);
+      largest_distance = std::max(largest_distance, UlpDistance(leaves[i], expected));
       ASSERT_LE(UlpDistance(leaves[i], expected), allowed_ulps)
           << "leaf " << i << ": " << last_priority[i] << "^" << alpha << " = " << leaves[i] << ", std::pow says "
           << expected;
@@ -48,6 +54,8 @@ TEST_P(UpdateWithExponentTest, LeavesAreStdPowWithinTwoUlpAndTheTreeAboveIsBitEx
     }
     ASSERT_TRUE(NodesMatch(*tree, reference)) << "alpha " << alpha;
   }
+  std::cout << "largest distance from std::pow: " << largest_distance << " ulp\n";
+  RecordProperty("largest_ulp_distance", static_cast<int>(largest_distance));
 }
 
 TEST_P(UpdateWithExponentTest, RejectsBadAlphaAndOverflowingPrioritiesWithoutAChange) {
