@@ -121,6 +121,14 @@ PERSERVE_HOST_DEVICE inline int64_t FindPrefixSumLeaf(const TreeNode* nodes, int
   return node - capacity;
 }
 
+// Splits `count` nodes into separate sum and min arrays (ReadNodes).
+inline void SplitNodes(const TreeNode* nodes, int64_t count, double* sums, double* mins) {
+  for (int64_t i = 0; i < count; ++i) {
+    sums[i] = nodes[i].sum;
+    mins[i] = nodes[i].min;
+  }
+}
+
 // ---- Level-synchronous updates over a sorted batch (the CUDA backend's form)
 //
 // The batch's leaf indices are sorted stably (repeated leaves keep their batch

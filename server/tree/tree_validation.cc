@@ -100,4 +100,11 @@ Status ValidateGetBatch(std::span<const int64_t> indices, std::span<const double
   return CheckIndices(indices, capacity);
 }
 
+Status ValidateNodeSpans(std::span<const double> sums, std::span<const double> mins, int64_t capacity) {
+  const size_t slots = static_cast<size_t>(2 * capacity);
+  if (sums.size() == slots && mins.size() == slots) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("ReadNodes needs two spans of 2 * capacity = {} elements, got {} and {}",
+                                             slots, sums.size(), mins.size()));
+}
+
 }  // namespace perserve::tree

@@ -30,4 +30,7 @@ Status ValidateDescentBatch(std::span<const double> masses, std::span<const int6
 Status ValidateGetBatch(std::span<const int64_t> indices, std::span<const double> values_out,
                         int64_t capacity);
 
+// ReadNodes' spans: both 2 * capacity long.
+Status ValidateNodeSpans(std::span<const double> sums, std::span<const double> mins, int64_t capacity);
+
 }  // namespace perserve::tree

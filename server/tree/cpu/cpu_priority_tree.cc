@@ -130,14 +130,8 @@ Status CpuPriorityTree::Get(std::span<const int64_t> indices, std::span<double> 
 }
 
 Status CpuPriorityTree::ReadNodes(std::span<double> sums, std::span<double> mins) const {
-  const size_t slots = static_cast<size_t>(2 * capacity_);
-  if (sums.size() != slots || mins.size() != slots) {
-    return Status::InvalidArgument("ReadNodes needs two spans of 2 * capacity elements");
-  }
-  for (size_t i = 0; i < slots; ++i) {
-    sums[i] = nodes_.data()[i].sum;
-    mins[i] = nodes_.data()[i].min;
-  }
+  PERSERVE_RETURN_IF_ERROR(ValidateNodeSpans(sums, mins, capacity_));
+  SplitNodes(nodes_.data(), 2 * capacity_, sums.data(), mins.data());
   return Status::Ok();
 }
 

@@ -306,20 +306,14 @@ Status CudaPriorityTree::Get(std::span<const int64_t> indices, std::span<double>
 }
 
 Status CudaPriorityTree::ReadNodes(std::span<double> sums, std::span<double> mins) const {
-  const size_t slots = static_cast<size_t>(2 * capacity_);
-  if (sums.size() != slots || mins.size() != slots) {
-    return Status::InvalidArgument("ReadNodes needs two spans of 2 * capacity elements");
-  }
-  std::vector<TreeNode> nodes(slots);
+  PERSERVE_RETURN_IF_ERROR(ValidateNodeSpans(sums, mins, capacity_));
+  std::vector<TreeNode> nodes(static_cast<size_t>(2 * capacity_));
   PERSERVE_RETURN_IF_ERROR(OnDevice("reading nodes", [&] {
-    return cuda::Check(
-        cudaMemcpyAsync(nodes.data(), d_nodes_, slots * sizeof(TreeNode), cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync (nodes)");
+    return cuda::Check(cudaMemcpyAsync(nodes.data(), d_nodes_, nodes.size() * sizeof(TreeNode),
+                                       cudaMemcpyDeviceToHost, stream_),
+                       "cudaMemcpyAsync (nodes)");
   }));
-  for (size_t i = 0; i < slots; ++i) {
-    sums[i] = nodes[i].sum;
-    mins[i] = nodes[i].min;
-  }
+  SplitNodes(nodes.data(), 2 * capacity_, sums.data(), mins.data());
   return Status::Ok();
 }
 
