@@ -4,6 +4,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Shared-memory messages up to 16 KiB go eagerly (the default is 4 KiB): an
+# intake batch of 50 small transitions (~6.7 KB) and a learner's 512-priority
+# update (~8 KB) then need no rendezvous handshake with the busy server rank.
+# Measured 1.3-2.7x more small-transition intake (README, Performance).
+export OMPI_MCA_btl_vader_eager_limit=${OMPI_MCA_btl_vader_eager_limit:-16384}
 # Idle OpenMP threads sleep instead of spinning, so oversubscribed ranks do not
 # steal each other's cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
