@@ -84,6 +84,20 @@ int perserve_tree_update(perserve_tree* t, const int64_t* indices, const double*
   return Guarded([&] { return Report(t->tree->Update(Span(indices, k), Span(values, k))); });
 }
 
+int perserve_tree_update_with_exponent(perserve_tree* t, const int64_t* indices, const double* priorities,
+                                       int64_t k, double alpha) {
+  if (CheckCall(t, k, indices, priorities) != 0) return 1;
+  return Guarded(
+      [&] { return Report(t->tree->UpdateWithExponent(Span(indices, k), Span(priorities, k), alpha)); });
+}
+
+int perserve_tree_sample(perserve_tree* t, uint64_t seed, uint64_t counter, int64_t* out_indices,
+                         double* out_values, int64_t k) {
+  if (CheckCall(t, k, out_indices, out_values) != 0) return 1;
+  return Guarded(
+      [&] { return Report(t->tree->Sample(seed, counter, Span(out_indices, k), Span(out_values, k))); });
+}
+
 int perserve_tree_find_prefixsum(perserve_tree* t, const double* masses, int64_t* out_indices, int64_t k) {
   if (CheckCall(t, k, masses, out_indices) != 0) return 1;
   return Guarded([&] { return Report(t->tree->FindPrefixSum(Span(masses, k), Span(out_indices, k))); });

@@ -23,6 +23,8 @@ lib.perserve_tree_set_strategy.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 lib.perserve_tree_update.argtypes = [ctypes.c_void_p, i64p, f64p, ctypes.c_int64]
 lib.perserve_tree_find_prefixsum.argtypes = [ctypes.c_void_p, f64p, i64p, ctypes.c_int64]
 lib.perserve_tree_get.argtypes = [ctypes.c_void_p, i64p, f64p, ctypes.c_int64]
+lib.perserve_tree_update_with_exponent.argtypes = [ctypes.c_void_p, i64p, f64p, ctypes.c_int64, ctypes.c_double]
+lib.perserve_tree_sample.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, i64p, f64p, ctypes.c_int64]
 lib.perserve_tree_total.restype = ctypes.c_double
 lib.perserve_tree_total.argtypes = [ctypes.c_void_p]
 lib.perserve_tree_min.restype = ctypes.c_double
@@ -106,6 +108,43 @@ def reference_descent(levels, mass):
 
 
 class TreeCApiTest(unittest.TestCase):
+    def test_update_with_exponent_and_sample(self):
+        rng = np.random.default_rng(9)
+        for device in DEVICES:
+            tree = Tree(1 << 10, device)
+            indices = np.arange(tree.capacity, dtype=np.int64)
+            priorities = rng.exponential(1.0, size=tree.capacity) * (rng.random(tree.capacity) > 0.2)
+            self.assertEqual(lib.perserve_tree_update_with_exponent(tree.handle, ptr(indices, i64p),
+                                                                    ptr(priorities, f64p), tree.capacity, 0.6),
+                             0, last_error())
+            leaves = tree.leaves()
+            expected = np.array([math.pow(p, 0.6) for p in priorities])  # C's pow, as std::pow (NumPy's is not)
+            ulps = np.abs(leaves.view(np.int64) - expected.view(np.int64))
+            self.assertLessEqual(int(ulps.max()), 0 if device == b"cpu" else 2, device)
+            draws = 256
+            out_indices = np.zeros(draws, dtype=np.int64)
+            out_values = np.zeros(draws)
+            self.assertEqual(lib.perserve_tree_sample(tree.handle, 3, 0, ptr(out_indices, i64p), ptr(out_values, f64p),
+                                                      draws), 0, last_error())
+            np.testing.assert_array_equal(out_values, leaves[out_indices])
+            self.assertTrue((out_values > 0).all(), "an empty leaf was drawn")
+            # Draw i lies in stratum i of the prefix sums (up to rounding).
+            after = np.cumsum(leaves)
+            before = after - leaves
+            total = lib.perserve_tree_total(tree.handle)
+            strata = np.arange(draws)
+            self.assertTrue((before[out_indices] <= (strata + 1) * total / draws * (1 + 1e-9)).all())
+            self.assertTrue((after[out_indices] >= strata * total / draws * (1 - 1e-9)).all())
+            again = np.zeros(draws, dtype=np.int64)
+            self.assertEqual(lib.perserve_tree_sample(tree.handle, 3, 0, ptr(again, i64p), ptr(out_values, f64p),
+                                                      draws), 0)
+            np.testing.assert_array_equal(again, out_indices)
+            self.assertNotEqual(lib.perserve_tree_update_with_exponent(tree.handle, ptr(indices, i64p),
+                                                                       ptr(priorities, f64p), 4, -1.0), 0)
+            self.assertIn("alpha -1", last_error())
+            np.testing.assert_array_equal(tree.leaves(), leaves)  # unchanged by the rejected call
+            tree.close()
+
     def test_capacity_rounds_up_and_devices(self):
         tree = Tree(1000)
         self.assertEqual(tree.capacity, 1024)

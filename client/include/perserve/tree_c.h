@@ -27,6 +27,15 @@ void perserve_tree_destroy(perserve_tree* t);
 int perserve_tree_set_strategy(perserve_tree* t, const char* strategy);
 /* Sets leaf indices[j] to values[j]; repeated indices: the last one wins. */
 int perserve_tree_update(perserve_tree* t, const int64_t* indices, const double* values, int64_t k);
+/* Sets leaf indices[j] to priorities[j]^alpha, computed where the tree lives
+ * (on the GPU for a CUDA tree). alpha finite and >= 0. */
+int perserve_tree_update_with_exponent(perserve_tree* t, const int64_t* indices, const double* priorities,
+                                       int64_t k, double alpha);
+/* k stratified proportional draws: out_indices[i] and its leaf value out_values[i],
+ * mass_i = (i + u_i) * total / k, u_i in (0, 1] keyed by (seed, counter): the same
+ * pair repeats a draw, a new counter draws afresh (on a CUDA tree: one kernel). */
+int perserve_tree_sample(perserve_tree* t, uint64_t seed, uint64_t counter, int64_t* out_indices,
+                         double* out_values, int64_t k);
 /* For each mass, the leaf the prefix-sum descent lands on. Needs a total > 0. */
 int perserve_tree_find_prefixsum(perserve_tree* t, const double* masses, int64_t* out_indices, int64_t k);
 int perserve_tree_get(perserve_tree* t, const int64_t* indices, double* out_values, int64_t k);
