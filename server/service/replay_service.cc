@@ -37,14 +37,15 @@ Status ReplayService::Step(bool* handled) {
   const int clients = static_cast<int>(open_.size());
   for (int visited = 0; visited < clients; ++visited) {
     const int client = (next_client_ + visited) % clients;
-    if (!open_[client]) continue;
-    bool received = false;
-    int tag = 0;
-    PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
-    if (!received) continue;
-    *handled = true;
-    ++counters_.messages;
-    PERSERVE_RETURN_IF_ERROR(Handle(client, tag, receive_buffer_));
+    for (int taken = 0; taken < options_.messages_per_client_pass && open_[client]; ++taken) {
+      bool received = false;
+      int tag = 0;
+      PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
+      if (!received) break;
+      *handled = true;
+      ++counters_.messages;
+      PERSERVE_RETURN_IF_ERROR(Handle(client, tag, receive_buffer_));
+    }
   }
   if (clients > 0) next_client_ = (next_client_ + 1) % clients;
   return ServeDeferred();

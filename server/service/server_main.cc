@@ -25,6 +25,7 @@ struct Flags {
   int64_t min_size_to_sample = 1;
   std::vector<std::string> columns;
   double stats_interval = 5.0;
+  int messages_per_client_pass = 4;
   std::string device = "auto";
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
@@ -66,6 +67,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::re
   perserve::service::ServiceOptions service_options;
   service_options.min_size_to_sample = flags.min_size_to_sample;
   service_options.stats_interval_seconds = flags.stats_interval;
+  service_options.messages_per_client_pass = flags.messages_per_client_pass;
   service_options.reward_column = flags.reward_column;
   service_options.done_column = flags.done_column;
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
@@ -92,6 +94,9 @@ int main(int argc, char** argv) {
                  "default: " + perserve::Schema::Default().ToString());
   app.add_option("--stats-interval", flags.stats_interval, "seconds between stats lines (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--messages-per-client-pass", flags.messages_per_client_pass,
+                 "the most requests the round-robin loop takes from one client per pass (1: strict alternation)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--seed", flags.seed, "sampling seed")->capture_default_str();

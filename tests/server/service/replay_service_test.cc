@@ -44,10 +44,12 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(2, 1); }
 
-  void Start(int clients, int64_t min_size) {
+  void Start(int clients, int64_t min_size, int messages_per_client_pass = 4) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
     ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{64, 1.0, tree::Device::kCpu, 3}, IdSchema(), &replay_).ok());
-    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), ServiceOptions{min_size, 0.0});
+    ServiceOptions options{min_size, 0.0};
+    options.messages_per_client_pass = messages_per_client_pass;
+    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
   }
 
   void Step() {
@@ -208,18 +210,20 @@ TEST_F(ServiceTest, SampleWaitsForMinSizeWithoutBlockingOthers) {
 }
 
 TEST_F(ServiceTest, AFloodingClientCannotDelayAnotherBeyondOnePass) {
-  Start(3, 1);
-  transport_->Push(1, AddFrame(1, 0, 1, {}));
-  Step();
-  Reply(1, MessageKind::kAddReply, 1);
-  for (uint64_t i = 0; i < 200; ++i) transport_->Push(0, AddFrame(100 + i, 1 + i, 1, {}));
-  transport_->Push(1, AddFrame(2, 500, 1, {}));
-  transport_->Push(2, Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{4, 0.4}));
-  Step();  // one pass: at most one message from each client
-  Reply(1, MessageKind::kAddReply, 2);
-  Reply(2, MessageKind::kSampleReply, 3);
-  EXPECT_EQ(transport_->outbox(0).size(), 1u);
-  EXPECT_EQ(transport_->waiting(0), 199u);
+  for (int cap : {1, 4}) {
+    Start(3, 1, cap);
+    transport_->Push(1, AddFrame(1, 0, 1, {}));
+    Step();
+    Reply(1, MessageKind::kAddReply, 1);
+    for (uint64_t i = 0; i < 200; ++i) transport_->Push(0, AddFrame(100 + i, 1 + i, 1, {}));
+    transport_->Push(1, AddFrame(2, 500, 1, {}));
+    transport_->Push(2, Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{4, 0.4}));
+    Step();  // one pass: at most `cap` messages from each client
+    Reply(1, MessageKind::kAddReply, 2);
+    Reply(2, MessageKind::kSampleReply, 3);
+    EXPECT_EQ(transport_->outbox(0).size(), static_cast<size_t>(cap)) << "cap " << cap;
+    EXPECT_EQ(transport_->waiting(0), static_cast<size_t>(200 - cap)) << "cap " << cap;
+  }
 }
 
 TEST_F(ServiceTest, ClosingDropsADeferredSampleAndTheLoopEnds) {
