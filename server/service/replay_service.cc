@@ -37,13 +37,17 @@ Status ReplayService::Step(bool* handled) {
   const int clients = static_cast<int>(open_.size());
   for (int visited = 0; visited < clients; ++visited) {
     const int client = (next_client_ + visited) % clients;
-    for (int taken = 0; taken < options_.messages_per_client_pass && open_[client]; ++taken) {
+    int64_t bytes = 0;
+    for (int taken = 0; taken < options_.messages_per_client_pass && bytes < options_.bytes_per_client_pass &&
+                        open_[client];
+         ++taken) {
       bool received = false;
       int tag = 0;
       PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
       if (!received) break;
       *handled = true;
       ++counters_.messages;
+      bytes += static_cast<int64_t>(receive_buffer_.size());
       PERSERVE_RETURN_IF_ERROR(Handle(client, tag, receive_buffer_));
     }
   }

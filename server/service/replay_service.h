@@ -3,7 +3,8 @@
 // client has closed.
 //
 // Fairness: each Step() visits the open clients round-robin and takes at most
-// messages_per_client_pass messages from each (default 4), so a client with a
+// messages_per_client_pass messages (default 4) and about
+// bytes_per_client_pass bytes (1 MiB) from each, so a client with a
 // thousand queued batches waits its turn like everyone else: any client's
 // request is handled within one pass over the clients after it arrives (the
 // bound the tests check). Taking a few at once from a busy client spreads the
@@ -39,8 +40,12 @@ struct ServiceOptions {
   int64_t min_size_to_sample = 1;
   double stats_interval_seconds = 5.0;  // <= 0: no periodic stats lines
   int64_t max_sample_batch = int64_t{1} << 20;
-  // The most messages one pass takes from one client (>= 1).
+  // The most messages one pass takes from one client (>= 1) ...
   int messages_per_client_pass = 4;
+  // ... and once this many bytes have come from it in the pass, no more (the
+  // first message is always taken): a few small intake batches per pass, but
+  // one Atari-sized one, so large batches do not hold a learner back.
+  int64_t bytes_per_client_pass = int64_t{1} << 20;
   // Scalar columns whose per-actor episodes the stats lines report (off when
   // the schema lacks either).
   std::string reward_column = "reward";

@@ -26,6 +26,7 @@ struct Flags {
   std::vector<std::string> columns;
   double stats_interval = 5.0;
   int messages_per_client_pass = 4;
+  int64_t bytes_per_client_pass = int64_t{1} << 20;
   std::string device = "auto";
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
@@ -68,6 +69,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::re
   service_options.min_size_to_sample = flags.min_size_to_sample;
   service_options.stats_interval_seconds = flags.stats_interval;
   service_options.messages_per_client_pass = flags.messages_per_client_pass;
+  service_options.bytes_per_client_pass = flags.bytes_per_client_pass;
   service_options.reward_column = flags.reward_column;
   service_options.done_column = flags.done_column;
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
@@ -96,6 +98,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--messages-per-client-pass", flags.messages_per_client_pass,
                  "the most requests the round-robin loop takes from one client per pass (1: strict alternation)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--bytes-per-client-pass", flags.bytes_per_client_pass,
+                 "no further request from a client in a pass once this many bytes came from it (one always does)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

@@ -226,6 +226,25 @@ TEST_F(ServiceTest, AFloodingClientCannotDelayAnotherBeyondOnePass) {
   }
 }
 
+// The byte budget: once a pass has taken that much from a client, it moves on
+// (but always takes one message, however large).
+TEST_F(ServiceTest, APassTakesNoMoreThanItsByteBudgetFromAClient) {
+  Start(2, 1);
+  const std::vector<std::byte> batch = AddFrame(1, 0, 4, {});
+  ServiceOptions options{1, 0.0};
+  options.messages_per_client_pass = 4;
+  options.bytes_per_client_pass = static_cast<int64_t>(2 * batch.size());  // two batches' worth
+  service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+  for (uint64_t i = 0; i < 6; ++i) transport_->Push(0, AddFrame(10 + i, 4 * i, 4, {}));
+  Step();
+  EXPECT_EQ(transport_->outbox(0).size(), 2u);
+  options.bytes_per_client_pass = 1;  // less than any message: still one per pass
+  service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+  Step();
+  EXPECT_EQ(transport_->outbox(0).size(), 3u);
+  EXPECT_EQ(transport_->waiting(0), 3u);
+}
+
 TEST_F(ServiceTest, ClosingDropsADeferredSampleAndTheLoopEnds) {
   Start(2, 100);
   transport_->Push(1, Frame(MessageKind::kSampleRequest, 1, proto::SampleRequest{4, 0.4}));
