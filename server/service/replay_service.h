@@ -8,7 +8,7 @@
 // thousand queued batches waits its turn like everyone else: any client's
 // request is handled within one pass over the clients after it arrives (the
 // bound the tests check). Taking a few at once from a busy client spreads the
-// cost of probing every client over more messages (measured 1.1-1.8x the
+// cost of probing every client over more messages (measured 1.2-1.9x the
 // small-transition intake of one per pass); one per pass serves a learner
 // sooner when actors flood. Actors bound their own batches in flight
 // (back-pressure), so nothing queues without limit.
