@@ -13,21 +13,25 @@
 # test runs (the replay rank then uses the CUDA tree through device "auto");
 # otherwise the build is PERSERVE_TREE_ONLY: the tree, the scan, their tests.
 #
-# Usage: scripts/gpu-check.sh   (CUDA_ARCHITECTURES=90 by default)
+# Usage: scripts/gpu-check.sh   (CUDA_ARCHITECTURES=90 by default; FULL=0 or 1
+# forces the tree-only or the full build instead of choosing by what is there)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
 mkdir -p "$out"
+# Step logs are joined into one $out/gpu-check.log at the end: the device
+# tool brings back at most 8 files.
+logs=$(mktemp -d)
 status=0
-run() {  # run NAME COMMAND...: logs to $out/NAME.log, remembers a failure
+run() {  # run NAME COMMAND...: logs to $logs/NAME.log, remembers a failure
   local name=$1
   shift
   echo "== $name"
-  if ! "$@" >"$out/$name.log" 2>&1; then
-    echo "   FAILED (see $out/$name.log)"
+  if ! "$@" >"$logs/$name.log" 2>&1; then
+    echo "   FAILED (see $name in $out/gpu-check.log)"
     status=1
   fi
-  tail -n 5 "$out/$name.log" | sed 's/^/   /'
+  tail -n 5 "$logs/$name.log" | sed 's/^/   /'
 }
 
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -42,12 +46,12 @@ if compgen -G ".gpu-debs/*.deb" >/dev/null; then
 else
   run deps scripts/install-deps.sh
 fi
-if command -v mpicxx >/dev/null && [ -f /usr/include/CLI/CLI.hpp ] && [ -d /usr/include/cereal ]; then
-  full=1
-else
+full=${FULL:-auto}
+if [ "$full" = auto ]; then
   full=0
-  cmake_args+=(-DPERSERVE_TREE_ONLY=ON)
+  command -v mpicxx >/dev/null && [ -f /usr/include/CLI/CLI.hpp ] && [ -d /usr/include/cereal ] && full=1
 fi
+[ "$full" = 1 ] || cmake_args+=(-DPERSERVE_TREE_ONLY=ON)
 run machine sh -c 'nvidia-smi; nproc; g++ --version | head -1; nvcc --version | tail -1; cmake --version | head -1'
 run configure cmake -S . -B build-gpu "${cmake_args[@]}"
 run build cmake --build build-gpu -j "$(nproc)"
@@ -59,7 +63,7 @@ else
 fi
 # The CUDA tests by name, so a skip (no usable device) is visible in the log.
 run cuda-tests build-gpu/tests/perserve_tree_tests --gtest_filter='*Cuda*'
-if grep -q "SKIPPED" "$out/cuda-tests.log"; then
+if grep -q "SKIPPED" "$logs/cuda-tests.log"; then
   echo "   CUDA tests were SKIPPED: no usable device"
   status=1
 fi
@@ -68,6 +72,10 @@ run bench-scan build-gpu/bench/perserve_bench_scan --benchmark_repetitions=3 \
 run bench-tree build-gpu/bench/perserve_bench_tree --benchmark_min_time=0.1 --benchmark_repetitions=3 \
   --benchmark_out="$out/tree.json" --benchmark_out_format=json
 python3 bench/summarize_tree.py "$out/tree.json" --out "$out/tree-summary.json" >"$out/tree-summary.txt" 2>&1
-cat "$out/tree-summary.txt" 2>/dev/null | tail -n 25
-echo "results in $out (exit $status)"
+tail -n 25 "$out/tree-summary.txt"
+for log in "$logs"/*.log; do
+  echo "======== $(basename "$log" .log)"
+  cat "$log"
+done >"$out/gpu-check.log"
+echo "results in $out: $(ls "$out" | tr '\n' ' ')(exit $status)"
 exit $status
