@@ -94,18 +94,19 @@ std::vector<std::vector<double>> StratifiedMasses(double total, int k) {
 }
 
 // Naive: one descent at a time with the lone-descent form of the algorithm
-// (no per-call overhead). Batched: the whole batch through FindPrefixSum.
-void Descent(benchmark::State& state, int k, bool batched) {
-  CpuPriorityTree& tree = SharedTree();
-  const auto sets = StratifiedMasses(tree.Total(), k);
+// (no per-call overhead; the CPU tree). Batched: the whole batch through
+// FindPrefixSum, on either device's tree.
+void Descent(benchmark::State& state, PriorityTree* tree, int k, bool batched) {
+  const auto sets = StratifiedMasses(tree->Total(), k);
   std::vector<int64_t> out(k);
   size_t set = 0;
   for (auto _ : state) {
     const std::vector<double>& masses = sets[set++ % kMassSets];
     if (batched) {
-      if (!tree.FindPrefixSum(masses, out).ok()) state.SkipWithError("descent failed");
-    } else {
-      for (int i = 0; i < k; ++i) out[i] = FindPrefixSumLeaf(tree.nodes(), tree.capacity(), masses[i]);
+      if (!tree->FindPrefixSum(masses, out).ok()) state.SkipWithError("descent failed");
+    } else {  // the CPU tree's nodes, one descent at a time
+      const CpuPriorityTree& cpu = SharedTree();
+      for (int i = 0; i < k; ++i) out[i] = FindPrefixSumLeaf(cpu.nodes(), cpu.capacity(), masses[i]);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -120,17 +121,6 @@ void Sample(benchmark::State& state, PriorityTree* tree, int batch) {
   for (auto _ : state) {
     if (!tree->Sample(7, counter++, indices, values).ok()) state.SkipWithError("sample failed");
     benchmark::DoNotOptimize(values.data());
-  }
-  state.SetItemsProcessed(state.iterations() * batch);
-}
-
-void HostMassDescent(benchmark::State& state, PriorityTree* tree, int batch) {
-  const auto sets = StratifiedMasses(tree->Total(), batch);
-  std::vector<int64_t> out(batch);
-  size_t set = 0;
-  for (auto _ : state) {
-    if (!tree->FindPrefixSum(sets[set++ % kMassSets], out).ok()) state.SkipWithError("descent failed");
-    benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * batch);
 }
@@ -174,8 +164,11 @@ void RegisterCuda(const std::string& name, Body body) {
 }
 
 void RegisterAll() {
-  benchmark::RegisterBenchmark("Descent/naive/512", Descent, 512, false)->Unit(benchmark::kMicrosecond)->UseRealTime();
-  benchmark::RegisterBenchmark("Descent/batched/512", Descent, 512, true)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  for (bool batched : {false, true}) {
+    benchmark::RegisterBenchmark(batched ? "Descent/batched/512" : "Descent/naive/512",
+                                 [batched](benchmark::State& state) { Descent(state, &SharedTree(), 512, batched); })
+        ->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
                                   UpdateStrategy::kAuto}) {
     for (int64_t k : {8, 50, 512, 1024, 2048, 32768}) {
@@ -194,7 +187,7 @@ void RegisterAll() {
     RegisterCuda("Sample/cuda/" + std::to_string(batch),
                  [batch](benchmark::State& state, PriorityTree* tree) { Sample(state, tree, batch); });
     RegisterCuda("Descent/cuda/" + std::to_string(batch),
-                 [batch](benchmark::State& state, PriorityTree* tree) { HostMassDescent(state, tree, batch); });
+                 [batch](benchmark::State& state, PriorityTree* tree) { Descent(state, tree, batch, true); });
   }
   for (int64_t k : {8, 50, 512, 1024, 2048, 32768}) {
     RegisterCuda("Update/cuda/" + std::to_string(k), [k](benchmark::State& state, PriorityTree* tree) {

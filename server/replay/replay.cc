@@ -116,16 +116,16 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
                                    ? next_key_ - static_cast<uint64_t>(options_.capacity)
                                    : 0;
   slots_.clear();
-  leaves_.clear();
+  live_priorities_.clear();
   double largest = 0.0;
   for (size_t j = 0; j < keys.size(); ++j) {
     if (keys[j] < oldest_live) continue;
     slots_.push_back(static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity)));
-    leaves_.push_back(priorities[j]);
+    live_priorities_.push_back(priorities[j]);
     largest = std::max(largest, priorities[j]);
   }
   const size_t kept = slots_.size();
-  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, leaves_, options_.alpha));
+  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, live_priorities_, options_.alpha));
   max_priority_ = std::max(max_priority_, largest);
   *applied = static_cast<int64_t>(kept);
   *stale = static_cast<int64_t>(keys.size() - kept);

@@ -92,7 +92,8 @@ class Replay {
   uint64_t samples_drawn_ = 0;  // the sampling generator's counter: one value per Sample call
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
-  std::vector<double> leaves_;
+  std::vector<double> leaves_;            // sampled leaves' values
+  std::vector<double> live_priorities_;  // an update's priorities for keys not yet overwritten
 };
 
 }  // namespace perserve::replay

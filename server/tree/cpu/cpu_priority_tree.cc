@@ -119,14 +119,18 @@ Status CpuPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64_
     masses_[i] = StratifiedMass(i, UnitFromBits(Mix(start + static_cast<uint64_t>(i + 1) * kGolden)), total, batch);
   }
   DescendRange(nodes_.data(), capacity_, masses_, indices);
-  for (int64_t i = 0; i < batch; ++i) values[i] = nodes_.data()[LeafNode(capacity_, indices[i])].sum;
+  GatherLeaves(indices, values);
   return Status::Ok();
 }
 
 Status CpuPriorityTree::Get(std::span<const int64_t> indices, std::span<double> values) const {
   PERSERVE_RETURN_IF_ERROR(ValidateGetBatch(indices, values, capacity_));
-  for (size_t j = 0; j < indices.size(); ++j) values[j] = nodes_.data()[LeafNode(capacity_, indices[j])].sum;
+  GatherLeaves(indices, values);
   return Status::Ok();
+}
+
+void CpuPriorityTree::GatherLeaves(std::span<const int64_t> indices, std::span<double> values) const {
+  for (size_t j = 0; j < indices.size(); ++j) values[j] = nodes_.data()[LeafNode(capacity_, indices[j])].sum;
 }
 
 Status CpuPriorityTree::ReadNodes(std::span<double> sums, std::span<double> mins) const {

@@ -51,6 +51,8 @@ class CpuPriorityTree final : public PriorityTree {
  private:
   const StrategyTable& AutoTable();
   void UpdateValidated(std::span<const int64_t> indices, std::span<const double> values);
+  // values[j] = leaf indices[j]'s value, for indices already validated.
+  void GatherLeaves(std::span<const int64_t> indices, std::span<double> values) const;
 
   int64_t capacity_;
   UpdateStrategy strategy_ = UpdateStrategy::kAuto;
