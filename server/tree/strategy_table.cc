@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-
 namespace perserve::tree {
 namespace {
 
@@ -38,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 std::optional<StrategyTable> StrategyTable::Measure(int64_t capacity, std::span<const UpdateStrategy> candidates,
-                                     const RunUpdate& run_update) {
+                                                    const RunUpdate& run_update) {
   std::mt19937_64 rng(0x5eed);
   std::uniform_int_distribution<int64_t> leaf(0, capacity - 1);
   std::uniform_real_distribution<double> value(0.0, 1.0);

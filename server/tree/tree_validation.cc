@@ -44,6 +44,13 @@ Status CheckNonNegativeFinite(std::span<const double> values, const char* what) 
   return Status::Ok();
 }
 
+// A descent needs somewhere to land: some leaf with a positive value.
+Status CheckPositiveTotal(double total, const char* action) {
+  if (total > 0.0) return Status::Ok();
+  return Status::FailedPrecondition(
+      fmt::format("cannot {}: the tree's total is 0 (no leaf has a positive value)", action));
+}
+
 }  // namespace
 
 Status ValidateUpdateBatch(std::span<const int64_t> indices, std::span<const double> values,
@@ -79,8 +86,7 @@ Status ValidateExponentBatch(std::span<const int64_t> indices, std::span<const d
 Status ValidateSampleBatch(std::span<const int64_t> indices_out, std::span<const double> values_out,
                            double total) {
   PERSERVE_RETURN_IF_ERROR(CheckSizes(indices_out.size(), values_out.size(), "output indices", "output values"));
-  if (indices_out.empty() || total > 0.0) return Status::Ok();
-  return Status::FailedPrecondition("cannot sample: the tree's total is 0 (no leaf has a positive value)");
+  return indices_out.empty() ? Status::Ok() : CheckPositiveTotal(total, "sample");
 }
 
 Status ValidateDescentBatch(std::span<const double> masses, std::span<const int64_t> indices_out,
@@ -88,10 +94,7 @@ Status ValidateDescentBatch(std::span<const double> masses, std::span<const int6
   PERSERVE_RETURN_IF_ERROR(CheckSizes(masses.size(), indices_out.size(), "masses", "output indices"));
   if (masses.empty()) return Status::Ok();
   PERSERVE_RETURN_IF_ERROR(CheckNonNegativeFinite(masses, "mass"));
-  if (!(total > 0.0)) {
-    return Status::FailedPrecondition("cannot descend: the tree's total is 0 (no leaf has a positive value)");
-  }
-  return Status::Ok();
+  return CheckPositiveTotal(total, "descend");
 }
 
 Status ValidateGetBatch(std::span<const int64_t> indices, std::span<const double> values_out,

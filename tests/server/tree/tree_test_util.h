@@ -32,10 +32,6 @@ inline bool DeviceUsable(Device device, std::string* why) {
     }                                                                                  \
   } while (0)
 
-inline std::string DeviceName(Device device) {
-  return device == Device::kCuda ? "cuda" : device == Device::kCpu ? "cpu" : "auto";
-}
-
 // The devices the backend-agnostic tests run on (CUDA ones skip without a device).
 inline const Device kBothDevices[] = {Device::kCpu, Device::kCuda};
 
