@@ -11,6 +11,8 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libzmq3-dev cppzmq-dev
   python3 python3-numpy python3-matplotlib
+  python3-dev python3-pybind11 pybind11-dev python3-mpi4py python3-pytest
+  clang libclang-rt-dev
 )
 
 missing=()
