@@ -22,6 +22,7 @@ class Status {
     kInternal = 5,          // a bug or a failed system call
     kNotFound = 6,          // a key or name that does not exist
     kUnimplemented = 7,     // a message kind or feature this build does not know
+    kResourceExhausted = 8,  // a memory or per-client allowance would be exceeded
   };
 
   Status() = default;
@@ -34,9 +35,12 @@ class Status {
   static Status Internal(std::string message) { return Status(Code::kInternal, std::move(message)); }
   static Status NotFound(std::string message) { return Status(Code::kNotFound, std::move(message)); }
   static Status Unimplemented(std::string message) { return Status(Code::kUnimplemented, std::move(message)); }
+  static Status ResourceExhausted(std::string message) {
+    return Status(Code::kResourceExhausted, std::move(message));
+  }
   // Rebuilds a status from a code received on the wire; unknown codes become kInternal.
   static Status FromCode(int code, std::string message) {
-    if (code <= 0 || code > static_cast<int>(Code::kUnimplemented)) {
+    if (code <= 0 || code > static_cast<int>(Code::kResourceExhausted)) {
       return code == 0 ? Ok() : Internal("unknown status code " + std::to_string(code) + ": " + message);
     }
     return Status(static_cast<Code>(code), std::move(message));
@@ -62,6 +66,7 @@ class Status {
       case Code::kInternal: return "INTERNAL";
       case Code::kNotFound: return "NOT_FOUND";
       case Code::kUnimplemented: return "UNIMPLEMENTED";
+      case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     }
     return "UNKNOWN";
   }
