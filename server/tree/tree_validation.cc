@@ -1,10 +1,15 @@
 #include "tree/tree_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "tree/priority_tree.h"
 
 namespace perserve::tree {
 namespace {
@@ -81,6 +86,38 @@ Status ValidateExponentBatch(std::span<const int64_t> indices, std::span<const d
     }
   }
   return Status::Ok();
+}
+
+Status ValidateTotalStaysBounded(const PriorityTree& tree, std::span<const int64_t> indices,
+                                 std::span<const double> values, double alpha) {
+  if (indices.empty()) return Status::Ok();
+  const double largest = *std::max_element(values.begin(), values.end());
+  const double old_total = tree.Total();
+  // Fast path: even if no leaf were replaced and every new leaf were the
+  // largest, the total stays far below the limit (which also absorbs the
+  // backends' pow rounding and the tree's order of additions).
+  const double bound = old_total + static_cast<double>(indices.size()) * std::pow(largest, alpha);
+  if (bound <= kMaxTreeTotal * 0.5) return Status::Ok();
+
+  // Exact: the new total is the old one, less the leaves replaced, plus the
+  // new leaves (the last of each repeated index), in long double (no overflow).
+  std::unordered_map<int64_t, double> last;
+  for (size_t j = 0; j < indices.size(); ++j) last[indices[j]] = values[j];
+  std::vector<int64_t> touched;
+  for (const auto& entry : last) touched.push_back(entry.first);
+  std::vector<double> old_leaves(touched.size());
+  PERSERVE_RETURN_IF_ERROR(tree.Get(touched, old_leaves));
+  long double total = old_total;
+  for (size_t j = 0; j < touched.size(); ++j) {
+    total -= old_leaves[j];
+    total += std::pow(static_cast<long double>(last[touched[j]]), static_cast<long double>(alpha));
+  }
+  if (total <= static_cast<long double>(kMaxTreeTotal) * (1.0L - 1e-9L)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "the batch would raise the sum of priority^alpha to {:.6g}, past the largest total the tree keeps finite "
+      "sampling masses for ({:.6g}); largest priority in the batch {:.6g}, alpha {}; nothing of it was applied",
+      static_cast<double>(std::min(total, static_cast<long double>(std::numeric_limits<double>::max()))),
+      kMaxTreeTotal, largest, alpha));
 }
 
 Status ValidateSampleBatch(std::span<const int64_t> indices_out, std::span<const double> values_out,

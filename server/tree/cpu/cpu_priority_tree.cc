@@ -52,6 +52,7 @@ CpuPriorityTree::CpuPriorityTree(int64_t capacity)
 
 Status CpuPriorityTree::Update(std::span<const int64_t> indices, std::span<const double> values) {
   PERSERVE_RETURN_IF_ERROR(ValidateUpdateBatch(indices, values, capacity_));
+  PERSERVE_RETURN_IF_ERROR(ValidateTotalStaysBounded(*this, indices, values));
   UpdateValidated(indices, values);
   return Status::Ok();
 }
@@ -59,6 +60,7 @@ Status CpuPriorityTree::Update(std::span<const int64_t> indices, std::span<const
 Status CpuPriorityTree::UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                            double alpha) {
   PERSERVE_RETURN_IF_ERROR(ValidateExponentBatch(indices, priorities, alpha, capacity_));
+  PERSERVE_RETURN_IF_ERROR(ValidateTotalStaysBounded(*this, indices, priorities, alpha));
   leaves_.resize(priorities.size());
   for (size_t j = 0; j < priorities.size(); ++j) leaves_[j] = LeafFromPriority(priorities[j], alpha);
   UpdateValidated(indices, leaves_);

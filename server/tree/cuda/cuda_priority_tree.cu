@@ -179,6 +179,7 @@ UpdateStrategy CudaPriorityTree::Resolve(int64_t count) {
 
 Status CudaPriorityTree::Update(std::span<const int64_t> indices, std::span<const double> values) {
   PERSERVE_RETURN_IF_ERROR(ValidateUpdateBatch(indices, values, capacity_));
+  PERSERVE_RETURN_IF_ERROR(ValidateTotalStaysBounded(*this, indices, values));
   const UpdateStrategy strategy = Resolve(static_cast<int64_t>(indices.size()));
   return OnDevice("update", [&] { return UpdateOnDevice(strategy, indices, values, false, 1.0); });
 }
@@ -186,6 +187,7 @@ Status CudaPriorityTree::Update(std::span<const int64_t> indices, std::span<cons
 Status CudaPriorityTree::UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                             double alpha) {
   PERSERVE_RETURN_IF_ERROR(ValidateExponentBatch(indices, priorities, alpha, capacity_));
+  PERSERVE_RETURN_IF_ERROR(ValidateTotalStaysBounded(*this, indices, priorities, alpha));
   const UpdateStrategy strategy = Resolve(static_cast<int64_t>(indices.size()));
   return OnDevice("update", [&] { return UpdateOnDevice(strategy, indices, priorities, true, alpha); });
 }

@@ -4,6 +4,7 @@
 
 #include "server/tree/tree_test_util.h"
 #include "tree/cpu/cpu_priority_tree.h"
+#include "tree/tree_validation.h"
 
 namespace perserve::tree::testing {
 namespace {
@@ -100,6 +101,44 @@ TEST_P(PriorityTreeUpdateTest, RejectsTheWholeBatchAndNamesTheFirstBadElement) {
           << "message \"" << status.message() << "\" lacks \"" << c.mention << "\"";
       EXPECT_TRUE(Take(*tree) == before) << "a rejected batch changed the tree: " << status.ToString();
     }
+  }
+}
+
+// Two priorities of 1e308 are each finite, but their sum is not: the batch
+// (plain values, or priorities with an exponent) is refused whole, naming the
+// limit, and the tree keeps serving. Replacing a large leaf by an equal one,
+// which keeps the total, is still accepted (the exact path, not the bound).
+TEST_P(PriorityTreeUpdateTest, RefusesABatchThatWouldPushTheTotalPastTheLimit) {
+  for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kSparse, UpdateStrategy::kAuto}) {
+    std::unique_ptr<PriorityTree> tree = Make(16, strategy);
+    ASSERT_TRUE(tree->Update(std::vector<int64_t>{0}, std::vector<double>{1.0}).ok());
+    const Snapshot before = Take(*tree);
+    const std::vector<int64_t> two = {1, 2};
+    const std::vector<double> huge = {1e308, 1e308};
+    for (const Status& status : {tree->Update(two, huge), tree->UpdateWithExponent(two, huge, 1.0)}) {
+      EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << status.ToString();
+      EXPECT_NE(status.message().find("past the largest total"), std::string::npos) << status.message();
+      EXPECT_TRUE(Take(*tree) == before) << "a refused batch changed the tree";
+    }
+    EXPECT_TRUE(std::isfinite(tree->Total()));
+
+    // Up to the limit is fine, and so is rewriting the same big leaf (the
+    // fast bound would count it twice; the exact sum does not).
+    const std::vector<int64_t> one = {3};
+    const std::vector<double> big = {kMaxTreeTotal * 0.75};
+    ASSERT_TRUE(tree->Update(one, big).ok());
+    ASSERT_TRUE(tree->Update(one, big).ok());
+    EXPECT_EQ(tree->Total(), 1.0 + kMaxTreeTotal * 0.75);
+    // A second one would pass the limit; a repeated index counts once (last wins).
+    EXPECT_FALSE(tree->Update(std::vector<int64_t>{4}, big).ok());
+    ASSERT_TRUE(tree->Update(std::vector<int64_t>{4, 4, 3}, std::vector<double>{big[0], 1.0, 2.0}).ok());
+    EXPECT_EQ(tree->Total(), 1.0 + 1.0 + 2.0);
+    // Sampling over a total near the limit stays finite and lands on set leaves.
+    ASSERT_TRUE(tree->Update(one, big).ok());
+    std::vector<int64_t> leaves(512);
+    std::vector<double> values(512);
+    ASSERT_TRUE(tree->Sample(7, 0, leaves, values).ok());
+    for (size_t i = 0; i < leaves.size(); ++i) EXPECT_GT(values[i], 0.0) << "draw " << i << " leaf " << leaves[i];
   }
 }
 
