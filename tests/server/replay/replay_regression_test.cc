@@ -1,0 +1,137 @@
+// Replay defects that once slipped through the rest of the suite (issue 19),
+// each pinned by a direct test: the running max priority after an update, a
+// one-item replay's weights, and keys and rows after the ring wraps.
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "replay/replay.h"
+
+namespace perserve::replay {
+namespace {
+
+// Each item's own number in an int64 column, and a 3-byte tag derived from it
+// in a second column, so a row written from the wrong offset of either shows.
+Schema IdTagSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {3}}}}; }
+
+uint8_t TagByte(int64_t id, int b) { return static_cast<uint8_t>(7 * id + 50 * b + 1); }
+
+// `count` items numbered first, first + 1, ..., column after column.
+std::vector<std::byte> Items(int64_t first, int64_t count) {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> tags;
+  for (int64_t id = first; id < first + count; ++id) {
+    ids.push_back(id);
+    for (int b = 0; b < 3; ++b) tags.push_back(TagByte(id, b));
+  }
+  std::vector<std::byte> bulk(ids.size() * 8 + tags.size());
+  std::memcpy(bulk.data(), ids.data(), ids.size() * 8);
+  std::memcpy(bulk.data() + ids.size() * 8, tags.data(), tags.size());
+  return bulk;
+}
+
+std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha) {
+  std::unique_ptr<Replay> replay;
+  const Status status =
+      Replay::Create(ReplayOptions{capacity, alpha, tree::Device::kCpu, 11}, IdTagSchema(), &replay);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return replay;
+}
+
+double Leaf(const Replay& replay, int64_t slot) {
+  double value = 0.0;
+  EXPECT_TRUE(replay.tree().Get(std::span<const int64_t>(&slot, 1), std::span<double>(&value, 1)).ok());
+  return value;
+}
+
+// The defect: UpdatePriorities no longer raising the running max, so a later
+// add without priorities got the max of the adds alone.
+TEST(ReplayRegressionTest, AnUpdateRaisesTheMaxPriorityThatAPriorityLessAddGets) {
+  auto replay = MakeReplay(16, 0.5);
+  uint64_t first = 0;
+  ASSERT_TRUE(replay->Add(2, Items(0, 2), std::vector<double>{1.0, 4.0}, &first).ok());
+  ASSERT_EQ(replay->max_priority(), 4.0);
+  int64_t applied = 0, stale = 0;
+  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{25.0}, &applied, &stale).ok());
+  ASSERT_EQ(applied, 1);
+  EXPECT_EQ(replay->max_priority(), 25.0);
+  ASSERT_TRUE(replay->Add(3, Items(2, 3), {}, &first).ok());
+  ASSERT_EQ(first, 2u);
+  for (int64_t slot = 2; slot < 5; ++slot) {
+    EXPECT_EQ(Leaf(*replay, slot), std::pow(25.0, 0.5)) << "slot " << slot << ": not the updated max";
+  }
+  // A later update below the max leaves it where it is: the max is the largest
+  // priority ever seen, not the largest now stored.
+  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{0.5}, &applied, &stale).ok());
+  ASSERT_TRUE(replay->Add(1, Items(5, 1), {}, &first).ok());
+  EXPECT_EQ(Leaf(*replay, 5), 5.0);
+}
+
+// With one item, P = 1 and N * P = 1 for every draw, so every weight is
+// exactly 1 whatever beta is (a slip in N gives 0^-beta / 0^-beta = NaN here,
+// and cancels out everywhere else).
+TEST(ReplayRegressionTest, AOneItemReplayGivesEveryDrawWeightExactlyOne) {
+  for (double priority : {1.0, 3.5, 1e-6}) {
+    auto replay = MakeReplay(8, 0.6);
+    uint64_t first = 0;
+    ASSERT_TRUE(replay->Add(1, Items(0, 1), std::vector<double>{priority}, &first).ok());
+    for (double beta : {0.0, 0.4, 1.0}) {
+      SampleResult sample;
+      ASSERT_TRUE(replay->Sample(16, beta, &sample).ok());
+      ASSERT_EQ(sample.weights.size(), 16u);
+      for (size_t i = 0; i < sample.weights.size(); ++i) {
+        EXPECT_EQ(sample.keys[i], 0u);
+        EXPECT_EQ(sample.probabilities[i], 1.0);
+        EXPECT_EQ(sample.weights[i], 1.0) << "priority " << priority << ", beta " << beta << ", draw " << i;
+      }
+    }
+  }
+}
+
+// Capacity 4, 7 items in batches of 1, 2 and 4 (the last wraps the ring inside
+// the batch: slots 3, 0, 1, 2). After every add, every sampled key lies in the
+// live range [next_key - size, next_key), sits at slot key mod 4, and its row
+// in both columns is the one written for it; every live key gets drawn.
+TEST(ReplayRegressionTest, AfterTheRingWrapsEverySampledKeyIsLiveAndItsRowIsItsOwn) {
+  const int64_t capacity = 4;
+  auto replay = MakeReplay(capacity, 1.0);
+  int64_t added = 0;
+  for (int64_t count : {1, 2, 4}) {
+    uint64_t first = 0;
+    ASSERT_TRUE(replay->Add(count, Items(added, count), {}, &first).ok());
+    ASSERT_EQ(first, static_cast<uint64_t>(added));
+    added += count;
+    const uint64_t live_begin = static_cast<uint64_t>(std::max<int64_t>(0, added - capacity));
+    const uint64_t live_end = static_cast<uint64_t>(added);
+    std::set<uint64_t> drawn;
+    for (int round = 0; round < 8; ++round) {
+      SampleResult sample;
+      ASSERT_TRUE(replay->Sample(32, 0.5, &sample).ok());
+      const int64_t batch = static_cast<int64_t>(sample.keys.size());
+      std::vector<std::byte> rows(static_cast<size_t>(batch * replay->store().schema().ItemBytes()));
+      replay->store().Gather(sample.slots, rows);
+      for (int64_t i = 0; i < batch; ++i) {
+        const uint64_t key = sample.keys[i];
+        ASSERT_GE(key, live_begin) << "after " << added << " items";
+        ASSERT_LT(key, live_end) << "after " << added << " items";
+        ASSERT_EQ(sample.slots[i], static_cast<int64_t>(key % capacity));
+        int64_t id = -1;
+        std::memcpy(&id, rows.data() + 8 * i, 8);
+        EXPECT_EQ(id, static_cast<int64_t>(key)) << "after " << added << " items: the id column of key " << key;
+        for (int b = 0; b < 3; ++b) {
+          EXPECT_EQ(static_cast<uint8_t>(rows[8 * batch + 3 * i + b]), TagByte(static_cast<int64_t>(key), b))
+              << "after " << added << " items: byte " << b << " of the tag column of key " << key;
+        }
+        drawn.insert(key);
+      }
+    }
+    EXPECT_EQ(drawn.size(), live_end - live_begin) << "after " << added << " items: a live key never drawn";
+  }
+  EXPECT_EQ(replay->size(), capacity);
+  EXPECT_EQ(replay->next_key(), 7u);
+}
+
+}  // namespace
+}  // namespace perserve::replay
