@@ -1,0 +1,72 @@
+// The "auto" strategy table of a large tree, checked for what it chooses, not
+// for how fast it is (issue 19): calibration forced to `rebuild` passed every
+// functional test and only made the flood test 26x slower. At 2^21 leaves a
+// rebuild sweeps all 2^22 nodes whatever the batch, while the replay's update
+// batches are tens to a few thousand elements; no honest measurement picks it
+// for those. The table is measured once per process (~0.65 s on the CPU).
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "server/tree/tree_test_util.h"
+#include "tree/cpu/cpu_priority_tree.h"
+
+namespace perserve::tree::testing {
+namespace {
+
+constexpr int64_t kLargeCapacity = int64_t{1} << 21;
+// The largest batch called small. The CPU's measured crossover to rebuild at
+// 2^21 leaves is about 65536 (README, Performance), 32x above this. The CUDA
+// backend's is not measured yet; sparse there is one kernel up to 2048
+// elements against a rebuild's launch per lower level over the whole tree, so
+// a bound of 256 keeps a wide margin.
+int64_t LargestSmallBatch(Device device) { return device == Device::kCuda ? 256 : 2048; }
+
+// The table's lines ("k=512: per_element 40.1us ... -> sparse") as k -> chosen strategy name.
+std::map<int64_t, std::string> ChoicesFromDescription(const std::string& description) {
+  std::map<int64_t, std::string> choices;
+  const std::regex line_pattern(R"(^k=(\d+):.*-> (\w+)$)");
+  std::istringstream lines(description);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch match;
+    if (std::regex_match(line, match, line_pattern)) choices[std::stoll(match[1])] = match[2];
+  }
+  return choices;
+}
+
+// The choice the CPU tree acts on, for every small batch size (not only the
+// measured powers of two).
+TEST(AutoTableTest, ALargeCpuTreeNeverRebuildsForASmallBatch) {
+  CpuPriorityTree tree(kLargeCapacity);
+  for (int64_t k = 1; k <= LargestSmallBatch(Device::kCpu); ++k) {
+    const UpdateStrategy chosen = tree.AutoStrategyFor(k);
+    ASSERT_NE(chosen, UpdateStrategy::kRebuild) << "k=" << k << "; the table:\n" << tree.DescribeAutoTable();
+    ASSERT_NE(chosen, UpdateStrategy::kAuto) << "k=" << k;
+  }
+}
+
+// The measured table as every backend reports it.
+class AutoTableDeviceTest : public DeviceTest {};
+
+TEST_P(AutoTableDeviceTest, ALargeTreesTableNamesNoRebuildForASmallBatch) {
+  std::unique_ptr<PriorityTree> tree = Make(kLargeCapacity, UpdateStrategy::kAuto);
+  ASSERT_NE(tree, nullptr);
+  const std::string description = tree->DescribeAutoTable();
+  const std::map<int64_t, std::string> choices = ChoicesFromDescription(description);
+  const int64_t largest_small = LargestSmallBatch(GetParam());
+  int64_t lines_checked = 0;
+  for (int64_t k = 1; k <= largest_small; k *= 2) {
+    const auto choice = choices.find(k);
+    ASSERT_NE(choice, choices.end()) << "no line for k=" << k << " in the table:\n" << description;
+    EXPECT_NE(choice->second, "rebuild") << "k=" << k << "; the table:\n" << description;
+    ++lines_checked;
+  }
+  EXPECT_GE(lines_checked, 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, AutoTableDeviceTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
+
+}  // namespace
+}  // namespace perserve::tree::testing
