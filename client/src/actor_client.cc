@@ -21,46 +21,45 @@ Status ActorClient::Join(MPI_Comm comm, const ClientOptions& options, std::uniqu
 ActorClient::ActorClient(std::unique_ptr<Connection> connection, ClientOptions options)
     : connection_(std::move(connection)), options_(options) {}
 
-ActorClient::~ActorClient() { (void)Close(); }
+ActorClient::~ActorClient() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
+}
 
 const Schema& ActorClient::schema() const { return connection_->schema(); }
 
 Status ActorClient::Add(const BatchView& batch, std::span<const double> priorities) {
-  if (closed_) return Status::FailedPrecondition("the actor is closed");
   const Schema& schema = connection_->schema();
-  if (batch.size < 1) return Status::InvalidArgument(fmt::format("a batch of {} items", batch.size));
   if (batch.columns.size() != schema.columns.size()) {
-    return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({})", batch.columns.size(),
-                                               schema.columns.size(), schema.ToString()));
+    return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({}); nothing was sent",
+                                               batch.columns.size(), schema.columns.size(), schema.ToString()));
   }
-  if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != batch.size) {
-    return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), batch.size));
+  ColumnSpans spans{batch.size, {}};
+  for (size_t i = 0; i < batch.columns.size(); ++i) {
+    const size_t bytes = batch.size > 0 ? static_cast<size_t>(batch.size * schema.columns[i].ItemBytes()) : 0;
+    spans.columns.emplace_back(static_cast<const std::byte*>(batch.columns[i]), batch.columns[i] ? bytes : 0);
   }
+  return Add(spans, priorities);
+}
+
+Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priorities) {
+  if (closed_) return Status::FailedPrecondition("the actor is closed");
+  PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), batch, priorities));
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
-  if (!pending_error_.ok()) {
-    const Status earlier = std::exchange(pending_error_, Status::Ok());
-    return Status::FromCode(static_cast<int>(earlier.code()),
-                            "an earlier batch was rejected, and this one was not sent: " + earlier.message());
-  }
+  if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
 
   // One contiguous frame: the columns in schema order, then the priorities.
-  std::vector<std::span<const std::byte>> parts;
-  for (size_t i = 0; i < batch.columns.size(); ++i) {
-    if (batch.columns[i] == nullptr) return Status::InvalidArgument(fmt::format("column {} is NULL", i));
-    parts.emplace_back(static_cast<const std::byte*>(batch.columns[i]),
-                       static_cast<size_t>(batch.size * schema.columns[i].ItemBytes()));
-  }
-  size_t bulk_bytes = 0;
-  for (const auto& part : parts) bulk_bytes += part.size();
+  size_t bulk_bytes = priorities.size_bytes();
+  for (const auto& column : batch.columns) bulk_bytes += column.size();
   const uint64_t id = connection_->NextRequestId();
   const proto::AddRequest request{batch.size, !priorities.empty()};
-  std::vector<std::byte> frame = connection_->AcquireBuffer(bulk_bytes + priorities.size_bytes() + 64);
+  std::vector<std::byte> frame = connection_->AcquireBuffer(bulk_bytes + 64);
   std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
-                                                         proto::SerializeMeta(request), {}, bulk_bytes +
-                                                         priorities.size_bytes(), &frame);
-  for (const auto& part : parts) {
-    std::memcpy(tail.data(), part.data(), part.size());
-    tail = tail.subspan(part.size());
+                                                         proto::SerializeMeta(request), {}, bulk_bytes, &frame);
+  for (const auto& column : batch.columns) {
+    std::memcpy(tail.data(), column.data(), column.size());
+    tail = tail.subspan(column.size());
   }
   if (!priorities.empty()) std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
@@ -70,7 +69,7 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
 
 Status ActorClient::CollectOldest() {
   const uint64_t id = in_flight_.front();
-  in_flight_.erase(in_flight_.begin());
+  in_flight_.pop_front();
   std::vector<std::byte> message;
   proto::Frame frame;
   Status status = connection_->AwaitReply(id, &message, &frame);
@@ -79,15 +78,26 @@ Status ActorClient::CollectOldest() {
   if (status.ok()) {
     last_first_key_ = reply.first_key;
     items_acknowledged_ += reply.count;
-  } else if (pending_error_.ok()) {
-    pending_error_ = status;
+    return Status::Ok();
   }
+  ++rejected_batches_;
+  if (unreported_rejections_++ == 0) first_rejection_ = status;
   return Status::Ok();
+}
+
+Status ActorClient::TakePendingError(bool instead_of_send) {
+  const int64_t count = std::exchange(unreported_rejections_, 0);
+  const Status first = std::exchange(first_rejection_, Status::Ok());
+  if (count == 0) return Status::Ok();
+  const std::string not_sent = instead_of_send ? ", and this one was not sent" : "";
+  const std::string what = count == 1 ? fmt::format("an earlier batch was rejected{}: ", not_sent)
+                                      : fmt::format("{} earlier batches were rejected{}; the first: ", count, not_sent);
+  return Status::FromCode(static_cast<int>(first.code()), what + first.message());
 }
 
 Status ActorClient::Flush() {
   while (!in_flight_.empty()) PERSERVE_RETURN_IF_ERROR(CollectOldest());
-  return std::exchange(pending_error_, Status::Ok());
+  return TakePendingError(/*instead_of_send=*/false);
 }
 
 Status ActorClient::Close() {
@@ -97,5 +107,7 @@ Status ActorClient::Close() {
   const Status closed = connection_->Close();
   return flushed.ok() ? closed : flushed;
 }
+
+Status ActorClient::Peers(MPI_Comm* peers) { return connection_->Peers(peers); }
 
 }  // namespace perserve

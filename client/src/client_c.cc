@@ -1,49 +1,93 @@
 // The C ABI of perserve/client_c.h over ActorClient and LearnerClient: the one
-// place where client Status values become C return codes.
+// place where client Status values become C return codes. Every entry point
+// runs inside Guarded, so no C++ exception crosses the C boundary.
 #include "perserve/client_c.h"
 
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "perserve/client.h"
 
+struct perserve_schema {
+  const perserve::Schema* schema = nullptr;
+  std::string text;  // ToString(), kept for perserve_schema_string
+};
 struct perserve_actor {
   std::unique_ptr<perserve::ActorClient> client;
+  perserve_schema schema;
 };
 struct perserve_learner {
   std::unique_ptr<perserve::LearnerClient> client;
+  perserve_schema schema;
+};
+struct perserve_bystander {
+  std::unique_ptr<perserve::Bystander> client;
 };
 
 namespace {
 
 thread_local std::string last_error;
+thread_local bool last_error_lost = false;  // the text could not be kept (no memory)
+
+// Sets last_error without throwing.
+void SetLastError(const char* code, const char* message) noexcept {
+  try {
+    last_error = std::string(code) + ": " + message;
+    last_error_lost = false;
+  } catch (...) {
+    last_error_lost = true;
+  }
+}
 
 int Report(const perserve::Status& status) {
   if (status.ok()) return 0;
   last_error = status.ToString();
+  last_error_lost = false;
   return 1;
 }
 
 int Fail(const char* message) {
-  last_error = std::string("INVALID_ARGUMENT: ") + message;
+  SetLastError("INVALID_ARGUMENT", message);
   return 1;
 }
 
-template <typename Body>
-int Guarded(Body body) {
+// Runs `body` (which returns the C result), turning any exception into an
+// error result `failed` and a message in last_error.
+template <typename Body, typename Result = int>
+Result Guarded(Body body, Result failed = 1) noexcept {
   try {
     return body();
+  } catch (const std::bad_alloc&) {
+    SetLastError("RESOURCE_EXHAUSTED", "out of memory");
   } catch (const std::exception& e) {
-    last_error = std::string("INTERNAL: ") + e.what();
-    return 1;
+    SetLastError("INTERNAL", e.what());
+  } catch (...) {
+    SetLastError("INTERNAL", "an unknown exception");
   }
+  return failed;
 }
 
-int64_t ColumnBytes(const perserve::Schema& schema, int column) {
-  if (column < 0 || column >= static_cast<int>(schema.columns.size())) return -1;
-  return schema.columns[column].ItemBytes();
+MPI_Comm FromFortran(MPI_Fint comm) { return MPI_Comm_f2c(comm); }
+
+const perserve::Column* ColumnAt(const perserve_schema* s, int column) {
+  if (s == nullptr || s->schema == nullptr || column < 0 || column >= static_cast<int>(s->schema->columns.size())) {
+    return nullptr;
+  }
+  return &s->schema->columns[static_cast<size_t>(column)];
+}
+
+void BindSchema(const perserve::Schema& schema, perserve_schema* view) {
+  view->schema = &schema;
+  view->text = schema.ToString();
+}
+
+int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
+  if (Report(status) != 0) return 1;
+  *peers = MPI_Comm_c2f(comm);
+  return 0;
 }
 
 }  // namespace
@@ -51,11 +95,16 @@ int64_t ColumnBytes(const perserve::Schema& schema, int column) {
 extern "C" {
 
 perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight) {
-  auto handle = std::make_unique<perserve_actor>();
-  perserve::ClientOptions options;
-  options.max_in_flight = max_in_flight;
-  if (Report(perserve::ActorClient::Join(MPI_Comm_f2c(comm), options, &handle->client)) != 0) return nullptr;
-  return handle.release();
+  return Guarded(
+      [&]() -> perserve_actor* {
+        auto handle = std::make_unique<perserve_actor>();
+        perserve::ClientOptions options;
+        options.max_in_flight = max_in_flight;
+        if (Report(perserve::ActorClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
+        BindSchema(handle->client->schema(), &handle->schema);
+        return handle.release();
+      },
+      static_cast<perserve_actor*>(nullptr));
 }
 
 int perserve_actor_num_columns(const perserve_actor* a) {
@@ -63,8 +112,10 @@ int perserve_actor_num_columns(const perserve_actor* a) {
 }
 
 int64_t perserve_actor_column_bytes(const perserve_actor* a, int column) {
-  return a == nullptr ? -1 : ColumnBytes(a->client->schema(), column);
+  return a == nullptr ? -1 : perserve_schema_column_bytes(&a->schema, column);
 }
+
+const perserve_schema* perserve_actor_schema(const perserve_actor* a) { return a == nullptr ? nullptr : &a->schema; }
 
 int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns, const double* priorities) {
   if (a == nullptr) return Fail("actor handle is NULL");
@@ -79,22 +130,60 @@ int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns,
   });
 }
 
+int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                               const double* priorities) {
+  if (a == nullptr) return Fail("actor handle is NULL");
+  if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
+  return Guarded([&] {
+    const size_t count = a->client->schema().columns.size();
+    perserve::ColumnSpans batch{n, {}};
+    for (size_t i = 0; i < count; ++i) {
+      if (column_bytes[i] < 0) return Fail("a column length is negative");
+      batch.columns.emplace_back(static_cast<const std::byte*>(columns[i]), static_cast<size_t>(column_bytes[i]));
+    }
+    std::span<const double> given;
+    if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
+    return Report(a->client->Add(batch, given));
+  });
+}
+
 int perserve_actor_flush(perserve_actor* a) {
   if (a == nullptr) return Fail("actor handle is NULL");
   return Guarded([&] { return Report(a->client->Flush()); });
 }
 
+int perserve_actor_peers(perserve_actor* a, MPI_Fint* peers) {
+  if (a == nullptr || peers == nullptr) return Fail("actor handle or peers is NULL");
+  return Guarded([&] {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const perserve::Status status = a->client->Peers(&comm);
+    return PeersOut(status, comm, peers);
+  });
+}
+
 int perserve_actor_close(perserve_actor* a) {
   if (a == nullptr) return Fail("actor handle is NULL");
   const int result = Guarded([&] { return Report(a->client->Close()); });
-  delete a;
+  delete a;  // the destructors do not throw: Close has run
   return result;
 }
 
+perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int max_in_flight) {
+  return Guarded(
+      [&]() -> perserve_learner* {
+        auto handle = std::make_unique<perserve_learner>();
+        perserve::ClientOptions options;
+        options.prefetch = prefetch;
+        options.max_in_flight = max_in_flight;
+        if (Report(perserve::LearnerClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
+        BindSchema(handle->client->schema(), &handle->schema);
+        return handle.release();
+      },
+      static_cast<perserve_learner*>(nullptr));
+}
+
 perserve_learner* perserve_learner_join(MPI_Fint comm) {
-  auto handle = std::make_unique<perserve_learner>();
-  if (Report(perserve::LearnerClient::Join(MPI_Comm_f2c(comm), {}, &handle->client)) != 0) return nullptr;
-  return handle.release();
+  return perserve_learner_join_with(comm, 0, perserve::ClientOptions{}.max_in_flight);
 }
 
 int perserve_learner_num_columns(const perserve_learner* l) {
@@ -102,8 +191,33 @@ int perserve_learner_num_columns(const perserve_learner* l) {
 }
 
 int64_t perserve_learner_column_bytes(const perserve_learner* l, int column) {
-  return l == nullptr ? -1 : ColumnBytes(l->client->schema(), column);
+  return l == nullptr ? -1 : perserve_schema_column_bytes(&l->schema, column);
 }
+
+const perserve_schema* perserve_learner_schema(const perserve_learner* l) {
+  return l == nullptr ? nullptr : &l->schema;
+}
+
+namespace {
+
+int CopyOut(const perserve::SampleBatch& batch, int64_t capacity, uint64_t* keys, double* weights,
+            double* probabilities, void* const* columns) {
+  if (batch.size > capacity) {
+    SetLastError("OUT_OF_RANGE", ("a sample of " + std::to_string(batch.size) + " items does not fit " +
+                                  std::to_string(capacity)).c_str());
+    return 1;
+  }
+  const size_t n = static_cast<size_t>(batch.size);
+  if (keys != nullptr) std::memcpy(keys, batch.keys.data(), n * sizeof(uint64_t));
+  if (weights != nullptr) std::memcpy(weights, batch.weights.data(), n * sizeof(double));
+  if (probabilities != nullptr) std::memcpy(probabilities, batch.probabilities.data(), n * sizeof(double));
+  for (size_t i = 0; columns != nullptr && i < batch.columns.size(); ++i) {
+    if (columns[i] != nullptr) std::memcpy(columns[i], batch.columns[i].data(), batch.columns[i].size());
+  }
+  return 0;
+}
+
+}  // namespace
 
 int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_t* keys, double* weights,
                             void* const* columns) {
@@ -112,12 +226,23 @@ int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_
   return Guarded([&] {
     perserve::SampleBatch batch;
     if (Report(l->client->Sample(n, beta, &batch)) != 0) return 1;
-    std::memcpy(keys, batch.keys.data(), batch.keys.size() * sizeof(uint64_t));
-    if (weights != nullptr) std::memcpy(weights, batch.weights.data(), batch.weights.size() * sizeof(double));
-    for (size_t i = 0; columns != nullptr && i < batch.columns.size(); ++i) {
-      if (columns[i] != nullptr) std::memcpy(columns[i], batch.columns[i].data(), batch.columns[i].size());
-    }
-    return 0;
+    return CopyOut(batch, n, keys, weights, nullptr, columns);
+  });
+}
+
+int perserve_learner_request_sample(perserve_learner* l, int64_t n, double beta) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] { return Report(l->client->RequestSample(n, beta)); });
+}
+
+int perserve_learner_receive_sample(perserve_learner* l, int64_t capacity, int64_t* count_out, uint64_t* keys,
+                                    double* weights, double* probabilities, void* const* columns) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] {
+    perserve::SampleBatch batch;
+    if (Report(l->client->ReceiveSample(&batch)) != 0) return 1;
+    if (count_out != nullptr) *count_out = batch.size;
+    return CopyOut(batch, capacity, keys, weights, probabilities, columns);
   });
 }
 
@@ -128,12 +253,36 @@ int perserve_learner_update(perserve_learner* l, const uint64_t* keys, const dou
   if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
   return Guarded([&] {
     perserve::UpdateResult result;
-    const size_t count = static_cast<size_t>(n);
-    const int code = Report(l->client->UpdatePriorities(std::span<const uint64_t>(keys, n > 0 ? count : 0),
-                                                        std::span<const double>(priorities, n > 0 ? count : 0),
-                                                        &result));
+    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
+    const int code = Report(l->client->UpdatePriorities(std::span<const uint64_t>(keys, count),
+                                                        std::span<const double>(priorities, count), &result));
     if (code == 0 && stale_out != nullptr) *stale_out = result.stale;
     return code;
+  });
+}
+
+int perserve_learner_send_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  if (n < 0) return Fail("n is negative");
+  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
+  return Guarded([&] {
+    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
+    return Report(l->client->SendPriorityUpdate(std::span<const uint64_t>(keys, count),
+                                                std::span<const double>(priorities, count)));
+  });
+}
+
+int perserve_learner_flush(perserve_learner* l) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] { return Report(l->client->Flush()); });
+}
+
+int perserve_learner_peers(perserve_learner* l, MPI_Fint* peers) {
+  if (l == nullptr || peers == nullptr) return Fail("learner handle or peers is NULL");
+  return Guarded([&] {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const perserve::Status status = l->client->Peers(&comm);
+    return PeersOut(status, comm, peers);
   });
 }
 
@@ -144,8 +293,66 @@ int perserve_learner_close(perserve_learner* l) {
   return result;
 }
 
-int perserve_bystander_join(MPI_Fint comm) { return Report(perserve::JoinAsBystander(MPI_Comm_f2c(comm))); }
+int perserve_bystander_join(MPI_Fint comm) {
+  return Guarded([&] { return Report(perserve::JoinAsBystander(FromFortran(comm))); });
+}
 
-const char* perserve_client_last_error(void) { return last_error.c_str(); }
+perserve_bystander* perserve_bystander_join_with_handle(MPI_Fint comm) {
+  return Guarded(
+      [&]() -> perserve_bystander* {
+        auto handle = std::make_unique<perserve_bystander>();
+        if (Report(perserve::JoinAsBystander(FromFortran(comm), &handle->client)) != 0) return nullptr;
+        return handle.release();
+      },
+      static_cast<perserve_bystander*>(nullptr));
+}
+
+int perserve_bystander_peers(perserve_bystander* b, MPI_Fint* peers) {
+  if (b == nullptr || peers == nullptr) return Fail("bystander handle or peers is NULL");
+  return Guarded([&] {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const perserve::Status status = b->client->Peers(&comm);
+    return PeersOut(status, comm, peers);
+  });
+}
+
+void perserve_bystander_free(perserve_bystander* b) { delete b; }
+
+int perserve_schema_num_columns(const perserve_schema* s) {
+  return s == nullptr || s->schema == nullptr ? -1 : static_cast<int>(s->schema->columns.size());
+}
+
+const char* perserve_schema_column_name(const perserve_schema* s, int column) {
+  const perserve::Column* c = ColumnAt(s, column);
+  return c == nullptr ? nullptr : c->name.c_str();
+}
+
+const char* perserve_schema_column_dtype(const perserve_schema* s, int column) {
+  const perserve::Column* c = ColumnAt(s, column);
+  return c == nullptr ? nullptr : perserve::DTypeName(c->dtype).data();  // names are literals: NUL-terminated
+}
+
+int perserve_schema_column_ndim(const perserve_schema* s, int column) {
+  const perserve::Column* c = ColumnAt(s, column);
+  return c == nullptr ? -1 : static_cast<int>(c->shape.size());
+}
+
+int64_t perserve_schema_column_dim(const perserve_schema* s, int column, int axis) {
+  const perserve::Column* c = ColumnAt(s, column);
+  if (c == nullptr || axis < 0 || axis >= static_cast<int>(c->shape.size())) return -1;
+  return c->shape[static_cast<size_t>(axis)];
+}
+
+int64_t perserve_schema_column_bytes(const perserve_schema* s, int column) {
+  const perserve::Column* c = ColumnAt(s, column);
+  return c == nullptr ? -1 : c->ItemBytes();
+}
+
+const char* perserve_schema_string(const perserve_schema* s) { return s == nullptr ? nullptr : s->text.c_str(); }
+
+const char* perserve_client_last_error(void) {
+  return last_error_lost ? "RESOURCE_EXHAUSTED: out of memory (the error's text could not be kept)"
+                         : last_error.c_str();
+}
 
 }  // extern "C"

@@ -5,10 +5,25 @@
 #include <fmt/format.h>
 
 namespace perserve::client_internal {
+namespace {
+
+// The tag MPI_Comm_create_group uses on the joined communicator for Peers;
+// no perserve message uses it.
+constexpr int kPeersTag = 7399;
+
+uint64_t RequestIdOf(const std::vector<std::byte>& message) {
+  proto::FrameHeader header;
+  if (message.size() >= proto::kFrameHeaderBytes) std::memcpy(&header, message.data(), sizeof(header));
+  return header.request_id;
+}
+
+}  // namespace
 
 Status Connection::Join(MPI_Comm parent, proto::Role role) {
   PERSERVE_RETURN_IF_ERROR(mpi::Join(parent, role, nullptr, &comm_, &join_));
-  if (join_.server_rank < 0) return Status::Internal("the join assigned no server to this client");
+  if (role != proto::Role::kBystander && join_.server_rank < 0) {
+    return Status::Internal("the join assigned no server to this client");
+  }
   return Status::Ok();
 }
 
@@ -27,12 +42,34 @@ Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* messa
       bool received = false;
       PERSERVE_RETURN_IF_ERROR(
           mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, /*wait=*/true, message, &received));
-      proto::FrameHeader header;
-      if (message->size() >= proto::kFrameHeaderBytes) std::memcpy(&header, message->data(), sizeof(header));
-      if (header.request_id == request_id) break;
-      early_replies_[header.request_id] = std::move(*message);
+      const uint64_t id = RequestIdOf(*message);
+      if (id == request_id) break;
+      early_replies_[id] = std::move(*message);
     }
   }
+  return Finish(message, frame);
+}
+
+Status Connection::PollReply(uint64_t request_id, bool* ready, std::vector<std::byte>* message,
+                             proto::Frame* frame) {
+  *ready = false;
+  while (early_replies_.find(request_id) == early_replies_.end()) {
+    bool received = false;
+    std::vector<std::byte> incoming;
+    PERSERVE_RETURN_IF_ERROR(
+        mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, /*wait=*/false, &incoming, &received));
+    if (!received) return sends_.Progress();
+    const uint64_t id = RequestIdOf(incoming);
+    early_replies_[id] = std::move(incoming);
+  }
+  auto found = early_replies_.find(request_id);
+  *message = std::move(found->second);
+  early_replies_.erase(found);
+  *ready = true;
+  return Finish(message, frame);
+}
+
+Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) {
   PERSERVE_RETURN_IF_ERROR(sends_.Progress());
   PERSERVE_RETURN_IF_ERROR(proto::DecodeFrame(*message, frame));
   if (frame->kind() == proto::MessageKind::kErrorReply) {
@@ -41,6 +78,22 @@ Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* messa
     return Status::FromCode(error.code, "server: " + error.message);
   }
   return Status::Ok();
+}
+
+Status Connection::Peers(MPI_Comm* peers) const {
+  MPI_Group all = MPI_GROUP_NULL, others = MPI_GROUP_NULL;
+  Status status = mpi::Check(MPI_Comm_group(comm_.get(), &all), "MPI_Comm_group");
+  if (status.ok()) {
+    status = mpi::Check(MPI_Group_excl(all, static_cast<int>(join_.server_ranks.size()), join_.server_ranks.data(),
+                                       &others),
+                        "MPI_Group_excl");
+  }
+  if (status.ok()) {
+    status = mpi::Check(MPI_Comm_create_group(comm_.get(), others, kPeersTag, peers), "MPI_Comm_create_group");
+  }
+  if (others != MPI_GROUP_NULL) MPI_Group_free(&others);
+  if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+  return status;
 }
 
 Status Connection::Close() {

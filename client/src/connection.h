@@ -20,7 +20,7 @@ namespace perserve::client_internal {
 
 class Connection {
  public:
-  // Collective over `parent`.
+  // Collective over `parent`. A bystander has no server (server_rank -1).
   Status Join(MPI_Comm parent, proto::Role role);
 
   const Schema& schema() const { return join_.schema; }
@@ -38,10 +38,21 @@ class Connection {
   // returned status. On success `frame` points into `*message`.
   Status AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame);
 
+  // The same without waiting: *ready false (and OK) when the reply has not
+  // arrived yet. Receives whatever replies are waiting, keeping them.
+  Status PollReply(uint64_t request_id, bool* ready, std::vector<std::byte>* message, proto::Frame* frame);
+
+  // Collective over every non-server rank of the joined communicator: a new
+  // communicator over them (MPI_Comm_create_group, so servers take no part).
+  Status Peers(MPI_Comm* peers) const;
+
   // Sends kCloseRequest and waits for its reply, then for every send.
   Status Close();
 
  private:
+  // Decodes a reply to `request_id` taken from early_replies_.
+  Status Finish(std::vector<std::byte>* message, proto::Frame* frame);
+
   mpi::Communicator comm_;
   mpi::JoinResult join_;
   uint64_t next_request_id_ = 1;

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
@@ -7,38 +10,68 @@ namespace perserve {
 
 using client_internal::Connection;
 
-Status LearnerClient::Join(MPI_Comm comm, const ClientOptions&, std::unique_ptr<LearnerClient>* learner) {
+namespace {
+
+// CollectUpdates' argument when it should only take acknowledgements that have arrived.
+constexpr size_t kNoWait = static_cast<size_t>(-1);
+
+}  // namespace
+
+Status LearnerClient::Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<LearnerClient>* learner) {
+  if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be >= 1");
+  if (options.prefetch < 0) return Status::InvalidArgument("prefetch must be >= 0");
   auto connection = std::make_unique<Connection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kLearner));
-  learner->reset(new LearnerClient(std::move(connection)));
+  learner->reset(new LearnerClient(std::move(connection), options));
   return Status::Ok();
 }
 
-LearnerClient::LearnerClient(std::unique_ptr<Connection> connection) : connection_(std::move(connection)) {}
+LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptions options)
+    : connection_(std::move(connection)), options_(options) {}
 
-LearnerClient::~LearnerClient() { (void)Close(); }
+LearnerClient::~LearnerClient() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
+}
 
 const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
 Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch) {
-  PERSERVE_RETURN_IF_ERROR(RequestSample(batch_size, beta));
-  return ReceiveSample(batch);
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  // Requests made with another size or beta are not what the caller asks for now.
+  while (!pending_samples_.empty() &&
+         (pending_samples_.front().batch_size != batch_size || pending_samples_.front().beta != beta)) {
+    PERSERVE_RETURN_IF_ERROR(ReceiveSample(batch));
+  }
+  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(RequestSample(batch_size, beta));
+  PERSERVE_RETURN_IF_ERROR(ReceiveSample(batch));
+  while (samples_in_flight() < options_.prefetch) PERSERVE_RETURN_IF_ERROR(RequestSample(batch_size, beta));
+  return Status::Ok();
 }
 
 Status LearnerClient::RequestSample(int64_t batch_size, double beta) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
-  if (pending_sample_ != 0) return Status::FailedPrecondition("a sample request is already in flight");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  if (samples_in_flight() >= std::max(1, options_.prefetch)) {
+    return Status::FailedPrecondition(
+        fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
+                    std::max(1, options_.prefetch)));
+  }
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
   proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta}, {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  pending_sample_ = id;
+  pending_samples_.push_back(PendingSample{id, batch_size, beta});
   return Status::Ok();
 }
 
 Status LearnerClient::ReceiveSample(SampleBatch* batch) {
-  if (pending_sample_ == 0) return Status::FailedPrecondition("no sample request is in flight");
-  const uint64_t id = std::exchange(pending_sample_, 0);
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  if (pending_samples_.empty()) return Status::FailedPrecondition("no sample request is in flight");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  const uint64_t id = pending_samples_.front().id;
+  pending_samples_.pop_front();
   proto::Frame frame;
   PERSERVE_RETURN_IF_ERROR(connection_->AwaitReply(id, &batch->message, &frame));
   proto::SampleReply reply;
@@ -59,37 +92,102 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   return Status::Ok();
 }
 
-Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
-                                       UpdateResult* result) {
-  if (closed_) return Status::FailedPrecondition("the learner is closed");
+namespace {
+
+Status CheckUpdate(std::span<const uint64_t> keys, std::span<const double> priorities) {
   if (keys.size() != priorities.size()) {
     return Status::InvalidArgument(fmt::format("{} keys but {} priorities", keys.size(), priorities.size()));
   }
-  const uint64_t id = connection_->NextRequestId();
-  std::vector<std::byte> frame;
+  return CheckPriorities(priorities);
+}
+
+void EncodeUpdate(uint64_t id, std::span<const uint64_t> keys, std::span<const double> priorities,
+                  std::vector<std::byte>* frame) {
   proto::EncodeFrame(proto::MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
-                     {std::as_bytes(keys), std::as_bytes(priorities)}, &frame);
+                     {std::as_bytes(keys), std::as_bytes(priorities)}, frame);
+}
+
+}  // namespace
+
+Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
+                                       UpdateResult* result) {
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
+  const uint64_t id = connection_->NextRequestId();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
+  EncodeUpdate(id, keys, priorities, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   std::vector<std::byte> message;
   proto::Frame reply_frame;
   PERSERVE_RETURN_IF_ERROR(connection_->AwaitReply(id, &message, &reply_frame));
   proto::UpdateReply reply;
   PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(reply_frame, &reply));
+  updates_.applied += reply.applied;
+  updates_.stale += reply.stale;
   if (result != nullptr) *result = UpdateResult{reply.applied, reply.stale};
   return Status::Ok();
 }
 
-Status LearnerClient::Close() {
-  if (closed_) return Status::Ok();
-  closed_ = true;
-  pending_sample_ = 0;  // the server drops a deferred sample of a closed client
-  return connection_->Close();
+Status LearnerClient::SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities) {
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
+  // Back-pressure: at most max_in_flight - 1 unacknowledged before this one.
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(static_cast<size_t>(options_.max_in_flight - 1)));
+  const uint64_t id = connection_->NextRequestId();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
+  EncodeUpdate(id, keys, priorities, &frame);
+  PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
+  pending_updates_.push_back(id);
+  return Status::Ok();
 }
 
-Status JoinAsBystander(MPI_Comm comm) {
-  mpi::Communicator joined;
-  mpi::JoinResult result;
-  return mpi::Join(comm, proto::Role::kBystander, nullptr, &joined, &result);
+Status LearnerClient::CollectUpdates(size_t keep_pending) {
+  while (!pending_updates_.empty()) {
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    bool ready = true;
+    const uint64_t id = pending_updates_.front();
+    Status status = pending_updates_.size() > keep_pending ? connection_->AwaitReply(id, &message, &frame)
+                                                           : connection_->PollReply(id, &ready, &message, &frame);
+    if (!ready) break;
+    pending_updates_.pop_front();
+    proto::UpdateReply reply;
+    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
+    if (status.ok()) {
+      updates_.applied += reply.applied;
+      updates_.stale += reply.stale;
+    } else if (unreported_update_errors_++ == 0) {
+      update_error_ = status;
+    }
+  }
+  return TakePendingError();
+}
+
+Status LearnerClient::TakePendingError() {
+  const int64_t count = std::exchange(unreported_update_errors_, 0);
+  const Status first = std::exchange(update_error_, Status::Ok());
+  if (count == 0) return Status::Ok();
+  const std::string what = count == 1 ? std::string("an earlier priority update was rejected: ")
+                                      : fmt::format("{} earlier priority updates were rejected; the first: ", count);
+  return Status::FromCode(static_cast<int>(first.code()), what + first.message());
+}
+
+Status LearnerClient::Flush() {
+  if (closed_) return Status::Ok();
+  return CollectUpdates(0);
+}
+
+Status LearnerClient::Peers(MPI_Comm* peers) { return connection_->Peers(peers); }
+
+Status LearnerClient::Close() {
+  if (closed_) return Status::Ok();
+  const Status flushed = CollectUpdates(0);
+  closed_ = true;
+  pending_samples_.clear();  // the server drops a deferred sample of a closed client
+  const Status closed = connection_->Close();
+  return flushed.ok() ? closed : flushed;
 }
 
 }  // namespace perserve

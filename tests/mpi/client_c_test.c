@@ -1,8 +1,12 @@
 /* The client C ABI (perserve/client_c.h) from C, under mpirun beside
- * perserve-server --column id:int64 --column x:float32:2 --min-size-to-sample 50.
- * argv[1]: "actor" adds 50 items (ids 0..49, x = {id, -id}) and, after two rejected
- * batches, item 50; "learner" samples,
- * checks every item's bytes and the weights, updates priorities, closes. */
+ * perserve-server --column id:int64 --column x:float32:2 --min-size-to-sample 50 --capacity 64.
+ * argv[1]: "actor" reads the schema, adds 50 items (ids 0..49, x = {id, -id}),
+ * has bad batches refused at their own add (a NaN priority, a short column),
+ * has batches of 65 items (over the capacity) rejected by the server and
+ * reported by flush and by a later add, then adds item 50; "learner" samples
+ * (one call, then prefetched halves), checks every item's bytes and the
+ * weights, updates priorities with and without waiting, closes. Both then
+ * broadcast over the peers communicator. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -20,12 +24,31 @@
     }                                                                                                     \
   } while (0)
 
+static void check_peers(MPI_Fint peers_handle, int expect_root_value) {
+  MPI_Comm peers = MPI_Comm_f2c(peers_handle);
+  int size = 0, value = expect_root_value;
+  MPI_Comm_size(peers, &size);
+  CHECK(size == 2); /* the actor and the learner, not the server */
+  MPI_Bcast(&value, 1, MPI_INT, 1, peers); /* root: the learner, rank 1 of the peers */
+  CHECK(value == 4242);
+  MPI_Comm_free(&peers);
+}
+
 static int run_actor(void) {
   perserve_actor* actor = perserve_actor_join(MPI_Comm_c2f(MPI_COMM_WORLD), 2);
   CHECK(actor != NULL);
   CHECK(perserve_actor_num_columns(actor) == 2);
   CHECK(perserve_actor_column_bytes(actor, 0) == 8 && perserve_actor_column_bytes(actor, 1) == 8);
   CHECK(perserve_actor_column_bytes(actor, 2) == -1);
+  const perserve_schema* schema = perserve_actor_schema(actor);
+  CHECK(perserve_schema_num_columns(schema) == 2);
+  CHECK(strcmp(perserve_schema_column_name(schema, 1), "x") == 0);
+  CHECK(strcmp(perserve_schema_column_dtype(schema, 0), "int64") == 0);
+  CHECK(strcmp(perserve_schema_column_dtype(schema, 1), "float32") == 0);
+  CHECK(perserve_schema_column_ndim(schema, 0) == 0 && perserve_schema_column_ndim(schema, 1) == 1);
+  CHECK(perserve_schema_column_dim(schema, 1, 0) == 2 && perserve_schema_column_dim(schema, 1, 1) == -1);
+  CHECK(perserve_schema_column_name(schema, 2) == NULL && perserve_schema_column_bytes(schema, -1) == -1);
+  CHECK(strcmp(perserve_schema_string(schema), "id:int64:;x:float32:2") == 0);
   for (int64_t batch = 0; batch < 10; ++batch) {
     int64_t ids[5];
     float x[10];
@@ -37,17 +60,38 @@ static int run_actor(void) {
       priorities[j] = 1.0 + (double)j;
     }
     const void* columns[2] = {ids, x};
-    CHECK(perserve_actor_add(actor, 5, columns, priorities) == 0);
+    if (batch % 2 == 0) {
+      CHECK(perserve_actor_add(actor, 5, columns, priorities) == 0);
+    } else {
+      const int64_t bytes[2] = {sizeof ids, sizeof x};
+      CHECK(perserve_actor_add_columns(actor, 5, columns, bytes, priorities) == 0);
+    }
   }
   double bad[1] = {NAN};
   int64_t one_id[1] = {7};
   float one_x[2] = {0, 0};
   const void* one[2] = {one_id, one_x};
-  perserve_actor_add(actor, 1, one, bad); /* rejected by the server: seen at flush */
+  /* Refused at its own add, nothing sent: the flush after it has nothing to report. */
+  CHECK(perserve_actor_add(actor, 1, one, bad) != 0);
+  CHECK(strstr(perserve_client_last_error(), "priority nan at position 0 must be finite and > 0") != NULL);
+  const int64_t short_x[2] = {8, 4};
+  CHECK(perserve_actor_add_columns(actor, 1, one, short_x, NULL) != 0);
+  CHECK(strstr(perserve_client_last_error(), "column \"x\": expected 8 bytes") != NULL);
+  CHECK(strstr(perserve_client_last_error(), "given 4 bytes") != NULL);
+  CHECK(perserve_actor_flush(actor) == 0);
+
+  /* Over the capacity (64): only the server knows; flush reports it. */
+  enum { kBig = 65 };
+  int64_t big_ids[kBig];
+  float big_x[2 * kBig];
+  memset(big_ids, 0, sizeof big_ids);
+  memset(big_x, 0, sizeof big_x);
+  const void* big[2] = {big_ids, big_x};
+  CHECK(perserve_actor_add(actor, kBig, big, NULL) == 0);
   CHECK(perserve_actor_flush(actor) != 0);
-  CHECK(strstr(perserve_client_last_error(), "priority") != NULL);
+  CHECK(strstr(perserve_client_last_error(), "capacity") != NULL);
   /* The same, seen by a later add (2 in flight): that add sends nothing and says so. */
-  CHECK(perserve_actor_add(actor, 1, one, bad) == 0);
+  CHECK(perserve_actor_add(actor, kBig, big, NULL) == 0);
   one_id[0] = 50;
   one_x[0] = 50.0f;
   one_x[1] = -50.0f;
@@ -55,36 +99,82 @@ static int run_actor(void) {
   CHECK(perserve_actor_add(actor, 1, one, NULL) != 0);
   CHECK(strstr(perserve_client_last_error(), "earlier batch was rejected, and this one was not sent") != NULL);
   CHECK(perserve_actor_flush(actor) == 0);
+  MPI_Fint peers;
+  CHECK(perserve_actor_peers(actor, &peers) == 0);
+  check_peers(peers, 0);
   CHECK(perserve_actor_close(actor) == 0);
   return 0;
 }
 
-static int run_learner(void) {
-  perserve_learner* learner = perserve_learner_join(MPI_Comm_c2f(MPI_COMM_WORLD));
-  CHECK(learner != NULL);
-  enum { kBatch = 32 };
-  uint64_t keys[kBatch];
-  double weights[kBatch];
-  int64_t ids[kBatch];
-  float x[2 * kBatch];
-  void* columns[2] = {ids, x};
-  CHECK(perserve_learner_sample(learner, kBatch, 0.5, keys, weights, columns) == 0);
-  double priorities[kBatch];
-  for (int i = 0; i < kBatch; ++i) {
+static void check_sample(const uint64_t* keys, const double* weights, const int64_t* ids, const float* x, int n) {
+  for (int i = 0; i < n; ++i) {
     CHECK(keys[i] <= 50);
     CHECK(ids[i] == (int64_t)keys[i]); /* one actor: keys are ids */
     CHECK(x[2 * i] == (float)ids[i] && x[2 * i + 1] == -(float)ids[i]);
     CHECK(weights[i] > 0.0 && weights[i] <= 1.0 + 1e-12);
-    priorities[i] = 0.5;
   }
+}
+
+static int run_learner(void) {
+  perserve_learner* learner = perserve_learner_join_with(MPI_Comm_c2f(MPI_COMM_WORLD), 2, 4);
+  CHECK(learner != NULL);
+  CHECK(strcmp(perserve_schema_string(perserve_learner_schema(learner)), "id:int64:;x:float32:2") == 0);
+  enum { kBatch = 32 };
+  uint64_t keys[kBatch];
+  double weights[kBatch], probabilities[kBatch];
+  int64_t ids[kBatch];
+  float x[2 * kBatch];
+  void* columns[2] = {ids, x};
+  CHECK(perserve_learner_sample(learner, kBatch, 0.5, keys, weights, columns) == 0);
+  check_sample(keys, weights, ids, x, kBatch);
+  double priorities[kBatch];
+  for (int i = 0; i < kBatch; ++i) priorities[i] = 0.5;
   int64_t stale = -1;
   CHECK(perserve_learner_update(learner, keys, priorities, kBatch, &stale) == 0);
   CHECK(stale == 0);
   priorities[0] = -1.0;
   CHECK(perserve_learner_update(learner, keys, priorities, kBatch, &stale) != 0);
   CHECK(strstr(perserve_client_last_error(), "INVALID_ARGUMENT") != NULL);
+  priorities[0] = 0.5;
+
+  /* The sample above left 2 requests (prefetch) in flight: receive them, then
+   * the halves by hand, answered in the order requested (sizes 3, then 5). */
+  int64_t count = -1;
+  for (int i = 0; i < 2; ++i) {
+    CHECK(perserve_learner_receive_sample(learner, kBatch, &count, keys, weights, probabilities, columns) == 0);
+    CHECK(count == kBatch);
+    check_sample(keys, weights, ids, x, kBatch);
+  }
+  CHECK(perserve_learner_receive_sample(learner, kBatch, &count, keys, NULL, NULL, NULL) != 0);
+  CHECK(strstr(perserve_client_last_error(), "FAILED_PRECONDITION: no sample request is in flight") != NULL);
+  CHECK(perserve_learner_request_sample(learner, 3, 0.5) == 0);
+  CHECK(perserve_learner_request_sample(learner, 5, 0.5) == 0);
+  CHECK(perserve_learner_request_sample(learner, 7, 0.5) != 0); /* prefetch 2 is the bound */
+  CHECK(perserve_learner_receive_sample(learner, kBatch, &count, keys, weights, probabilities, columns) == 0);
+  CHECK(count == 3);
+  CHECK(perserve_learner_receive_sample(learner, kBatch, &count, keys, weights, probabilities, columns) == 0);
+  CHECK(count == 5);
+  check_sample(keys, weights, ids, x, 5);
+  for (int i = 0; i < 5; ++i) CHECK(probabilities[i] > 0.0 && probabilities[i] <= 1.0);
+
+  /* Updates that do not wait: acknowledged in the background; a rejection is
+   * returned by the next call (here flush). */
+  CHECK(perserve_learner_send_update(learner, keys, priorities, 5) == 0);
+  CHECK(perserve_learner_flush(learner) == 0);
+  const uint64_t never[1] = {(uint64_t)1 << 40};
+  CHECK(perserve_learner_send_update(learner, never, priorities, 1) == 0);
+  CHECK(perserve_learner_flush(learner) != 0);
+  CHECK(strstr(perserve_client_last_error(), "NOT_FOUND: an earlier priority update was rejected") != NULL);
+  CHECK(perserve_learner_flush(learner) == 0);
+
+  MPI_Fint peers;
+  CHECK(perserve_learner_peers(learner, &peers) == 0);
+  check_peers(peers, 4242);
   CHECK(perserve_learner_close(learner) == 0);
-  printf("client_c_test: learner sampled %d items and checked them from C\n", kBatch);
+  /* A join with no server in the communicator fails with an error, not a crash. */
+  CHECK(perserve_learner_join_with(MPI_Comm_c2f(MPI_COMM_SELF), 0, 1) == NULL);
+  CHECK(strstr(perserve_client_last_error(), "no rank joined as a perserve server") != NULL);
+  printf("client_c_test: learner sampled and checked items from C\n");
   return 0;
 }
 

@@ -9,13 +9,16 @@
 // The library works on its own duplicate of the communicator with
 // MPI_ERRORS_RETURN, so MPI failures come back as Status values. It calls
 // MPI_Init if nobody has, and never MPI_Finalize: that stays the caller's.
-// A client is used from one thread at a time.
+// A client is used from one thread at a time. Errors are Status values; only
+// a failed allocation throws (std::bad_alloc), which the C ABI and the Python
+// package turn into RESOURCE_EXHAUSTED.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -31,15 +34,30 @@ class Connection;
 
 struct ClientOptions {
   // Intake batches an actor may have sent but not yet seen acknowledged; Add
-  // waits for the oldest once this many are in flight (back-pressure).
+  // waits for the oldest once this many are in flight (back-pressure). For a
+  // learner: priority updates sent with SendPriorityUpdate and not yet
+  // acknowledged.
   int max_in_flight = 4;
+  // A learner's sample requests kept in flight by Sample (0: none; Sample
+  // requests and waits). With k > 0, each Sample returns the oldest request's
+  // reply and sends requests until k are in flight again, so the next
+  // samples travel while the caller trains. Also the bound on RequestSample.
+  int prefetch = 0;
 };
 
 // A batch of transitions to add: `size` items; columns[i] points at
-// size * schema.columns[i].ItemBytes() bytes, row-major.
+// size * schema.columns[i].ItemBytes() bytes, row-major. The lengths are
+// taken on trust; ColumnSpans lets Add check them.
 struct BatchView {
   int64_t size = 0;
   std::vector<const void*> columns;
+};
+
+// The same batch with each column's bytes as a span, one per schema column in
+// schema order, so Add checks each length against the schema before sending.
+struct ColumnSpans {
+  int64_t size = 0;
+  std::vector<std::span<const std::byte>> columns;
 };
 
 // A prioritized sample. The column data stays in the received message (no
@@ -65,6 +83,14 @@ struct UpdateResult {
   int64_t stale = 0;  // keys whose items had been overwritten: dropped by the server
 };
 
+// Checks a batch against `schema` without sending anything: as many columns
+// as the schema, none NULL, each column's length size * ItemBytes(), and
+// priorities empty or one per item, each finite and > 0. The error names the
+// column (or priority) with what was expected and what was given.
+Status CheckBatch(const Schema& schema, const ColumnSpans& batch, std::span<const double> priorities);
+// Priorities for updates: finite and > 0; the error names the first bad one.
+Status CheckPriorities(std::span<const double> priorities);
+
 class ActorClient {
  public:
   // Collective over `comm` (every rank of it joins).
@@ -74,32 +100,52 @@ class ActorClient {
   const Schema& schema() const;
 
   // Sends a batch; priorities empty (the server gives the largest priority
-  // seen so far) or one per item, finite and > 0. The batch is copied, so the
-  // caller may reuse its buffers at once. Returns after sending, not after the
-  // server stored it: a rejection of an earlier batch is returned by Flush or
-  // by the next Add, which then does not send its own batch (the message says
-  // so; send it again). Waits while max_in_flight batches are unacknowledged.
+  // seen so far) or one per item, finite and > 0. The batch is checked first
+  // (CheckBatch; BatchView's lengths are taken on trust): a bad batch is
+  // refused here and nothing of it is sent. The batch is copied, so the
+  // caller may reuse its buffers at once. Returns after sending, not after
+  // the server stored it: rejections by the server of earlier batches are
+  // returned by Flush or by the next Add, which then does not send its own
+  // batch (the message says so; send it again). Waits while max_in_flight
+  // batches are unacknowledged.
+  Status Add(const ColumnSpans& batch, std::span<const double> priorities = {});
   Status Add(const BatchView& batch, std::span<const double> priorities = {});
 
-  // Waits until every batch sent has been acknowledged; returns the first
-  // error not yet returned.
+  // Waits until every batch sent has been acknowledged. Every rejected batch
+  // is reported exactly once, by one Flush or Add, as a count with the first
+  // error: when several were rejected since the last report, the status has
+  // the first rejection's code and says how many ("3 earlier batches were
+  // rejected; the first: server: ..."); rejected_batches() counts them all.
+  // A Flush after that returns OK until another batch is rejected.
   Status Flush();
 
   // Flushes, then tells the server this actor is done. Idempotent.
   Status Close();
 
+  // Collective over every non-server rank of the job (actors, learners and
+  // bystanders, each calling its Peers): a new communicator over them, ranks
+  // in the order of the joined communicator, for broadcasting network
+  // weights without involving (and so deadlocking on) the server rank. The
+  // caller owns it (MPI_Comm_free).
+  Status Peers(MPI_Comm* peers);
+
   // Keys of the last acknowledged batch start here (for tests and logging).
   uint64_t last_first_key() const { return last_first_key_; }
   int64_t items_acknowledged() const { return items_acknowledged_; }
+  int64_t rejected_batches() const { return rejected_batches_; }
 
  private:
   ActorClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
   Status CollectOldest();
+  // The rejections not yet reported as one status (OK if none), cleared.
+  Status TakePendingError(bool instead_of_send);
 
   std::unique_ptr<client_internal::Connection> connection_;
   ClientOptions options_;
-  std::vector<uint64_t> in_flight_;  // request ids, oldest first
-  Status pending_error_;
+  std::deque<uint64_t> in_flight_;  // request ids, oldest first
+  Status first_rejection_;          // the first rejection not yet reported
+  int64_t unreported_rejections_ = 0;
+  int64_t rejected_batches_ = 0;
   uint64_t last_first_key_ = 0;
   int64_t items_acknowledged_ = 0;
   bool closed_ = false;
@@ -113,31 +159,81 @@ class LearnerClient {
   const Schema& schema() const;
 
   // Draws batch_size items proportional to priority^alpha. Waits (the server
-  // defers the reply) until the replay holds its minimum size.
+  // defers the reply) until the replay holds its minimum size. With
+  // options.prefetch = k > 0 it returns the oldest in-flight request's reply
+  // and leaves k requests of (batch_size, beta) in flight; replies to
+  // requests made with another size or beta are received and dropped.
   Status Sample(int64_t batch_size, double beta, SampleBatch* batch);
 
-  // The same in two halves, so one sample can be in flight while the learner
-  // trains on the previous one. At most one request outstanding.
+  // The same in two halves: requests are answered in the order they were
+  // made. At most max(1, options.prefetch) requests in flight.
   Status RequestSample(int64_t batch_size, double beta);
   Status ReceiveSample(SampleBatch* batch);
+  int samples_in_flight() const { return static_cast<int>(pending_samples_.size()); }
 
-  // New priorities (finite, > 0) for sampled keys; waits for the answer.
+  // New priorities (finite, > 0, checked here) for sampled keys; waits for
+  // the answer.
   Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
                           UpdateResult* result = nullptr);
 
-  // Tells the server this learner is done (an outstanding sample is dropped). Idempotent.
+  // The same without waiting for the answer: the acknowledgement is
+  // collected in the background (by later calls), and a rejection is
+  // returned by the next call of any of this learner's functions (which then
+  // does nothing else). Waits while options.max_in_flight updates are
+  // unacknowledged. Keys and priorities are copied.
+  Status SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities);
+  // Waits for every update sent; returns a rejection not yet returned.
+  Status Flush();
+  // Totals over acknowledged updates (both kinds).
+  const UpdateResult& updates() const { return updates_; }
+
+  // Collective over every non-server rank; see ActorClient::Peers.
+  Status Peers(MPI_Comm* peers);
+
+  // Waits for update acknowledgements, then tells the server this learner is
+  // done (outstanding samples are dropped). Idempotent.
   Status Close();
 
  private:
-  explicit LearnerClient(std::unique_ptr<client_internal::Connection> connection);
+  struct PendingSample {
+    uint64_t id;
+    int64_t batch_size;
+    double beta;
+  };
+  LearnerClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
+  // Takes update acknowledgements: waits until at most `keep_pending` are
+  // outstanding, then takes those that have arrived. Returns the rejections
+  // not yet reported (as Flush's count with the first error), cleared.
+  Status CollectUpdates(size_t keep_pending);
+  Status TakePendingError();
 
   std::unique_ptr<client_internal::Connection> connection_;
-  uint64_t pending_sample_ = 0;  // request id; 0 when none
+  ClientOptions options_;
+  std::deque<PendingSample> pending_samples_;  // oldest first
+  std::deque<uint64_t> pending_updates_;       // request ids, oldest first
+  Status update_error_;                        // the first rejection not yet reported
+  int64_t unreported_update_errors_ = 0;
+  UpdateResult updates_;
   bool closed_ = false;
 };
 
 // For ranks that are neither actors, learners nor servers: takes part in the
-// collective join and nothing else.
+// collective join and, if asked, in Peers.
+class Bystander {
+ public:
+  ~Bystander();
+  // Collective over every non-server rank; see ActorClient::Peers.
+  Status Peers(MPI_Comm* peers);
+
+ private:
+  friend Status JoinAsBystander(MPI_Comm comm, std::unique_ptr<Bystander>* bystander);
+  explicit Bystander(std::unique_ptr<client_internal::Connection> connection);
+  std::unique_ptr<client_internal::Connection> connection_;
+};
+
+// Collective over `comm`, as the clients' joins.
+Status JoinAsBystander(MPI_Comm comm, std::unique_ptr<Bystander>* bystander);
+// The same, for a rank that needs nothing afterwards.
 Status JoinAsBystander(MPI_Comm comm);
 
 }  // namespace perserve

@@ -7,7 +7,11 @@
  * perserve_client_last_error() (per thread) says why.
  *
  * Columns are passed as an array of pointers, one per schema column, each to
- * n * perserve_*_column_bytes(i) bytes, row-major.
+ * n * perserve_*_column_bytes(i) bytes, row-major. perserve_actor_add_columns
+ * also takes each column's length, and checks it against the schema.
+ *
+ * No function lets a C++ exception out; an allocation failure returns an
+ * error with "RESOURCE_EXHAUSTED: ..." in perserve_client_last_error().
  */
 #ifndef PERSERVE_CLIENT_C_H_
 #define PERSERVE_CLIENT_C_H_
@@ -21,30 +25,80 @@ extern "C" {
 
 typedef struct perserve_actor perserve_actor;
 typedef struct perserve_learner perserve_learner;
+typedef struct perserve_bystander perserve_bystander;
+/* The schema a client learned at its join; valid while the client is. */
+typedef struct perserve_schema perserve_schema;
 
 /* max_in_flight: intake batches sent but unacknowledged before add waits (>= 1). NULL on error. */
 perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight);
 int perserve_actor_num_columns(const perserve_actor* a);
 int64_t perserve_actor_column_bytes(const perserve_actor* a, int column); /* bytes per item; -1 if no such column */
-/* priorities: NULL (the server's running max) or n values, finite and > 0. Copies the batch. */
+/* priorities: NULL (the server's running max) or n values, finite and > 0
+ * (checked here: a bad one fails this call and nothing is sent). Copies the batch. */
 int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns, const double* priorities);
+/* The same, checked before anything is sent: column_bytes[i] is the length of
+ * columns[i] in bytes (n * the column's item bytes), priorities finite and > 0.
+ * A bad batch returns non-zero at once, naming the column, what it expected
+ * and what it was given, and sends nothing. */
+int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                               const double* priorities);
+/* Every batch the server rejected is reported once: a count with the first
+ * error ("3 earlier batches were rejected; the first: ..."). */
 int perserve_actor_flush(perserve_actor* a);
+const perserve_schema* perserve_actor_schema(const perserve_actor* a);
+/* Collective over every non-server rank (actors, learners, bystanders): a new
+ * communicator over them, as a Fortran handle (MPI_Comm_f2c; free it with
+ * MPI_Comm_free), for broadcasts among clients. 0 on success. */
+int perserve_actor_peers(perserve_actor* a, MPI_Fint* peers);
 /* Flushes, closes and frees the actor (also on error). */
 int perserve_actor_close(perserve_actor* a);
 
 perserve_learner* perserve_learner_join(MPI_Fint comm);
+/* prefetch: sample requests kept in flight by perserve_learner_sample (0: none),
+ * and the bound on perserve_learner_request_sample; max_in_flight: priority
+ * updates sent by perserve_learner_send_update before it waits (>= 1). */
+perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int max_in_flight);
+const perserve_schema* perserve_learner_schema(const perserve_learner* l);
 int perserve_learner_num_columns(const perserve_learner* l);
 int64_t perserve_learner_column_bytes(const perserve_learner* l, int column);
 /* Fills caller-owned arrays: keys[n], weights[n] (may be NULL), columns[i] of n items each (may be NULL). */
 int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_t* keys, double* weights,
                             void* const* columns);
+/* The two halves of a sample: requests are answered in the order they were made.
+ * receive fills keys[capacity], weights and probabilities (each may be NULL) and
+ * columns[i] (may be NULL) for up to `capacity` items; *count_out gets the count. */
+int perserve_learner_request_sample(perserve_learner* l, int64_t n, double beta);
+int perserve_learner_receive_sample(perserve_learner* l, int64_t capacity, int64_t* count_out, uint64_t* keys,
+                                    double* weights, double* probabilities, void* const* columns);
 /* stale_out (may be NULL): how many keys had been overwritten and were dropped. */
 int perserve_learner_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n,
                             int64_t* stale_out);
+/* A priority update that does not wait for the server: acknowledged in the
+ * background, a rejection returned by the learner's next call. Copies its input. */
+int perserve_learner_send_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n);
+/* Waits for every update sent; returns a rejection not yet returned. */
+int perserve_learner_flush(perserve_learner* l);
+int perserve_learner_peers(perserve_learner* l, MPI_Fint* peers);
 int perserve_learner_close(perserve_learner* l);
 
 /* A rank that takes part in the join but neither acts nor learns. */
 int perserve_bystander_join(MPI_Fint comm);
+/* The same, keeping a handle for perserve_bystander_peers. NULL on error. */
+perserve_bystander* perserve_bystander_join_with_handle(MPI_Fint comm);
+int perserve_bystander_peers(perserve_bystander* b, MPI_Fint* peers);
+void perserve_bystander_free(perserve_bystander* b);
+
+/* The schema: columns in order; dtype names "uint8", "int32", "int64",
+ * "float32", "float64"; a scalar column has ndim 0. Out-of-range columns give
+ * NULL or -1. perserve_schema_string: "name:dtype:d0,d1;..." as the server's
+ * --column flags. */
+int perserve_schema_num_columns(const perserve_schema* s);
+const char* perserve_schema_column_name(const perserve_schema* s, int column);
+const char* perserve_schema_column_dtype(const perserve_schema* s, int column);
+int perserve_schema_column_ndim(const perserve_schema* s, int column);
+int64_t perserve_schema_column_dim(const perserve_schema* s, int column, int axis);
+int64_t perserve_schema_column_bytes(const perserve_schema* s, int column); /* bytes per item */
+const char* perserve_schema_string(const perserve_schema* s);
 
 const char* perserve_client_last_error(void);
 

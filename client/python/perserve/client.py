@@ -1,0 +1,283 @@
+"""Actor, Learner and Bystander: perserve's client library for Python.
+
+Each wraps the C++ client (libperserve_client.so) through the _perserve
+extension. Joins are collective over the mpi4py communicator passed (every
+rank of it joins once, the replay ranks inside perserve-server). Calls that
+wait on MPI release the GIL.
+"""
+from __future__ import annotations
+
+import atexit
+import weakref
+from typing import Any, Mapping, NamedTuple, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _perserve
+from .errors import FailedPreconditionError, InvalidArgumentError
+
+_open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    # Python's atexit handlers run before mpi4py finalizes MPI: a client still
+    # open at exit closes (flushing) while there is a server to tell.
+    for client in list(_open_clients):
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - nothing to report to at exit
+            pass
+
+
+class Column(NamedTuple):
+    """One column of the replay's schema: what each item holds."""
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    @property
+    def item_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.dtype}:{','.join(map(str, self.shape))}"
+
+
+def _schema(raw: list) -> list[Column]:
+    return [Column(name, np.dtype(dtype), tuple(shape)) for name, dtype, shape in raw]
+
+
+def _fortran_handle(comm: Optional[MPI.Comm]) -> int:
+    return (MPI.COMM_WORLD if comm is None else comm).py2f()
+
+
+def _check_columns(schema: list[Column], columns: Mapping[str, Any]) -> tuple[int, list[np.ndarray]]:
+    """The arrays in schema order, after checking each by name: dtype, shape, item count."""
+    names = [c.name for c in schema]
+    described = "; ".join(str(c) for c in schema)
+    for name in columns:
+        if name not in names:
+            raise InvalidArgumentError(f'column "{name}" is not in the schema ({described}); nothing was sent')
+    size = None
+    first = None
+    arrays = []
+    for column in schema:
+        if column.name not in columns:
+            raise InvalidArgumentError(f'column "{column.name}" is missing: expected {column.dtype} items of '
+                                       f'shape {column.shape}; nothing was sent')
+        given = columns[column.name]
+        # Arrays (NumPy, or anything with a dtype) must match exactly; plain
+        # Python lists and numbers carry no dtype and take the column's.
+        array = np.asarray(given) if hasattr(given, "dtype") else np.asarray(given, dtype=column.dtype)
+        if array.dtype != column.dtype:
+            raise InvalidArgumentError(f'column "{column.name}": expected dtype {column.dtype}, given '
+                                       f'{array.dtype}; nothing was sent')
+        if array.ndim != 1 + len(column.shape) or tuple(array.shape[1:]) != column.shape:
+            expected = "(n, " + ", ".join(map(str, column.shape)) + ")" if column.shape else "(n,)"
+            raise InvalidArgumentError(f'column "{column.name}": expected shape {expected}, given '
+                                       f'{tuple(array.shape)}; nothing was sent')
+        if size is None:
+            size, first = array.shape[0], column.name
+        elif array.shape[0] != size:
+            raise InvalidArgumentError(f'column "{column.name}" has {array.shape[0]} items, column "{first}" '
+                                       f'{size}; nothing was sent')
+        arrays.append(np.ascontiguousarray(array))
+    return int(size), arrays
+
+
+class _Client:
+    _handle: Any = None
+
+    @property
+    def schema(self) -> list[Column]:
+        """The replay's columns, as the server declared them, in order."""
+        return self._schema
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _live(self) -> Any:
+        if self._handle is None:
+            raise FailedPreconditionError(f"the {type(self).__name__.lower()} is closed")
+        return self._handle
+
+    def peers(self) -> MPI.Comm:
+        """A new communicator over every non-server rank (actors, learners,
+        bystanders), for broadcasting weights without the server rank.
+        Collective: every non-server rank calls its ``peers()``. The caller
+        owns it (``Free()`` it when done)."""
+        return MPI.Comm.f2py(self._live().peers())
+
+    def close(self) -> None:
+        """Flushes, then tells the server this client is done. Idempotent."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        _open_clients.discard(self)
+        handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class Actor(_Client):
+    """Sends transitions to its replay rank.
+
+    ``add`` checks each column by name against ``schema`` (dtype, shape, item
+    count) and the priorities (finite, > 0), then copies the batch into a
+    message and returns once it is sent; at most ``max_in_flight`` batches
+    wait for the server's acknowledgement. A batch the server rejects raises
+    at the next ``add`` or ``flush``.
+    """
+
+    def __init__(self, comm: Optional[MPI.Comm] = None, *, max_in_flight: int = 4) -> None:
+        self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight)
+        self._schema = _schema(self._handle.schema())
+        _open_clients.add(self)
+
+    def add(self, columns: Mapping[str, Any], priorities: Any = None) -> None:
+        """Adds n transitions: ``columns`` maps every column name to an array
+        of shape ``(n,) + column.shape`` and the column's dtype; priorities
+        None (the server's running maximum) or n floats, finite and > 0."""
+        handle = self._live()
+        size, arrays = _check_columns(self._schema, columns)
+        if priorities is not None:
+            priorities = np.ascontiguousarray(priorities, dtype=np.float64)
+            if priorities.shape != (size,):
+                raise InvalidArgumentError(f"{priorities.size} priorities for {size} items; nothing was sent")
+        handle.add(size, arrays, priorities)
+
+    def flush(self) -> None:
+        """Waits until every batch is acknowledged; raises for batches the
+        server rejected (a count with the first error)."""
+        self._live().flush()
+
+    @property
+    def items_acknowledged(self) -> int:
+        return self._handle.items_acknowledged if self._handle is not None else self._closed_items
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._closed_items = self._handle.items_acknowledged
+        super().close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.items_acknowledged} items acknowledged"
+        return f"perserve.Actor(schema=[{'; '.join(map(str, self._schema))}], {state})"
+
+
+class Sample:
+    """One prioritized sample. ``columns`` maps each column name to an array
+    of shape ``(size,) + column.shape`` with the column's dtype; those arrays,
+    ``keys``, ``weights`` and ``probabilities`` are views of the received
+    message (``message``), which lives as long as any of them."""
+
+    __slots__ = ("keys", "weights", "probabilities", "columns", "message")
+
+    def __init__(self, raw: tuple, schema: list[Column]) -> None:
+        self.keys, self.weights, self.probabilities, self.message, arrays = raw
+        self.columns = {column.name: array for column, array in zip(schema, arrays)}
+
+    @property
+    def size(self) -> int:
+        return int(self.keys.shape[0])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{name}: {a.dtype}{list(a.shape)}" for name, a in self.columns.items())
+        return f"perserve.Sample(size={self.size}, {shapes})"
+
+
+class Learner(_Client):
+    """Samples from its replay rank and sends priority updates.
+
+    ``sample`` keeps up to ``prefetch`` requests of the same batch size and
+    beta in flight, so the next samples travel while the caller trains;
+    ``update_priorities`` returns without waiting for the server, its
+    acknowledgement is collected in the background, and a rejection raises
+    at the learner's next call.
+    """
+
+    def __init__(self, comm: Optional[MPI.Comm] = None, prefetch: int = 2, *, max_in_flight: int = 4) -> None:
+        self._prefetch = prefetch
+        self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight)
+        self._schema = _schema(self._handle.schema())
+        _open_clients.add(self)
+
+    def sample(self, batch_size: int, beta: float) -> Sample:
+        """Draws batch_size items proportional to priority^alpha, with IS
+        weights for ``beta``; waits until the replay holds its minimum size.
+        Samples prefetched with another batch size or beta are dropped."""
+        return Sample(self._live().sample(batch_size, beta), self._schema)
+
+    def request_sample(self, batch_size: int, beta: float) -> None:
+        """Sends one sample request (at most max(1, prefetch) in flight)."""
+        self._live().request_sample(batch_size, beta)
+
+    def receive_sample(self) -> Sample:
+        """The reply to the oldest request in flight (requests are answered in order)."""
+        return Sample(self._live().receive_sample(), self._schema)
+
+    @property
+    def samples_in_flight(self) -> int:
+        return 0 if self._handle is None else self._handle.samples_in_flight
+
+    def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[tuple[int, int]]:
+        """New priorities (finite, > 0) for sampled keys. Returns at once
+        (None); with ``wait=True`` waits for the server and returns
+        ``(applied, stale)``, stale counting keys whose items were overwritten."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        priorities = np.ascontiguousarray(priorities, dtype=np.float64)
+        if keys.ndim != 1 or keys.shape != priorities.shape:
+            raise InvalidArgumentError(f"keys of shape {keys.shape} but priorities of shape {priorities.shape}")
+        if wait:
+            return tuple(self._live().update_and_wait(keys, priorities))
+        self._live().send_update(keys, priorities)
+        return None
+
+    def flush(self) -> tuple[int, int]:
+        """Waits for every priority update; raises for a rejected one; returns
+        the totals ``(applied, stale)`` over acknowledged updates."""
+        handle = self._live()
+        handle.flush()
+        return tuple(handle.updates())
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.samples_in_flight} samples in flight"
+        return f"perserve.Learner(schema=[{'; '.join(map(str, self._schema))}], prefetch={self._prefetch}, {state})"
+
+
+class Bystander:
+    """A rank that joins but neither acts nor learns (it may take part in ``peers``)."""
+
+    def __init__(self, comm: Optional[MPI.Comm] = None) -> None:
+        self._handle = _perserve.Bystander(_fortran_handle(comm))
+
+    def peers(self) -> MPI.Comm:
+        """See Actor.peers."""
+        return MPI.Comm.f2py(self._handle.peers())
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "perserve.Bystander()"
+
+
+def join_bystander(comm: Optional[MPI.Comm] = None) -> Bystander:
+    """Joins as a bystander: collective over ``comm`` like the clients' joins."""
+    return Bystander(comm)

@@ -1,0 +1,270 @@
+// perserve._perserve: the pybind11 layer between the perserve Python package
+// (client/python/perserve/) and the C++ client. Thin on purpose: schema
+// checks by column name, prefetch policy and exceptions' classes live in
+// Python or in the C++ client; this file only converts.
+//
+// Contracts kept here:
+//  - every call that can wait on MPI (joins, add, sample, flush, close,
+//    peers) releases the GIL while it waits; a mutex per client keeps the C++
+//    client to one thread at a time;
+//  - a sample's arrays are views of the received message: one capsule owns
+//    the C++ SampleBatch and is the base of every array (no copy);
+//  - a non-OK Status raises perserve.errors' class for its code (StatusError
+//    below, translated at the module boundary).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "perserve/client.h"
+
+namespace py = pybind11;
+
+namespace perserve::python {
+namespace {
+
+struct StatusError {
+  int code;
+  std::string message;
+};
+
+void Check(const Status& status) {
+  if (!status.ok()) throw StatusError{static_cast<int>(status.code()), status.message()};
+}
+
+MPI_Comm CommFromFortran(int64_t handle) { return MPI_Comm_f2c(static_cast<MPI_Fint>(handle)); }
+
+py::list SchemaColumns(const Schema& schema) {
+  py::list columns;
+  for (const Column& column : schema.columns) {
+    columns.append(py::make_tuple(column.name, std::string(DTypeName(column.dtype)), py::tuple(py::cast(column.shape))));
+  }
+  return columns;
+}
+
+// A sample as Python sees it: (keys, weights, probabilities, message, [column arrays]),
+// every array a view into the one SampleBatch the capsule owns.
+py::tuple SampleToPython(SampleBatch batch, const Schema& schema) {
+  auto* owned = new SampleBatch(std::move(batch));
+  py::capsule base(owned, [](void* p) { delete static_cast<SampleBatch*>(p); });
+  const py::ssize_t n = owned->size;
+  py::array keys(py::dtype::of<uint64_t>(), {n}, {}, owned->keys.data(), base);
+  py::array weights(py::dtype::of<double>(), {n}, {}, owned->weights.data(), base);
+  py::array probabilities(py::dtype::of<double>(), {n}, {}, owned->probabilities.data(), base);
+  py::array message(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(owned->message.size())}, {},
+                    owned->message.data(), base);
+  py::list columns;
+  for (size_t i = 0; i < schema.columns.size(); ++i) {
+    const Column& column = schema.columns[i];
+    std::vector<py::ssize_t> shape{n};
+    for (int64_t d : column.shape) shape.push_back(static_cast<py::ssize_t>(d));
+    columns.append(py::array(py::dtype(std::string(DTypeName(column.dtype))), shape, {},
+                             owned->columns[i].data(), base));
+  }
+  return py::make_tuple(keys, weights, probabilities, message, columns);
+}
+
+template <typename T>
+std::span<const T> SpanOf(const py::array_t<T, py::array::c_style | py::array::forcecast>& array) {
+  return std::span<const T>(array.data(), static_cast<size_t>(array.size()));
+}
+
+class Actor {
+ public:
+  Actor(int64_t comm, int max_in_flight) {
+    ClientOptions options;
+    options.max_in_flight = max_in_flight;
+    py::gil_scoped_release release;
+    Check(ActorClient::Join(CommFromFortran(comm), options, &client_));
+  }
+
+  py::list schema() const { return SchemaColumns(client_->schema()); }
+  std::string schema_string() const { return client_->schema().ToString(); }
+
+  // columns: one C-contiguous buffer per schema column, in schema order
+  // (the Python layer has checked dtypes and shapes by name).
+  using Priorities = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+  void add(int64_t size, const std::vector<py::buffer>& columns, std::optional<Priorities> priorities) {
+    ColumnSpans batch{size, {}};
+    std::vector<py::buffer_info> views;
+    views.reserve(columns.size());
+    for (const py::buffer& column : columns) {
+      views.push_back(column.request());
+      batch.columns.emplace_back(static_cast<const std::byte*>(views.back().ptr),
+                                 static_cast<size_t>(views.back().size * views.back().itemsize));
+    }
+    std::span<const double> given;
+    if (priorities) given = SpanOf(*priorities);
+    Locked([&] { return client_->Add(batch, given); });
+  }
+
+  void flush() { Locked([&] { return client_->Flush(); }); }
+  void close() { Locked([&] { return client_->Close(); }); }
+  int64_t peers() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Locked([&] { return client_->Peers(&comm); });
+    return MPI_Comm_c2f(comm);
+  }
+  int64_t items_acknowledged() const { return client_->items_acknowledged(); }
+  int64_t rejected_batches() const { return client_->rejected_batches(); }
+
+ private:
+  template <typename Body>
+  void Locked(Body body) {
+    Status status;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      status = body();
+    }
+    Check(status);
+  }
+
+  std::unique_ptr<ActorClient> client_;
+  std::mutex mutex_;
+};
+
+class Learner {
+ public:
+  Learner(int64_t comm, int prefetch, int max_in_flight) {
+    ClientOptions options;
+    options.prefetch = prefetch;
+    options.max_in_flight = max_in_flight;
+    py::gil_scoped_release release;
+    Check(LearnerClient::Join(CommFromFortran(comm), options, &client_));
+  }
+
+  py::list schema() const { return SchemaColumns(client_->schema()); }
+  std::string schema_string() const { return client_->schema().ToString(); }
+
+  py::tuple sample(int64_t batch_size, double beta) {
+    SampleBatch batch;
+    Locked([&] { return client_->Sample(batch_size, beta, &batch); });
+    return SampleToPython(std::move(batch), client_->schema());
+  }
+  void request_sample(int64_t batch_size, double beta) {
+    Locked([&] { return client_->RequestSample(batch_size, beta); });
+  }
+  py::tuple receive_sample() {
+    SampleBatch batch;
+    Locked([&] { return client_->ReceiveSample(&batch); });
+    return SampleToPython(std::move(batch), client_->schema());
+  }
+  int samples_in_flight() const { return client_->samples_in_flight(); }
+
+  using Keys = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+  using Priorities = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+  void send_update(const Keys& keys, const Priorities& priorities) {
+    Locked([&] { return client_->SendPriorityUpdate(SpanOf(keys), SpanOf(priorities)); });
+  }
+  py::tuple update_and_wait(const Keys& keys, const Priorities& priorities) {
+    UpdateResult result;
+    Locked([&] { return client_->UpdatePriorities(SpanOf(keys), SpanOf(priorities), &result); });
+    return py::make_tuple(result.applied, result.stale);
+  }
+  py::tuple updates() const { return py::make_tuple(client_->updates().applied, client_->updates().stale); }
+  void flush() { Locked([&] { return client_->Flush(); }); }
+  void close() { Locked([&] { return client_->Close(); }); }
+  int64_t peers() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Locked([&] { return client_->Peers(&comm); });
+    return MPI_Comm_c2f(comm);
+  }
+
+ private:
+  template <typename Body>
+  void Locked(Body body) {
+    Status status;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      status = body();
+    }
+    Check(status);
+  }
+
+  std::unique_ptr<LearnerClient> client_;
+  std::mutex mutex_;
+};
+
+class BystanderHandle {
+ public:
+  explicit BystanderHandle(int64_t comm) {
+    py::gil_scoped_release release;
+    Check(JoinAsBystander(CommFromFortran(comm), &client_));
+  }
+  int64_t peers() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->Peers(&comm);
+    }
+    Check(status);
+    return MPI_Comm_c2f(comm);
+  }
+
+ private:
+  std::unique_ptr<Bystander> client_;
+};
+
+}  // namespace
+}  // namespace perserve::python
+
+PYBIND11_MODULE(_perserve, m) {
+  using namespace perserve::python;
+  m.doc() = "perserve's C++ client, as the perserve package uses it (not a public API)";
+
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer) std::rethrow_exception(pointer);
+    } catch (const StatusError& error) {
+      py::object make = py::module_::import("perserve.errors").attr("_from_status");
+      py::object exception = make(error.code, error.message);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+    } catch (const std::bad_alloc&) {
+      py::object make = py::module_::import("perserve.errors").attr("_from_status");
+      py::object exception =
+          make(static_cast<int>(perserve::Status::Code::kResourceExhausted), std::string("out of memory"));
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+    }
+  });
+
+  py::class_<Actor>(m, "Actor")
+      .def(py::init<int64_t, int>(), py::arg("comm"), py::arg("max_in_flight"))
+      .def("schema", &Actor::schema)
+      .def("schema_string", &Actor::schema_string)
+      .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"))
+      .def("flush", &Actor::flush)
+      .def("close", &Actor::close)
+      .def("peers", &Actor::peers)
+      .def_property_readonly("items_acknowledged", &Actor::items_acknowledged)
+      .def_property_readonly("rejected_batches", &Actor::rejected_batches);
+
+  py::class_<Learner>(m, "Learner")
+      .def(py::init<int64_t, int, int>(), py::arg("comm"), py::arg("prefetch"), py::arg("max_in_flight"))
+      .def("schema", &Learner::schema)
+      .def("schema_string", &Learner::schema_string)
+      .def("sample", &Learner::sample)
+      .def("request_sample", &Learner::request_sample)
+      .def("receive_sample", &Learner::receive_sample)
+      .def_property_readonly("samples_in_flight", &Learner::samples_in_flight)
+      .def("send_update", &Learner::send_update)
+      .def("update_and_wait", &Learner::update_and_wait)
+      .def("updates", &Learner::updates)
+      .def("flush", &Learner::flush)
+      .def("close", &Learner::close)
+      .def("peers", &Learner::peers);
+
+  py::class_<BystanderHandle>(m, "Bystander")
+      .def(py::init<int64_t>(), py::arg("comm"))
+      .def("peers", &BystanderHandle::peers);
+}

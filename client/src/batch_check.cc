@@ -1,0 +1,55 @@
+// CheckBatch and CheckPriorities: what a client refuses before sending, so a
+// bad batch fails at its own call and costs the server nothing.
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "perserve/client.h"
+
+namespace perserve {
+namespace {
+
+std::string Describe(const Column& column) {
+  return fmt::format("{}[{}], {} bytes an item", DTypeName(column.dtype), fmt::join(column.shape, ","),
+                     column.ItemBytes());
+}
+
+}  // namespace
+
+Status CheckPriorities(std::span<const double> priorities) {
+  for (size_t j = 0; j < priorities.size(); ++j) {
+    if (!std::isfinite(priorities[j]) || priorities[j] <= 0.0) {
+      return Status::InvalidArgument(
+          fmt::format("priority {} at position {} must be finite and > 0; nothing was sent", priorities[j], j));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBatch(const Schema& schema, const ColumnSpans& batch, std::span<const double> priorities) {
+  if (batch.size < 1) return Status::InvalidArgument(fmt::format("a batch of {} items; nothing was sent", batch.size));
+  if (batch.columns.size() != schema.columns.size()) {
+    return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({}); nothing was sent",
+                                               batch.columns.size(), schema.columns.size(), schema.ToString()));
+  }
+  for (size_t i = 0; i < batch.columns.size(); ++i) {
+    const Column& column = schema.columns[i];
+    const uint64_t expected = static_cast<uint64_t>(batch.size) * static_cast<uint64_t>(column.ItemBytes());
+    if (batch.columns[i].data() == nullptr && expected > 0) {
+      return Status::InvalidArgument(fmt::format("column \"{}\" is NULL; nothing was sent", column.name));
+    }
+    if (batch.columns[i].size() != expected) {
+      return Status::InvalidArgument(fmt::format(
+          "column \"{}\": expected {} bytes ({} items of {}), given {} bytes; nothing was sent", column.name,
+          expected, batch.size, Describe(column), batch.columns[i].size()));
+    }
+  }
+  if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != batch.size) {
+    return Status::InvalidArgument(
+        fmt::format("{} priorities for {} items; nothing was sent", priorities.size(), batch.size));
+  }
+  return CheckPriorities(priorities);
+}
+
+}  // namespace perserve

@@ -1,0 +1,201 @@
+"""The perserve Python package end to end (see conftest.py for the set-up)."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import perserve
+from conftest import SCHEMA, expected
+
+N_ITEMS = 300
+
+
+def batch(ids):
+    return {name: expected(name, ids) for name, _, _ in SCHEMA}
+
+
+def test_schema_names_dtypes_and_shapes(client):
+    assert [(c.name, c.dtype, c.shape) for c in client.schema] == SCHEMA
+    assert all(isinstance(c.dtype, np.dtype) for c in client.schema)
+    assert "i64:int64:2,2" in repr(client)
+
+
+def test_every_dtype_and_shape_round_trips(client, role, peers):
+    if role == "actor":
+        for start in range(0, N_ITEMS, 50):
+            ids = np.arange(start, start + 50, dtype=np.int64)
+            client.add(batch(ids), priorities=np.ones(50))
+        client.add(batch(np.array([N_ITEMS], dtype=np.int64)))  # one item, no priorities
+        client.flush()
+        assert client.items_acknowledged == N_ITEMS + 1
+    peers.Barrier()  # the learner samples once everything is in
+    if role == "learner":
+        sample = client.sample(64, 0.4)
+        assert len(sample) == 64
+        assert sample.keys.dtype == np.uint64 and sample.keys.shape == (64,)
+        assert sample.weights.dtype == np.float64 and np.all((sample.weights > 0) & (sample.weights <= 1))
+        assert np.all(sample.probabilities > 0)
+        ids = sample.columns["id"]
+        assert np.array_equal(ids.astype(np.uint64), sample.keys)  # one actor: keys are ids
+        for name, dtype, shape in SCHEMA:
+            column = sample.columns[name]
+            assert column.dtype == dtype and column.shape == (64,) + shape, name
+            assert np.array_equal(column, expected(name, ids)), name
+
+
+@pytest.mark.parametrize("case", ["dtype", "shape", "items", "missing", "unknown", "list"])
+def test_wrong_column_is_rejected_naming_it(client, role, case):
+    if role != "actor":
+        return
+    columns = batch(np.arange(4, dtype=np.int64))
+    if case == "dtype":
+        columns["f32"] = columns["f32"].astype(np.float64)
+        message = 'column "f32": expected dtype float32, given float64'
+    elif case == "shape":
+        columns["i64"] = columns["i64"].reshape(4, 4)
+        message = 'column "i64": expected shape (n, 2, 2), given (4, 4)'
+    elif case == "items":
+        columns["u8"] = columns["u8"][:3]
+        message = 'column "u8" has 3 items, column "id" 4'
+    elif case == "missing":
+        del columns["f64"]
+        message = 'column "f64" is missing: expected float64 items of shape (1,)'
+    elif case == "unknown":
+        columns["reward"] = np.zeros(4, np.float32)
+        message = 'column "reward" is not in the schema'
+    else:
+        columns["i32"] = [[1, 2]] * 4  # a list takes the column's dtype, but not another shape
+        message = 'column "i32": expected shape (n,), given (4, 2)'
+    before = client.items_acknowledged
+    with pytest.raises(perserve.InvalidArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        client.add(columns)
+    client.flush()
+    assert client.items_acknowledged == before  # nothing was sent
+
+
+def test_bad_priorities_are_refused_at_their_own_add(client, role):
+    if role != "actor":
+        return
+    columns = batch(np.arange(3, dtype=np.int64))
+    with pytest.raises(perserve.InvalidArgumentError, match="priority nan at position 1 must be finite and > 0"):
+        client.add(columns, priorities=[1.0, np.nan, 1.0])
+    with pytest.raises(perserve.InvalidArgumentError, match="priority 0 at position 0"):
+        client.add(columns, priorities=np.zeros(3))
+    with pytest.raises(perserve.InvalidArgumentError, match="2 priorities for 3 items"):
+        client.add(columns, priorities=[1.0, 1.0])
+    client.flush()  # no later batch is lost with them
+
+
+def test_sample_arrays_view_the_received_message(client, role):
+    if role != "learner":
+        return
+    sample = client.sample(64, 0.4)
+    start = sample.message.__array_interface__["data"][0]
+    for name, column in sample.columns.items():
+        assert not column.flags.owndata, name
+        assert np.shares_memory(column, sample.message), name
+        offset = column.__array_interface__["data"][0] - start
+        assert 0 < offset and offset + column.nbytes <= sample.message.nbytes, name
+        assert sample.message[offset:offset + column.nbytes].tobytes() == column.tobytes(), name
+    del sample.message  # the arrays keep the message alive
+    column = sample.columns["f32"]
+    assert np.array_equal(column, expected("f32", sample.columns["id"]))
+
+
+def test_prefetch_keeps_requests_in_flight_in_order(client, role):
+    if role != "learner":
+        return
+    client.sample(16, 0.4)
+    assert client.samples_in_flight == 2
+    assert len(client.sample(16, 0.4)) == 16 and client.samples_in_flight == 2
+    assert len(client.sample(9, 0.4)) == 9 and client.samples_in_flight == 2  # older sizes dropped
+    client.receive_sample()
+    client.receive_sample()
+    assert client.samples_in_flight == 0
+    client.request_sample(3, 0.4)
+    client.request_sample(5, 0.4)
+    with pytest.raises(perserve.FailedPreconditionError):
+        client.request_sample(7, 0.4)
+    assert [len(client.receive_sample()) for _ in range(2)] == [3, 5]
+
+
+def test_priority_updates_do_not_wait_and_errors_raise_later(client, role):
+    if role != "learner":
+        return
+    sample = client.sample(32, 0.4)
+    applied_before, _ = client.flush()
+    for i in range(10):
+        assert client.update_priorities(sample.keys, np.full(32, 1.0 + i)) is None
+    applied, stale = client.flush()
+    assert applied - applied_before == 320 and stale == 0
+    assert client.update_priorities(sample.keys[:4], np.full(4, 2.0), wait=True) == (4, 0)
+    with pytest.raises(perserve.InvalidArgumentError, match="priority -1 at position 0"):
+        client.update_priorities(sample.keys[:1], [-1.0])
+    client.update_priorities(np.array([1 << 40], dtype=np.uint64), [1.0])  # never issued: the server says so
+    with pytest.raises(perserve.NotFoundError) as raised:
+        client.flush()
+    assert raised.value.code == 6 and "was never issued" in raised.value.message
+    client.flush()  # reported once
+
+
+def test_errors_are_typed_exceptions(client, role):
+    if role != "learner":
+        return
+    with pytest.raises(perserve.InvalidArgumentError) as raised:
+        client.sample(0, 0.4)
+    assert isinstance(raised.value, perserve.Error) and raised.value.code == 1
+    assert "batch size 0" in raised.value.message
+    assert client.samples_in_flight == 0
+    assert len(client.sample(8, 0.4)) == 8  # and the learner goes on
+
+
+def test_gil_is_released_while_waiting(client, role):
+    # The learner waits in a collective (peers) that the actor joins 0.5 s
+    # late; a thread keeps counting meanwhile only if the wait released the GIL.
+    ticks = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    if role == "actor":
+        time.sleep(0.5)
+        client.peers().Free()
+        return
+    thread = threading.Thread(target=count)
+    thread.start()
+    time.sleep(0.05)
+    try:
+        before = len(ticks)
+        started = time.monotonic()
+        comm = client.peers()
+        waited = time.monotonic() - started
+        during = len(ticks) - before
+    finally:
+        stop.set()
+        thread.join()
+    comm.Free()
+    assert waited > 0.2, waited
+    assert during >= 20, f"{during} ticks in {waited:.2f} s"
+
+
+def test_peers_broadcast_weights_without_the_server(client, role):
+    comm = client.peers()
+    try:
+        assert comm.size == 2
+        weights = np.arange(1000, dtype=np.float32) if role == "learner" else np.zeros(1000, np.float32)
+        comm.Bcast(weights, root=1)  # the learner is rank 1 of the peers
+        assert np.array_equal(weights, np.arange(1000, dtype=np.float32))
+    finally:
+        comm.Free()
+
+
+def test_close_is_idempotent_and_final(client, role):
+    client.close()
+    client.close()
+    assert client.closed
+    with pytest.raises(perserve.FailedPreconditionError):
+        client.flush()
