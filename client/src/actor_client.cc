@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -35,9 +36,12 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
     return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({}); nothing was sent",
                                                batch.columns.size(), schema.columns.size(), schema.ToString()));
   }
+  // The lengths the schema implies (CheckBatch then refuses only NULLs and
+  // sizes out of range), computed only for sizes CheckBatch can accept.
   ColumnSpans spans{batch.size, {}};
+  const bool representable = batch.size > 0 && batch.size <= (int64_t{1} << 31) / std::max<int64_t>(1, schema.ItemBytes());
   for (size_t i = 0; i < batch.columns.size(); ++i) {
-    const size_t bytes = batch.size > 0 ? static_cast<size_t>(batch.size * schema.columns[i].ItemBytes()) : 0;
+    const size_t bytes = representable ? static_cast<size_t>(batch.size * schema.columns[i].ItemBytes()) : 0;
     spans.columns.emplace_back(static_cast<const std::byte*>(batch.columns[i]), batch.columns[i] ? bytes : 0);
   }
   return Add(spans, priorities);

@@ -1,5 +1,6 @@
 // CheckBatch and CheckPriorities: what a client refuses before sending, so a
 // bad batch fails at its own call and costs the server nothing.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -14,6 +15,9 @@ std::string Describe(const Column& column) {
   return fmt::format("{}[{}], {} bytes an item", DTypeName(column.dtype), fmt::join(column.shape, ","),
                      column.ItemBytes());
 }
+
+// One message carries the whole batch, and MPI counts its bytes in an int.
+constexpr uint64_t kMaxMessageBytes = (uint64_t{1} << 31) - 1;
 
 }  // namespace
 
@@ -32,6 +36,20 @@ Status CheckBatch(const Schema& schema, const ColumnSpans& batch, std::span<cons
   if (batch.columns.size() != schema.columns.size()) {
     return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({}); nothing was sent",
                                                batch.columns.size(), schema.columns.size(), schema.ToString()));
+  }
+  uint64_t total = static_cast<uint64_t>(batch.size) * sizeof(double);
+  for (const Column& column : schema.columns) {
+    const uint64_t item = static_cast<uint64_t>(column.ItemBytes());
+    if (item > 0 && static_cast<uint64_t>(batch.size) > (kMaxMessageBytes - std::min(total, kMaxMessageBytes)) / item) {
+      total = kMaxMessageBytes + 1;
+      break;
+    }
+    total += static_cast<uint64_t>(batch.size) * item;
+  }
+  if (total > kMaxMessageBytes) {
+    return Status::InvalidArgument(fmt::format(
+        "a batch of {} items ({} bytes an item) is over MPI's 2 GiB message limit; send it in parts; nothing was sent",
+        batch.size, schema.ItemBytes()));
   }
   for (size_t i = 0; i < batch.columns.size(); ++i) {
     const Column& column = schema.columns[i];
