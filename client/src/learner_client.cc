@@ -39,14 +39,17 @@ const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
 Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
-  // Requests made with another size or beta are not what the caller asks for now.
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  // Requests made with another size or beta are not what the caller asks for
+  // now: received and dropped, their errors with them (each is popped, so a
+  // failing connection ends the loop and fails the request below instead).
   while (!pending_samples_.empty() &&
          (pending_samples_.front().batch_size != batch_size || pending_samples_.front().beta != beta)) {
-    PERSERVE_RETURN_IF_ERROR(ReceiveSample(batch));
+    (void)ReceiveOldest(batch);
   }
-  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(RequestSample(batch_size, beta));
-  PERSERVE_RETURN_IF_ERROR(ReceiveSample(batch));
-  while (samples_in_flight() < options_.prefetch) PERSERVE_RETURN_IF_ERROR(RequestSample(batch_size, beta));
+  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta));
+  PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
+  while (samples_in_flight() < options_.prefetch) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta));
   return Status::Ok();
 }
 
@@ -58,6 +61,10 @@ Status LearnerClient::RequestSample(int64_t batch_size, double beta) {
         fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
                     std::max(1, options_.prefetch)));
   }
+  return SendSampleRequest(batch_size, beta);
+}
+
+Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta) {
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
   proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta}, {}, &frame);
@@ -70,6 +77,10 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   if (pending_samples_.empty()) return Status::FailedPrecondition("no sample request is in flight");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  return ReceiveOldest(batch);
+}
+
+Status LearnerClient::ReceiveOldest(SampleBatch* batch) {
   const uint64_t id = pending_samples_.front().id;
   pending_samples_.pop_front();
   proto::Frame frame;

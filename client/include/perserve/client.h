@@ -205,6 +205,10 @@ class LearnerClient {
   // outstanding, then takes those that have arrived. Returns the rejections
   // not yet reported (as Flush's count with the first error), cleared.
   Status CollectUpdates(size_t keep_pending);
+  // Pops the oldest sample request and waits for its reply (one is in flight).
+  Status ReceiveOldest(SampleBatch* batch);
+  // Sends a sample request (no checks: the callers have made them).
+  Status SendSampleRequest(int64_t batch_size, double beta);
   Status TakePendingError();
 
   std::unique_ptr<client_internal::Connection> connection_;
