@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "perserve/client_c.h"
 
@@ -99,6 +101,31 @@ static int run_actor(void) {
   CHECK(perserve_actor_add(actor, 1, one, NULL) != 0);
   CHECK(strstr(perserve_client_last_error(), "earlier batch was rejected, and this one was not sent") != NULL);
   CHECK(perserve_actor_flush(actor) == 0);
+
+  /* An allocation that fails inside the library comes back as an error, not
+   * an exception through C: a 1 GiB batch (its lengths claimed, never read)
+   * under an address-space limit 256 MiB above what the process maps now
+   * (not under AddressSanitizer, whose shadow memory such a limit breaks). */
+#ifndef __SANITIZE_ADDRESS__
+  {
+    long pages = 0;
+    FILE* statm = fopen("/proc/self/statm", "r");
+    CHECK(statm != NULL && fscanf(statm, "%ld", &pages) == 1);
+    fclose(statm);
+    struct rlimit saved, tight;
+    CHECK(getrlimit(RLIMIT_AS, &saved) == 0);
+    tight = saved;
+    tight.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+    CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+    const int64_t n = (int64_t)1 << 26; /* 16 bytes an item: 1 GiB */
+    const int64_t claimed[2] = {8 * n, 8 * n};
+    const int result = perserve_actor_add_columns(actor, n, one, claimed, NULL);
+    CHECK(setrlimit(RLIMIT_AS, &saved) == 0);
+    CHECK(result != 0);
+    CHECK(strstr(perserve_client_last_error(), "RESOURCE_EXHAUSTED") != NULL);
+    CHECK(perserve_actor_flush(actor) == 0); /* nothing was sent */
+  }
+#endif
   MPI_Fint peers;
   CHECK(perserve_actor_peers(actor, &peers) == 0);
   check_peers(peers, 0);
