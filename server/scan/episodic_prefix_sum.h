@@ -12,9 +12,17 @@
 // test oracle), kCuda (a parallel scan; sums re-associate, so floating-point
 // results match the CPU's within rounding), kAuto (CUDA where a device is
 // usable, else the CPU).
+//
+// The CUDA scan is not deterministic from run to run: it is CUB's device scan
+// (decoupled look-back), which combines the tiles' partial sums in an order
+// that depends on timing, and floating-point addition is only
+// pseudo-associative, so two runs over the same input can differ in the last
+// bits (always within the rounding bound the tests hold it to). Use kCpu where
+// bit-for-bit repeatable sums matter. docs/cuda.md says more.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "perserve/status.h"
@@ -53,7 +61,37 @@ void EpisodicPrefixSumLoop(const ScanArrays<T>& arrays, Boundary boundary);
 template <typename T>
 void EpisodicPrefixSumParallel(const ScanArrays<T>& arrays, Boundary boundary);
 
-// The CUDA path (host arrays in and out). kUnavailable without a device.
+// What the CUDA scan reuses from call to call: a stream of its own (not the
+// legacy default stream, so a call neither waits for nor holds up other work
+// on the device) and device buffers grown to the largest call so far and never
+// shrunk, so a call no larger than an earlier one allocates nothing (an
+// allocation would synchronise the whole device). Bound to the device current
+// when it is created; each call runs there. Not thread-safe: one per thread.
+class CudaScanWorkspace {
+ public:
+  // kUnavailable in a build without CUDA; a CUDA error as a Status otherwise.
+  static Status Create(std::unique_ptr<CudaScanWorkspace>* workspace);
+  ~CudaScanWorkspace();
+  CudaScanWorkspace(const CudaScanWorkspace&) = delete;
+  CudaScanWorkspace& operator=(const CudaScanWorkspace&) = delete;
+
+  struct State;  // the stream and buffers (episodic_scan.cu)
+  State* state() { return state_.get(); }
+
+ private:
+  explicit CudaScanWorkspace(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The CUDA path (host arrays in and out), on `workspace`'s device and stream;
+// returns when the results are in `arrays`. kResourceExhausted when the
+// buffers cannot grow to the input (the workspace stays usable for smaller
+// inputs); kUnavailable without CUDA.
+template <typename T>
+Status EpisodicPrefixSumCuda(const ScanArrays<T>& arrays, Boundary boundary, CudaScanWorkspace* workspace);
+
+// The same on the calling thread's workspace for the current device, created
+// on first use and kept until the thread ends. kUnavailable without a device.
 template <typename T>
 Status EpisodicPrefixSumCuda(const ScanArrays<T>& arrays, Boundary boundary);
 

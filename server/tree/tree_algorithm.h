@@ -30,10 +30,34 @@ struct TreeNode {
 };
 static_assert(sizeof(TreeNode) == 16, "sibling pairs must pack into 32 bytes");
 
+// The sums and differences of the bit-identical paths (node combine, descent),
+// rounded once each, to nearest. On the device these are the explicit-rounding
+// intrinsics, which nvcc never contracts into a fused multiply-add with a
+// neighbouring product, whatever -fmad says and whatever a later edit puts
+// beside them (an FMA rounds once where the host rounds twice, and the CPU and
+// CUDA trees would differ in the last bit). The tree's CUDA translation unit is
+// also compiled with --fmad=false (server/CMakeLists.txt). On the host, plain
+// IEEE arithmetic: g++ contracts only a product and a sum, and none is here.
+PERSERVE_HOST_DEVICE inline double AddRounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+PERSERVE_HOST_DEVICE inline double SubtractRounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 // An internal node is always left + right and min(left, right), in that order,
 // so every strategy and backend produces bit-identical trees for the same leaves.
 PERSERVE_HOST_DEVICE inline TreeNode CombineChildren(const TreeNode& left, const TreeNode& right) {
-  return TreeNode{left.sum + right.sum, right.min < left.min ? right.min : left.min};
+  return TreeNode{AddRounded(left.sum, right.sum), right.min < left.min ? right.min : left.min};
 }
 
 PERSERVE_HOST_DEVICE inline int64_t LeafNode(int64_t capacity, int64_t leaf_index) {
@@ -93,7 +117,7 @@ PERSERVE_HOST_DEVICE inline double KeepIf(bool keep, double value) {
 PERSERVE_HOST_DEVICE inline int64_t DescendStep(const TreeNode* nodes, int64_t node, double* mass) {
   const double left = nodes[2 * node].sum;
   const bool right = DescendsRight(left, nodes[2 * node + 1].sum, *mass);
-  *mass -= KeepIf(right, left);
+  *mass = SubtractRounded(*mass, KeepIf(right, left));
   return 2 * node + right;
 }
 
@@ -114,7 +138,7 @@ PERSERVE_HOST_DEVICE inline int64_t FindPrefixSumLeaf(const TreeNode* nodes, int
     } else if (nodes[2 * node + 1].sum == 0.0 && left > 0.0) {
       node = 2 * node;  // the guard: never step into an empty right subtree
     } else {
-      mass -= left;
+      mass = SubtractRounded(mass, left);
       node = 2 * node + 1;
     }
   }

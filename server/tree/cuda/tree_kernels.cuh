@@ -38,7 +38,8 @@ __global__ void Fill(TreeNode* d_nodes, int64_t slots) {
 // writes the last of each run (p^alpha first when `exponent`), and when
 // `sparse` recomputes the distinct ancestors level by level to the root and
 // publishes the root to *d_root_out. Padding sorts after every real leaf
-// (key `capacity`, one bit above any leaf index).
+// (key `capacity`, one bit above any leaf index). d_indices and d_values must
+// be 16-byte aligned (the staging's layout sees to it).
 __global__ void __launch_bounds__(kBlockThreads)
     SmallBatch(const int64_t* d_indices, const double* d_values, int64_t count, bool exponent, double alpha,
                bool sparse, TreeNode* d_nodes, int64_t capacity, int levels, TreeNode* d_root_out) {
@@ -47,12 +48,27 @@ __global__ void __launch_bounds__(kBlockThreads)
     typename Sort::TempStorage sort;
     int64_t sorted_leaves[kBlockBatch];
   } shared;
+  // Blocked arrangement: thread t holds items 2t and 2t + 1, read with one
+  // 16-byte load per array, so each warp instruction uses all 512 bytes it
+  // touches of the mapped host memory (two 8-byte loads strided by 16 bytes
+  // used half of them each).
+  static_assert(kBlockItems == 2, "the loads below read two items per thread");
   int64_t leaves[kBlockItems];
   double values[kBlockItems];
-  for (int item = 0; item < kBlockItems; ++item) {
-    const int64_t j = static_cast<int64_t>(threadIdx.x) * kBlockItems + item;  // blocked arrangement
-    leaves[item] = j < count ? d_indices[j] : capacity;
-    values[item] = j < count ? d_values[j] : 0.0;
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * kBlockItems;
+  if (first + 1 < count) {
+    const longlong2 leaf_pair = reinterpret_cast<const longlong2*>(d_indices)[threadIdx.x];
+    const double2 value_pair = reinterpret_cast<const double2*>(d_values)[threadIdx.x];
+    leaves[0] = leaf_pair.x;
+    leaves[1] = leaf_pair.y;
+    values[0] = value_pair.x;
+    values[1] = value_pair.y;
+  } else {
+    for (int item = 0; item < kBlockItems; ++item) {
+      const int64_t j = first + item;
+      leaves[item] = j < count ? d_indices[j] : capacity;
+      values[item] = j < count ? d_values[j] : 0.0;
+    }
   }
   Sort(shared.sort).Sort(leaves, values, 0, levels + 1);
   __syncthreads();  // the sort's storage becomes the sorted leaves
@@ -124,9 +140,12 @@ __global__ void Descend(const TreeNode* d_nodes, int64_t capacity, int levels, c
 
 // Stratified sampling, one draw per thread: u_i from Philox4_32_10 keyed by
 // `seed`, subsequence `counter`, offset 4 i (one 128-bit block per draw, so
-// no two (counter, i) share one). curand_init computes a few Philox blocks
-// to get there, some hundred instructions: small beside the descent's chain
-// of dependent loads, and it keeps to the documented device API.
+// no two (counter, i) share one). For Philox, curand_init costs the same for
+// any subsequence and offset: it adds them to the 128-bit counter (no
+// stepping through the sequence) and computes a Philox block (ten rounds)
+// after each of the two skips, of which only the last is used; small beside
+// the descent's chain of dependent loads, and it keeps to the documented
+// device API.
 __global__ void Sample(const TreeNode* d_nodes, int64_t capacity, int levels, uint64_t seed, uint64_t counter,
                        int64_t count, int64_t* d_indices_out, double* d_values_out) {
   const double total = d_nodes[1].sum;
