@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "server/tree/tree_test_util.h"
+#include "tree/tree_validation.h"
 
 namespace perserve::tree::testing {
 namespace {
@@ -87,10 +88,17 @@ TEST_P(UpdateWithExponentTest, RejectsBadAlphaAndOverflowingPrioritiesWithoutACh
     ASSERT_TRUE(tree->ReadNodes(after_sums, after_mins).ok());
     EXPECT_TRUE(after_sums == sums && after_mins == mins) << "a rejected batch changed the tree";
   }
-  // Just inside the bound: accepted, and the leaf is large but finite.
-  const double near = std::pow(std::numeric_limits<double>::max(), 1.0 / 2.0) * (1.0 - 1e-11);
+  // p^alpha finite but past the tree's largest total: refused too.
+  const double finite_but_past = std::pow(std::numeric_limits<double>::max(), 1.0 / 2.0) * (1.0 - 1e-11);
+  const Status past = tree->UpdateWithExponent(std::vector<int64_t>{5}, std::vector<double>{finite_but_past}, 2.0);
+  EXPECT_EQ(past.code(), Status::Code::kInvalidArgument) << past.ToString();
+  ASSERT_TRUE(tree->ReadNodes(after_sums, after_mins).ok());
+  EXPECT_TRUE(after_sums == sums && after_mins == mins) << "a refused batch changed the tree";
+  // Just inside the limit: accepted, and the leaf is large but finite.
+  const double near = std::pow(kMaxTreeTotal, 1.0 / 2.0) * (1.0 - 1e-6);
   ASSERT_TRUE(tree->UpdateWithExponent(std::vector<int64_t>{5}, std::vector<double>{near}, 2.0).ok());
   EXPECT_TRUE(std::isfinite(tree->Total()));
+  EXPECT_GT(tree->Total(), kMaxTreeTotal * 0.99);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, UpdateWithExponentTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
