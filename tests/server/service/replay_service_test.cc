@@ -8,11 +8,13 @@
 #include "proto/codec.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
+#include "server/service/service_test_util.h"
 
 namespace perserve::service {
 namespace {
 
 using proto::MessageKind;
+using service_test::Frame;
 
 Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {2}}}}; }
 
@@ -32,13 +34,6 @@ std::vector<std::byte> AddFrame(uint64_t id, int64_t first_item, int64_t count, 
   return frame;
 }
 
-template <class Meta>
-std::vector<std::byte> Frame(MessageKind kind, uint64_t id, const Meta& meta,
-                             std::initializer_list<std::span<const std::byte>> bulk = {}) {
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(kind, id, meta, bulk, &frame);
-  return frame;
-}
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -59,15 +54,7 @@ class ServiceTest : public ::testing::Test {
 
   // Pops client's oldest reply, checks its kind and request id.
   proto::Frame Reply(int client, MessageKind kind, uint64_t id) {
-    EXPECT_FALSE(transport_->outbox(client).empty()) << "no reply for request " << id;
-    if (transport_->outbox(client).empty()) return {};
-    last_ = std::move(transport_->outbox(client).front());
-    transport_->outbox(client).pop_front();
-    proto::Frame frame;
-    EXPECT_TRUE(proto::DecodeFrame(last_, &frame).ok());
-    EXPECT_EQ(frame.kind(), kind) << "request " << id;
-    EXPECT_EQ(frame.header.request_id, id);
-    return frame;
+    return service_test::PopReply(*transport_, client, kind, id, kept_);
   }
 
   Status::Code ErrorCode(int client, uint64_t id) {
@@ -80,7 +67,7 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<LoopbackTransport> transport_;
   std::unique_ptr<replay::Replay> replay_;
   std::unique_ptr<ReplayService> service_;
-  std::vector<std::byte> last_;
+  std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
 
 TEST_F(ServiceTest, AddSampleUpdateCloseRoundTrip) {

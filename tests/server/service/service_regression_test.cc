@@ -11,11 +11,13 @@
 #include "proto/codec.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
+#include "server/service/service_test_util.h"
 
 namespace perserve::service {
 namespace {
 
 using proto::MessageKind;
+using service_test::Frame;
 
 Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {2}}}}; }
 
@@ -36,12 +38,6 @@ std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_item, int64_t
   return frame;
 }
 
-template <class Meta>
-std::vector<std::byte> Frame(MessageKind kind, uint64_t request_id, const Meta& meta) {
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(kind, request_id, meta, {}, &frame);
-  return frame;
-}
 
 class ServiceRegressionTest : public ::testing::Test {
  protected:
@@ -62,15 +58,7 @@ class ServiceRegressionTest : public ::testing::Test {
 
   // Pops client's oldest reply; checks its kind and request id.
   proto::Frame Reply(int client, MessageKind kind, uint64_t request_id) {
-    EXPECT_FALSE(transport_->outbox(client).empty()) << "client " << client << ": no reply for " << request_id;
-    if (transport_->outbox(client).empty()) return {};
-    kept_.push_back(std::move(transport_->outbox(client).front()));
-    transport_->outbox(client).pop_front();
-    proto::Frame frame;
-    EXPECT_TRUE(proto::DecodeFrame(kept_.back(), &frame).ok());
-    EXPECT_EQ(frame.kind(), kind) << "client " << client << ", request " << request_id;
-    EXPECT_EQ(frame.header.request_id, request_id) << "client " << client;
-    return frame;
+    return service_test::PopReply(*transport_, client, kind, request_id, kept_);
   }
 
   proto::AddReply AddReply(int client, uint64_t request_id) {
@@ -82,7 +70,7 @@ class ServiceRegressionTest : public ::testing::Test {
   std::unique_ptr<LoopbackTransport> transport_;
   std::unique_ptr<replay::Replay> replay_;
   std::unique_ptr<ReplayService> service_;
-  std::vector<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
+  std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
 
 // The defect: the pass's starting client never advancing, so client 0 was
