@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "mpi/communicator.h"
@@ -32,8 +33,18 @@ struct JoinResult {
   std::vector<proto::Role> roles; // every rank's role, by rank
 };
 
+// The most bytes a schema may take on the wire (thousands of columns).
+inline constexpr uint64_t kMaxSchemaBytes = uint64_t{1} << 20;
+
 // Collective over `parent`. A server passes its schema; others pass nullptr.
 // On success `comm` holds the duplicated communicator all later messages use.
+// Everything a peer sends is range-checked before use (roles, versions,
+// schema lengths and contents), and nothing throws: every rank sees the same
+// data, so every rank returns the same error and none waits on another.
 Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result);
+
+// The join's checks on what a peer sent, on their own (tests and fuzzing).
+Status CheckJoinEntry(int rank, int32_t role, int32_t version);
+Status CheckSchemaLength(int server_rank, uint64_t length);
 
 }  // namespace perserve::mpi

@@ -35,6 +35,9 @@ Status DecodeFrame(std::span<const std::byte> bytes, Frame* frame) {
     return Status::FailedPrecondition(fmt::format("message speaks protocol version {}, this side speaks {}",
                                                   header.version, kProtocolVersion));
   }
+  if (header.reserved != 0) {
+    return Status::InvalidArgument(fmt::format("message header's reserved field is {:#x}, not 0", header.reserved));
+  }
   const uint64_t body = bytes.size() - kFrameHeaderBytes;
   if (header.meta_bytes > body || header.bulk_bytes != body - header.meta_bytes) {
     return Status::InvalidArgument(fmt::format("message sizes do not add up: header says {} meta + {} bulk bytes, "

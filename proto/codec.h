@@ -15,6 +15,7 @@
 
 #include "perserve/schema.h"
 #include "perserve/status.h"
+#include "proto/bounded_input_archive.h"
 #include "proto/messages.h"
 
 namespace perserve::proto {
@@ -59,17 +60,15 @@ void EncodeFrame(MessageKind kind, uint64_t request_id, const Meta& meta,
   EncodeFrameMeta(kind, request_id, SerializeMeta(meta), bulk, out);
 }
 
-// Reads the frame's meta as `Meta`; a truncated or garbled meta is an error,
-// never an exception.
+// Reads the frame's meta as `Meta` with every length and boolean range-checked
+// (BoundedInputArchive); a truncated or garbled meta, or trailing bytes, is an
+// error, never an exception.
 template <class Meta>
 Status DecodeMeta(const Frame& frame, Meta* meta) {
   try {
-    std::istringstream stream(std::string(reinterpret_cast<const char*>(frame.meta.data()), frame.meta.size()));
-    cereal::BinaryInputArchive archive(stream);
+    BoundedInputArchive archive(frame.meta);
     archive(*meta);
-    if (stream.peek() != std::char_traits<char>::eof()) {
-      return Status::InvalidArgument("message meta has trailing bytes");
-    }
+    if (archive.bytes_left() != 0) return Status::InvalidArgument("message meta has trailing bytes");
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("message meta is truncated or garbled: ") + e.what());
   }
