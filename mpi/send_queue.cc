@@ -13,13 +13,6 @@ SendQueue::~SendQueue() {
   if (!finalized) (void)Drain();
 }
 
-namespace {
-
-// Completed buffers kept for reuse: enough for a client's sends in flight.
-constexpr size_t kPoolSize = 8;
-
-}  // namespace
-
 std::vector<std::byte> SendQueue::Acquire(size_t expected_bytes) {
   if (pool_.empty()) return {};
   size_t pick = 0;
@@ -33,7 +26,7 @@ std::vector<std::byte> SendQueue::Acquire(size_t expected_bytes) {
   return buffer;
 }
 
-Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm) {
+Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm, bool tracked) {
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return Status::InvalidArgument("a message of " + std::to_string(bytes.size()) +
                                    " bytes exceeds MPI's 2 GiB message limit");
@@ -43,7 +36,24 @@ Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm
       Check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank, tag, comm, &request), "MPI_Isend"));
   requests_.push_back(request);
   buffers_.push_back(std::move(bytes));
+  tracked_ranks_.push_back(tracked ? rank : -1);
   return Status::Ok();
+}
+
+SendQueue::InFlight SendQueue::TrackedInFlight(int rank) const {
+  InFlight in_flight;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (tracked_ranks_[i] != rank) continue;
+    ++in_flight.messages;
+    in_flight.bytes += static_cast<int64_t>(buffers_[i].size());
+  }
+  return in_flight;
+}
+
+size_t SendQueue::pooled_bytes() const {
+  size_t bytes = 0;
+  for (const auto& buffer : pool_) bytes += buffer.capacity();
+  return bytes;
 }
 
 Status SendQueue::Progress() {
@@ -58,17 +68,24 @@ Status SendQueue::Progress() {
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
     if (requests_[i] == MPI_REQUEST_NULL) {
-      if (pool_.size() < kPoolSize) pool_.push_back(std::move(buffers_[i]));
+      const size_t capacity = buffers_[i].capacity();
+      if (pool_.size() < kPoolSize && capacity <= kPoolBufferBytes && pooled_bytes() + capacity <= kPoolBytes) {
+        pool_.push_back(std::move(buffers_[i]));
+      } else {
+        std::vector<std::byte>().swap(buffers_[i]);  // freed now, not when the slot is reused
+      }
       continue;
     }
     if (kept != i) {
       requests_[kept] = requests_[i];
       buffers_[kept] = std::move(buffers_[i]);
+      tracked_ranks_[kept] = tracked_ranks_[i];
     }
     ++kept;
   }
   requests_.resize(kept);
   buffers_.resize(kept);
+  tracked_ranks_.resize(kept);
   return Status::Ok();
 }
 
@@ -78,6 +95,7 @@ Status SendQueue::Drain() {
       Check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   requests_.clear();
   buffers_.clear();
+  tracked_ranks_.clear();
   return status;
 }
 

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "perserve/status.h"
@@ -24,16 +25,32 @@ class SendQueue {
   // multi-megabyte vector costs a zero-fill and a fault per page.
   std::vector<std::byte> Acquire(size_t expected_bytes);
 
-  // Starts sending `bytes` (at most 2 GiB) to `rank` with `tag`.
-  Status Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm);
+  // Starts sending `bytes` (at most 2 GiB) to `rank` with `tag`; `tracked`
+  // sends are counted by TrackedInFlight until they complete.
+  Status Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm, bool tracked = false);
   // Releases the buffers of completed sends. Never blocks.
   Status Progress();
   // Waits for every send.
   Status Drain();
   size_t in_flight() const { return requests_.size(); }
 
+  // The tracked sends to `rank` not yet complete, and their bytes. O(in flight).
+  struct InFlight {
+    int messages = 0;
+    int64_t bytes = 0;
+  };
+  InFlight TrackedInFlight(int rank) const;
+
+  // Completed buffers kept for reuse: at most this many, none larger than
+  // kPoolBufferBytes, together at most kPoolBytes; larger ones are freed.
+  static constexpr size_t kPoolSize = 8;
+  static constexpr size_t kPoolBufferBytes = size_t{64} << 20;
+  static constexpr size_t kPoolBytes = size_t{128} << 20;
+  size_t pooled_bytes() const;
+
  private:
-  std::vector<MPI_Request> requests_;            // parallel to buffers_
+  std::vector<MPI_Request> requests_;            // parallel to buffers_ and tracked_ranks_
+  std::vector<int> tracked_ranks_;               // the destination of a tracked send, else -1
   std::vector<std::vector<std::byte>> buffers_;  // a moved vector keeps its heap block
   std::vector<int> done_;                        // scratch for MPI_Testsome
   std::vector<std::vector<std::byte>> pool_;     // buffers of completed sends

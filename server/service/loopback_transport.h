@@ -3,6 +3,7 @@
 // replies from its outbox.
 #pragma once
 
+#include <cstring>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -22,6 +23,8 @@ class LoopbackTransport final : public Transport {
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   size_t waiting(int client) const { return inboxes_[client].size(); }
+  // Makes every later Send fail, as an MPI_Isend can.
+  void FailSends(bool fail) { fail_sends_ = fail; }
 
   // Service side.
   int client_count() const override { return static_cast<int>(inboxes_.size()); }
@@ -35,8 +38,21 @@ class LoopbackTransport final : public Transport {
     return Status::Ok();
   }
   Status Send(int client, std::vector<std::byte> frame) override {
+    if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
     outboxes_[client].push_back(std::move(frame));
     return Status::Ok();
+  }
+  // A reply is unread until the test pops it from the outbox.
+  Unread UnreadSampleReplies(int client) const override {
+    Unread unread;
+    for (const std::vector<std::byte>& frame : outboxes_[client]) {
+      uint16_t kind = 0;
+      if (frame.size() >= proto::kFrameHeaderBytes) std::memcpy(&kind, frame.data() + 6, sizeof(kind));
+      if (kind != static_cast<uint16_t>(proto::MessageKind::kSampleReply)) continue;
+      ++unread.replies;
+      unread.bytes += static_cast<int64_t>(frame.size());
+    }
+    return unread;
   }
   Status Progress() override { return Status::Ok(); }
   Status Drain() override { return Status::Ok(); }
@@ -44,6 +60,7 @@ class LoopbackTransport final : public Transport {
  private:
   std::vector<std::deque<std::pair<std::vector<std::byte>, int>>> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
+  bool fail_sends_ = false;
 };
 
 }  // namespace perserve::service

@@ -16,4 +16,16 @@ Status MpiTransport::Send(int client, std::vector<std::byte> frame) {
   return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_);
 }
 
+Status MpiTransport::SendSampleReply(int client, std::vector<std::byte> frame) {
+  return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_, /*tracked=*/true);
+}
+
+// A send MPI has not completed is one the client has not matched yet (eager
+// messages complete at once; a sample reply of more than the eager limit
+// waits for the client's receive).
+Transport::Unread MpiTransport::UnreadSampleReplies(int client) const {
+  const mpi::SendQueue::InFlight in_flight = sends_.TrackedInFlight(client_ranks_[client]);
+  return Unread{in_flight.messages, in_flight.bytes};
+}
+
 }  // namespace perserve::service

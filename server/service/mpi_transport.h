@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "mpi/send_queue.h"
@@ -21,6 +22,9 @@ class MpiTransport final : public Transport {
   int client_count() const override { return static_cast<int>(client_ranks_.size()); }
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   Status Send(int client, std::vector<std::byte> frame) override;
+  Status SendSampleReply(int client, std::vector<std::byte> frame) override;
+  Unread UnreadSampleReplies(int client) const override;
+  std::string ClientName(int client) const override { return "rank " + std::to_string(client_ranks_[client]); }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Progress() override { return sends_.Progress(); }
   Status Drain() override { return sends_.Drain(); }

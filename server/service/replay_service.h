@@ -13,13 +13,22 @@
 // sooner when actors flood. Actors bound their own batches in flight
 // (back-pressure), so nothing queues without limit.
 //
-// Bad input never stops the loop: a frame that does not decode, a kind the
-// service does not know, or a request the replay rejects gets an ErrorReply
-// with a typed status, and nothing of that request is applied.
+// No request stops the loop: a frame that does not decode, a kind the service
+// does not know, a request the replay rejects, or one that cannot be served
+// (a reply over MPI's 2 GiB, an allocation that fails: RESOURCE_EXHAUSTED)
+// gets an ErrorReply with a typed status, and nothing of that request is
+// applied. A reply that cannot even be sent is logged and counted
+// (replies_dropped). Only a failing transport (MPI itself) ends Run.
 //
-// A sample request that arrives before min_size_to_sample items are stored is
-// deferred (its reply held back) and served as soon as enough have arrived;
-// other clients are served meanwhile.
+// A sample request waits (is deferred, its reply held back) until
+// min_size_to_sample items are stored, and while its client has not received
+// earlier sample replies past its allowance (max_unread_sample_replies, or
+// max_unread_reply_bytes: one reply always goes out when none is unread);
+// other clients are served meanwhile. A client may have at most
+// max_deferred_samples waiting; one more is refused with RESOURCE_EXHAUSTED.
+// So per client the server holds at most max(max_unread_reply_bytes, one
+// reply) of unread replies plus a few small deferred records, whatever the
+// client sends or fails to read (docs/operations.md states the whole bound).
 #pragma once
 
 #include <algorithm>
@@ -50,6 +59,13 @@ struct ServiceOptions {
   // the schema lacks either).
   std::string reward_column = "reward";
   std::string done_column = "done";
+  // Per-client allowances (see the header comment).
+  int max_unread_sample_replies = 4;
+  int64_t max_unread_reply_bytes = int64_t{256} << 20;
+  int max_deferred_samples = 16;
+  // A receive buffer grown past this by one large message is freed after it,
+  // so one huge (even rejected) frame does not pin its size for good.
+  int64_t keep_receive_bytes = int64_t{16} << 20;
 };
 
 struct ServiceCounters {
@@ -58,7 +74,8 @@ struct ServiceCounters {
   int64_t sample_requests = 0;
   int64_t update_requests = 0;
   int64_t errors = 0;
-  int64_t deferred_samples = 0;
+  int64_t deferred_samples = 0;  // sample requests that had to wait
+  int64_t replies_dropped = 0;   // replies the transport refused to send
 };
 
 class ReplayService {
@@ -86,18 +103,25 @@ class ReplayService {
     double beta;
   };
 
-  Status Handle(int client, int tag, std::span<const std::byte> bytes);
-  Status HandleAdd(int client, const proto::Frame& frame);
-  Status HandleSample(int client, const proto::Frame& frame);
-  Status HandleUpdate(int client, const proto::Frame& frame);
-  Status HandleClose(int client, const proto::Frame& frame);
-  Status ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
-  Status ServeDeferred();
+  // Handle() with exceptions (allocation failures) turned into error replies.
+  void HandleGuarded(int client, int tag, std::span<const std::byte> bytes);
+  void Handle(int client, int tag, std::span<const std::byte> bytes);
+  void HandleAdd(int client, const proto::Frame& frame);
+  void HandleSample(int client, const proto::Frame& frame);
+  void HandleUpdate(int client, const proto::Frame& frame);
+  void HandleClose(int client, const proto::Frame& frame);
+  void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
+  void ServeDeferred();
+  // The whole frame a sample of `batch_size` items is answered with.
+  int64_t SampleReplyBytes(int64_t batch_size) const;
   bool ReadyToSample() const { return replay_->size() >= std::max<int64_t>(1, options_.min_size_to_sample); }
-  Status ReplyError(int client, uint64_t request_id, const Status& error);
+  // Whether a sample reply of `reply_bytes` may go to `client` now.
+  bool CanServe(int client, int64_t reply_bytes) const;
+  void ReplyError(int client, uint64_t request_id, const Status& error);
   template <class Meta>
-  Status Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
-               std::initializer_list<std::span<const std::byte>> bulk = {});
+  void Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
+             std::initializer_list<std::span<const std::byte>> bulk = {});
+  void Send(int client, uint64_t request_id, std::vector<std::byte> frame, bool sample_reply);
   void MaybeLogStats();
 
   replay::Replay* replay_;
@@ -107,6 +131,8 @@ class ReplayService {
   int open_clients_;
   int next_client_ = 0;  // where the next round-robin pass starts
   std::deque<DeferredSample> deferred_;
+  std::vector<int> deferred_per_client_;
+  std::vector<bool> blocked_;  // ServeDeferred's scratch
   ServiceCounters counters_;
   replay::EpisodeTracker episodes_;
   std::vector<std::byte> receive_buffer_;

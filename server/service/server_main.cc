@@ -33,6 +33,9 @@ struct Flags {
   bool prefault_store = false;
   std::string reward_column = "reward";
   std::string done_column = "done";
+  int max_unread_sample_replies = 4;
+  int64_t max_unread_reply_bytes = int64_t{256} << 20;
+  int max_deferred_samples = 16;
 };
 
 // Ends the whole job with a message: every other rank is waiting in the join.
@@ -72,6 +75,9 @@ int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::re
   service_options.bytes_per_client_pass = flags.bytes_per_client_pass;
   service_options.reward_column = flags.reward_column;
   service_options.done_column = flags.done_column;
+  service_options.max_unread_sample_replies = flags.max_unread_sample_replies;
+  service_options.max_unread_reply_bytes = flags.max_unread_reply_bytes;
+  service_options.max_deferred_samples = flags.max_deferred_samples;
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
@@ -111,6 +117,15 @@ int main(int argc, char** argv) {
                  "scalar column whose per-actor episode returns the stats lines report")->capture_default_str();
   app.add_option("--done-column", flags.done_column, "scalar column that marks an episode's last step")
       ->capture_default_str();
+  app.add_option("--max-unread-sample-replies", flags.max_unread_sample_replies,
+                 "sample replies a client may have sent to it but not received; its next samples wait")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-unread-reply-bytes", flags.max_unread_reply_bytes,
+                 "bytes of sample replies a client may have unreceived (one reply always goes when none is)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-deferred-samples", flags.max_deferred_samples,
+                 "sample requests of one client that may wait; one more is refused (RESOURCE_EXHAUSTED)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {

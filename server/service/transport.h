@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "perserve/status.h"
@@ -27,6 +29,26 @@ class Transport {
   // Queues `frame` for `client` and returns without waiting for the client to
   // receive it (a learner busy training must not stall the server).
   virtual Status Send(int client, std::vector<std::byte> frame) = 0;
+
+  // Send() for a sample reply, whose delivery the transport tracks until the
+  // client has received it (UnreadSampleReplies).
+  virtual Status SendSampleReply(int client, std::vector<std::byte> frame) { return Send(client, std::move(frame)); }
+
+  // The sample replies sent to `client` that it has not received yet, and
+  // their bytes: the service holds further samples back past an allowance, so
+  // a client that stops reading cannot grow the server's memory. A transport
+  // that cannot tell (the ZeroMQ baseline: its own high-water marks) says 0.
+  struct Unread {
+    int replies = 0;
+    int64_t bytes = 0;
+  };
+  virtual Unread UnreadSampleReplies(int client) const {
+    (void)client;
+    return {};
+  }
+
+  // How logs name a client: its MPI rank where there is one.
+  virtual std::string ClientName(int client) const { return "client " + std::to_string(client); }
 
   // A buffer to encode the next frame into; a transport may recycle the
   // buffers of completed sends (the smallest holding `expected_bytes`).
