@@ -24,31 +24,18 @@
 
 #include <fmt/format.h>
 
-#include "mpi/join.h"
 #include "perserve/client.h"
-#include "proto/codec.h"
+#include "raw_client.h"
 
 namespace {
 
 using perserve::Status;
 using Clock = std::chrono::steady_clock;
 
+using perserve::mpi_test::Frame;
+using perserve::mpi_test::RawClient;
+
 int rank = -1;
-
-#define CHECK(condition, ...)                                                                      \
-  do {                                                                                             \
-    if (!(condition)) {                                                                            \
-      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", rank, __FILE__, __LINE__, #condition, \
-                 fmt::format(__VA_ARGS__));                                                        \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-#define CHECK_OK(expr)                                              \
-  do {                                                              \
-    const Status check_ok_status = (expr);                          \
-    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
-  } while (0)
 
 // The end_to_end schema (server flags: --column id:int64 --column payload:uint8:37 --column value:float64:3):
 // every byte of an item is a function of its id.
@@ -165,47 +152,6 @@ int StaleLearner() {
   CHECK_OK(learner->Close());
   fmt::print("[rank {}] stale: 10 updates for overwritten keys dropped and counted\n", rank);
   return 0;
-}
-
-// A client that speaks raw frames, to send what the library never would.
-class RawClient {
- public:
-  void Join() { CHECK_OK(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kActor, nullptr, &comm_, &join_)); }
-
-  // Sends `frame` and returns the reply's frame (kept in reply_).
-  perserve::proto::Frame Exchange(const std::vector<std::byte>& frame, int tag = perserve::proto::kRequestTag) {
-    CHECK(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, join_.server_rank, tag, comm_.get()) ==
-              MPI_SUCCESS, "send");
-    bool received = false;
-    CHECK_OK(perserve::mpi::ReceiveBytes(comm_.get(), join_.server_rank, perserve::proto::kReplyTag, true, &reply_,
-                                         &received));
-    perserve::proto::Frame decoded;
-    CHECK_OK(perserve::proto::DecodeFrame(reply_, &decoded));
-    return decoded;
-  }
-
-  Status::Code ErrorOf(const std::vector<std::byte>& frame, int tag = perserve::proto::kRequestTag) {
-    const perserve::proto::Frame reply = Exchange(frame, tag);
-    CHECK(reply.kind() == perserve::proto::MessageKind::kErrorReply, "kind {}", reply.header.kind);
-    perserve::proto::ErrorReply error;
-    CHECK_OK(perserve::proto::DecodeMeta(reply, &error));
-    return static_cast<Status::Code>(error.code);
-  }
-
-  const perserve::Schema& schema() const { return join_.schema; }
-
- private:
-  perserve::mpi::Communicator comm_;
-  perserve::mpi::JoinResult join_;
-  std::vector<std::byte> reply_;
-};
-
-template <class Meta>
-std::vector<std::byte> Frame(perserve::proto::MessageKind kind, uint64_t id, const Meta& meta,
-                             std::initializer_list<std::span<const std::byte>> bulk = {}) {
-  std::vector<std::byte> frame;
-  perserve::proto::EncodeFrame(kind, id, meta, bulk, &frame);
-  return frame;
 }
 
 int BadInputClient() {

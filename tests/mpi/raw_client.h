@@ -1,0 +1,97 @@
+// What the multi-rank test clients share: CHECK macros that end the rank (and
+// so the mpirun and its ctest entry) on the first failure, frames built by
+// hand, and a client that speaks raw frames, to send what the library never
+// would.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "mpi/join.h"
+#include "perserve/status.h"
+#include "proto/codec.h"
+
+namespace perserve::mpi_test {
+
+inline int WorldRank() {
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+#define CHECK(condition, ...)                                                                             \
+  do {                                                                                                    \
+    if (!(condition)) {                                                                                   \
+      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", ::perserve::mpi_test::WorldRank(),   \
+                 __FILE__, __LINE__, #condition, fmt::format(__VA_ARGS__));                               \
+      std::exit(1);                                                                                       \
+    }                                                                                                     \
+  } while (0)
+
+#define CHECK_OK(expr)                                              \
+  do {                                                              \
+    const ::perserve::Status check_ok_status = (expr);              \
+    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
+  } while (0)
+
+template <class Meta>
+std::vector<std::byte> Frame(proto::MessageKind kind, uint64_t request_id, const Meta& meta,
+                             std::initializer_list<std::span<const std::byte>> bulk = {}) {
+  std::vector<std::byte> frame;
+  proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
+  return frame;
+}
+
+class RawClient {
+ public:
+  void Join() { CHECK_OK(mpi::Join(MPI_COMM_WORLD, proto::Role::kActor, nullptr, &comm_, &join_)); }
+
+  void Send(const std::vector<std::byte>& frame, int tag = proto::kRequestTag) {
+    CHECK(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, join_.server_rank, tag, comm_.get()) ==
+              MPI_SUCCESS,
+          "send");
+  }
+
+  // Waits for the next reply (kept in reply_ until the next call).
+  proto::Frame Receive() {
+    bool received = false;
+    CHECK_OK(mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, true, &reply_, &received));
+    proto::Frame decoded;
+    CHECK_OK(proto::DecodeFrame(reply_, &decoded));
+    return decoded;
+  }
+
+  // Sends `frame` and returns the reply.
+  proto::Frame Exchange(const std::vector<std::byte>& frame, int tag = proto::kRequestTag) {
+    Send(frame, tag);
+    return Receive();
+  }
+
+  // The status an error reply carries (checks that it is one).
+  static Status ErrorIn(const proto::Frame& reply) {
+    CHECK(reply.kind() == proto::MessageKind::kErrorReply, "kind {}", reply.header.kind);
+    proto::ErrorReply error;
+    CHECK_OK(proto::DecodeMeta(reply, &error));
+    return Status::FromCode(error.code, error.message);
+  }
+
+  Status::Code ErrorOf(const std::vector<std::byte>& frame, int tag = proto::kRequestTag) {
+    return ErrorIn(Exchange(frame, tag)).code();
+  }
+
+  const Schema& schema() const { return join_.schema; }
+
+ private:
+  mpi::Communicator comm_;
+  mpi::JoinResult join_;
+  std::vector<std::byte> reply_;
+};
+
+}  // namespace perserve::mpi_test
