@@ -13,7 +13,7 @@ using client_internal::Connection;
 
 Status ActorClient::Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<ActorClient>* actor) {
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be >= 1");
-  auto connection = std::make_unique<Connection>();
+  auto connection = std::make_unique<client_internal::MpiConnection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kActor));
   actor->reset(new ActorClient(std::move(connection), options));
   return Status::Ok();

@@ -10,7 +10,7 @@ Bystander::~Bystander() = default;
 Status Bystander::Peers(MPI_Comm* peers) { return connection_->Peers(peers); }
 
 Status JoinAsBystander(MPI_Comm comm, std::unique_ptr<Bystander>* bystander) {
-  auto connection = std::make_unique<client_internal::Connection>();
+  auto connection = std::make_unique<client_internal::MpiConnection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kBystander));
   bystander->reset(new Bystander(std::move(connection)));
   return Status::Ok();

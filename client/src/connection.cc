@@ -19,7 +19,7 @@ uint64_t RequestIdOf(const std::vector<std::byte>& message) {
 
 }  // namespace
 
-Status Connection::Join(MPI_Comm parent, proto::Role role) {
+Status MpiConnection::Join(MPI_Comm parent, proto::Role role) {
   PERSERVE_RETURN_IF_ERROR(mpi::Join(parent, role, nullptr, &comm_, &join_));
   if (role != proto::Role::kBystander && join_.server_rank < 0) {
     return Status::Internal("the join assigned no server to this client");
@@ -27,7 +27,7 @@ Status Connection::Join(MPI_Comm parent, proto::Role role) {
   return Status::Ok();
 }
 
-Status Connection::Send(std::vector<std::byte> frame) {
+Status MpiConnection::Send(std::vector<std::byte> frame) {
   PERSERVE_RETURN_IF_ERROR(sends_.Progress());
   return sends_.Send(std::move(frame), join_.server_rank, proto::kRequestTag, comm_.get());
 }
@@ -40,8 +40,7 @@ Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* messa
   } else {
     while (true) {
       bool received = false;
-      PERSERVE_RETURN_IF_ERROR(
-          mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, /*wait=*/true, message, &received));
+      PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/true, message, &received));
       const uint64_t id = RequestIdOf(*message);
       if (id == request_id) break;
       early_replies_[id] = std::move(*message);
@@ -56,9 +55,8 @@ Status Connection::PollReply(uint64_t request_id, bool* ready, std::vector<std::
   while (early_replies_.find(request_id) == early_replies_.end()) {
     bool received = false;
     std::vector<std::byte> incoming;
-    PERSERVE_RETURN_IF_ERROR(
-        mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, /*wait=*/false, &incoming, &received));
-    if (!received) return sends_.Progress();
+    PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/false, &incoming, &received));
+    if (!received) return ProgressSends();
     const uint64_t id = RequestIdOf(incoming);
     early_replies_[id] = std::move(incoming);
   }
@@ -70,7 +68,7 @@ Status Connection::PollReply(uint64_t request_id, bool* ready, std::vector<std::
 }
 
 Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) {
-  PERSERVE_RETURN_IF_ERROR(sends_.Progress());
+  PERSERVE_RETURN_IF_ERROR(ProgressSends());
   PERSERVE_RETURN_IF_ERROR(proto::DecodeFrame(*message, frame));
   if (frame->kind() == proto::MessageKind::kErrorReply) {
     proto::ErrorReply error;
@@ -80,7 +78,11 @@ Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) 
   return Status::Ok();
 }
 
-Status Connection::Peers(MPI_Comm* peers) const {
+Status MpiConnection::ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) {
+  return mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, wait, message, received);
+}
+
+Status MpiConnection::Peers(MPI_Comm* peers) const {
   MPI_Group all = MPI_GROUP_NULL, others = MPI_GROUP_NULL;
   Status status = mpi::Check(MPI_Comm_group(comm_.get(), &all), "MPI_Comm_group");
   if (status.ok()) {
@@ -107,7 +109,7 @@ Status Connection::Close() {
   if (decoded.kind() != proto::MessageKind::kCloseReply) {
     return Status::Internal(fmt::format("close answered with message kind {}", decoded.header.kind));
   }
-  return sends_.Drain();
+  return DrainSends();
 }
 
 }  // namespace perserve::client_internal

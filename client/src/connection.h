@@ -1,7 +1,9 @@
 // Connection: one client's link to its replay rank (internal to the client
-// library): the joined communicator, request ids, sends that complete in the
-// background, and replies matched to their requests by id (a deferred sample
-// reply can arrive after the replies to later requests).
+// library): request ids, sends that complete in the background, and replies
+// matched to their requests by id (a deferred sample reply can arrive after
+// the replies to later requests). The matching and the close handshake live
+// here; how frames travel is a subclass's: MpiConnection over the joined
+// communicator, and in tests a loopback one straight into a ReplayService.
 #pragma once
 
 #include <mpi.h>
@@ -14,24 +16,24 @@
 #include "mpi/communicator.h"
 #include "mpi/join.h"
 #include "mpi/send_queue.h"
+#include "perserve/schema.h"
 #include "proto/codec.h"
 
 namespace perserve::client_internal {
 
 class Connection {
  public:
-  // Collective over `parent`. A bystander has no server (server_rank -1).
-  Status Join(MPI_Comm parent, proto::Role role);
+  virtual ~Connection() = default;
 
-  const Schema& schema() const { return join_.schema; }
+  virtual const Schema& schema() const = 0;
   uint64_t NextRequestId() { return next_request_id_++; }
 
-  // A buffer to encode the next frame into (recycled; see mpi::SendQueue).
-  std::vector<std::byte> AcquireBuffer(size_t expected_bytes) { return sends_.Acquire(expected_bytes); }
+  // A buffer to encode the next frame into (recycled where the transport can).
+  virtual std::vector<std::byte> AcquireBuffer(size_t expected_bytes) = 0;
 
   // Sends a frame without waiting for it to be received; the buffer is kept
-  // until MPI reports the send complete.
-  Status Send(std::vector<std::byte> frame);
+  // until the send completes.
+  virtual Status Send(std::vector<std::byte> frame) = 0;
 
   // Waits for the reply to `request_id`; replies to other requests that
   // arrive first are kept for their own callers. An ErrorReply becomes the
@@ -44,20 +46,48 @@ class Connection {
 
   // Collective over every non-server rank of the joined communicator: a new
   // communicator over them (MPI_Comm_create_group, so servers take no part).
-  Status Peers(MPI_Comm* peers) const;
+  virtual Status Peers(MPI_Comm* peers) const = 0;
 
   // Sends kCloseRequest and waits for its reply, then for every send.
   Status Close();
+
+ protected:
+  // The next reply frame from the server: waits for one when `wait`, else
+  // sets *received false when none has arrived.
+  virtual Status ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) = 0;
+  // Lets sends in the background complete (without waiting for them) ...
+  virtual Status ProgressSends() = 0;
+  // ... and waits for every one.
+  virtual Status DrainSends() = 0;
 
  private:
   // Decodes a reply to `request_id` taken from early_replies_.
   Status Finish(std::vector<std::byte>* message, proto::Frame* frame);
 
+  uint64_t next_request_id_ = 1;
+  std::map<uint64_t, std::vector<std::byte>> early_replies_;
+};
+
+// Over MPI: the joined communicator, sends through an mpi::SendQueue.
+class MpiConnection final : public Connection {
+ public:
+  // Collective over `parent`. A bystander has no server (server_rank -1).
+  Status Join(MPI_Comm parent, proto::Role role);
+
+  const Schema& schema() const override { return join_.schema; }
+  std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
+  Status Send(std::vector<std::byte> frame) override;
+  Status Peers(MPI_Comm* peers) const override;
+
+ protected:
+  Status ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) override;
+  Status ProgressSends() override { return sends_.Progress(); }
+  Status DrainSends() override { return sends_.Drain(); }
+
+ private:
   mpi::Communicator comm_;
   mpi::JoinResult join_;
-  uint64_t next_request_id_ = 1;
   mpi::SendQueue sends_;
-  std::map<uint64_t, std::vector<std::byte>> early_replies_;
 };
 
 }  // namespace perserve::client_internal

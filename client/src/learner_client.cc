@@ -20,7 +20,7 @@ constexpr size_t kNoWait = static_cast<size_t>(-1);
 Status LearnerClient::Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<LearnerClient>* learner) {
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be >= 1");
   if (options.prefetch < 0) return Status::InvalidArgument("prefetch must be >= 0");
-  auto connection = std::make_unique<Connection>();
+  auto connection = std::make_unique<client_internal::MpiConnection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kLearner));
   learner->reset(new LearnerClient(std::move(connection), options));
   return Status::Ok();

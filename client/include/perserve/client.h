@@ -30,6 +30,7 @@ namespace perserve {
 
 namespace client_internal {
 class Connection;
+struct TestAccess;  // tests build clients over a loopback Connection
 }
 
 struct ClientOptions {
@@ -135,6 +136,7 @@ class ActorClient {
   int64_t rejected_batches() const { return rejected_batches_; }
 
  private:
+  friend struct client_internal::TestAccess;
   ActorClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
   Status CollectOldest();
   // The rejections not yet reported as one status (OK if none), cleared.
@@ -200,6 +202,7 @@ class LearnerClient {
     int64_t batch_size;
     double beta;
   };
+  friend struct client_internal::TestAccess;
   LearnerClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
   // Takes update acknowledgements: waits until at most `keep_pending` are
   // outstanding, then takes those that have arrived. Returns the rejections
