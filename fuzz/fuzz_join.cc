@@ -1,0 +1,49 @@
+// fuzz_join: what one peer contributes to the collective join (mpi/join.h),
+// read as the join reads it but without MPI (fuzz/inputs.h has the layout):
+// its {role, protocol version} entry (CheckJoinEntry), the schema length a
+// server rank broadcasts (CheckSchemaLength) and the schema's bytes
+// (proto::DeserializeSchema). Each must answer with a status, never crash or
+// hit UB; the checks must accept exactly what the protocol allows; and a
+// schema that decodes is valid and serializes back to the same bytes.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "fuzz/fuzz_check.h"
+#include "fuzz/inputs.h"
+#include "mpi/join.h"
+#include "proto/codec.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace perserve;
+  fuzz::JoinInput join;
+  if (!fuzz::ParseJoinInput(std::as_bytes(std::span(data, size)), &join)) return 0;
+
+  const Status entry = mpi::CheckJoinEntry(join.rank, join.role, join.version);
+  const bool known_role = join.role >= static_cast<int32_t>(proto::Role::kServer) &&
+                          join.role <= static_cast<int32_t>(proto::Role::kBystander);
+  if (join.version != proto::kProtocolVersion) {
+    FUZZ_CHECK(entry.code() == Status::Code::kFailedPrecondition);
+  } else {
+    FUZZ_CHECK(entry.code() == (known_role ? Status::Code::kOk : Status::Code::kInvalidArgument));
+  }
+
+  const Status length = mpi::CheckSchemaLength(join.rank, join.schema_length);
+  const bool length_allowed = join.schema_length >= 1 && join.schema_length <= mpi::kMaxSchemaBytes;
+  FUZZ_CHECK(length.code() == (length_allowed ? Status::Code::kOk : Status::Code::kInvalidArgument));
+
+  Schema schema;
+  const Status decoded = proto::DeserializeSchema(join.schema, &schema);
+  if (!decoded.ok()) {
+    FUZZ_CHECK(decoded.code() == Status::Code::kInvalidArgument);
+    return 0;
+  }
+  FUZZ_CHECK(schema.Validate().ok());
+  FUZZ_CHECK(schema.ItemBytes() > 0);
+  const std::string again = proto::SerializeSchema(schema);
+  FUZZ_CHECK(again.size() == join.schema.size());
+  FUZZ_CHECK(std::equal(again.begin(), again.end(), reinterpret_cast<const char*>(join.schema.data())));
+  return 0;
+}

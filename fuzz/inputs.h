@@ -1,0 +1,107 @@
+// How fuzz_service and fuzz_join read their inputs (fuzz_frame's input is
+// one frame, as it arrives), shared with write_seeds so the seed corpus is
+// real traffic in the targets' own layouts.
+//
+// fuzz_service: a sequence of records, each
+//
+//   offset  size  field
+//        0     1  control: bit 0 the client (0 or 1); bit 1 the frame comes
+//                 with the reply tag instead of the request tag; bit 2 the
+//                 client reads its replies first; bit 3 one Step() follows
+//        1     2  n, the frame's length (little-endian)
+//        3     n  the frame (shorter if the input ends first)
+//
+// fuzz_join: one peer's join data
+//
+//   offset  size  field
+//        0     4  rank             int32
+//        4     4  role             int32 (proto::Role)
+//        8     4  protocol version int32
+//       12     8  schema length    uint64, as broadcast before the schema
+//       20     .  schema bytes     what the server rank broadcasts
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "perserve/schema.h"
+
+namespace perserve::fuzz {
+
+inline constexpr int kServiceClients = 2;
+
+// The schema of fuzz_service's replay (and of the seeds' add requests):
+// 10 bytes an item.
+inline Schema ServiceSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {2}}}}; }
+
+struct ServiceRecord {
+  int client = 0;
+  bool reply_tag = false;
+  bool read_replies_first = false;
+  bool step_after = false;
+  std::span<const std::byte> frame;
+};
+
+inline constexpr uint8_t kClientBit = 1, kReplyTagBit = 2, kReadRepliesBit = 4, kStepBit = 8;
+
+// Splits `input` into records; a record cut short takes what is left.
+inline std::vector<ServiceRecord> ParseServiceInput(std::span<const std::byte> input) {
+  std::vector<ServiceRecord> records;
+  while (input.size() >= 3) {
+    const auto control = static_cast<uint8_t>(input[0]);
+    const size_t length = static_cast<size_t>(input[1]) | static_cast<size_t>(input[2]) << 8;
+    input = input.subspan(3);
+    const size_t taken = std::min(length, input.size());
+    records.push_back({control & kClientBit, (control & kReplyTagBit) != 0, (control & kReadRepliesBit) != 0,
+                       (control & kStepBit) != 0, input.first(taken)});
+    input = input.subspan(taken);
+  }
+  return records;
+}
+
+// Appends one record (frames up to 65535 bytes).
+inline void AppendServiceRecord(uint8_t control, std::span<const std::byte> frame, std::vector<std::byte>* input) {
+  const size_t length = std::min<size_t>(frame.size(), 0xffff);
+  input->push_back(static_cast<std::byte>(control));
+  input->push_back(static_cast<std::byte>(length & 0xff));
+  input->push_back(static_cast<std::byte>(length >> 8));
+  input->insert(input->end(), frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(length));
+}
+
+struct JoinInput {
+  int32_t rank = 0;
+  int32_t role = 0;
+  int32_t version = 0;
+  uint64_t schema_length = 0;
+  std::span<const std::byte> schema;
+};
+
+inline constexpr size_t kJoinFixedBytes = 20;
+
+// False when `input` is shorter than the fixed fields.
+inline bool ParseJoinInput(std::span<const std::byte> input, JoinInput* join) {
+  if (input.size() < kJoinFixedBytes) return false;
+  std::memcpy(&join->rank, input.data(), 4);
+  std::memcpy(&join->role, input.data() + 4, 4);
+  std::memcpy(&join->version, input.data() + 8, 4);
+  std::memcpy(&join->schema_length, input.data() + 12, 8);
+  join->schema = input.subspan(kJoinFixedBytes);
+  return true;
+}
+
+inline std::vector<std::byte> EncodeJoinInput(int32_t rank, int32_t role, int32_t version, uint64_t schema_length,
+                                              std::span<const std::byte> schema) {
+  std::vector<std::byte> input(kJoinFixedBytes);
+  std::memcpy(input.data(), &rank, 4);
+  std::memcpy(input.data() + 4, &role, 4);
+  std::memcpy(input.data() + 8, &version, 4);
+  std::memcpy(input.data() + 12, &schema_length, 8);
+  input.insert(input.end(), schema.begin(), schema.end());
+  return input;
+}
+
+}  // namespace perserve::fuzz

@@ -1,0 +1,183 @@
+// fuzz_write_seeds <dir>: writes each fuzz target's seed corpus, real frames
+// encoded by the codec, into <dir>/<target>/ (scripts/fuzz.sh runs it before
+// fuzzing, so no binary seed is kept in the repository):
+//   fuzz_frame    one file per message: every request and reply kind;
+//   fuzz_service  sessions in fuzz/inputs.h's record layout: an actor and a
+//                 learner adding, sampling, updating and closing, broken
+//                 messages among them;
+//   fuzz_join     join data of a server rank with the default and a small
+//                 schema, and entries of another version and role.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fuzz/inputs.h"
+#include "proto/codec.h"
+
+namespace perserve::fuzz {
+namespace {
+
+using proto::MessageKind;
+using Bytes = std::vector<std::byte>;
+
+template <class Meta>
+Bytes Frame(MessageKind kind, uint64_t request_id, const Meta& meta,
+            std::initializer_list<std::span<const std::byte>> bulk = {}) {
+  Bytes frame;
+  proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
+  return frame;
+}
+
+// An add of `count` items of ServiceSchema(), ids from `first_id`.
+Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_priorities) {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> tags;
+  std::vector<double> priorities;
+  for (int64_t j = 0; j < count; ++j) {
+    ids.push_back(first_id + j);
+    tags.push_back(static_cast<uint8_t>(j));
+    tags.push_back(static_cast<uint8_t>(255 - j));
+    if (with_priorities) priorities.push_back(0.5 + static_cast<double>(j));
+  }
+  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, with_priorities},
+               {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags)), std::as_bytes(std::span(priorities))});
+}
+
+Bytes UpdateFrame(uint64_t request_id, const std::vector<uint64_t>& keys, const std::vector<double>& priorities) {
+  return Frame(MessageKind::kUpdateRequest, request_id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
+               {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))});
+}
+
+Bytes SampleReplyFrame(uint64_t request_id) {
+  const std::vector<uint64_t> keys = {3, 1};
+  const std::vector<double> weights = {1.0, 0.5};
+  const std::vector<double> probabilities = {0.25, 0.5};
+  const Bytes items(2 * static_cast<size_t>(ServiceSchema().ItemBytes()), std::byte{7});
+  return Frame(MessageKind::kSampleReply, request_id, proto::SampleReply{2},
+               {std::as_bytes(std::span(keys)), std::as_bytes(std::span(weights)),
+                std::as_bytes(std::span(probabilities)), std::span(items)});
+}
+
+std::map<std::string, Bytes> FrameSeeds() {
+  return {
+      {"add", AddFrame(1, 0, 4, false)},
+      {"add_with_priorities", AddFrame(2, 4, 3, true)},
+      {"add_reply", Frame(MessageKind::kAddReply, 2, proto::AddReply{4, 3})},
+      {"sample", Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{2, 0.4})},
+      {"sample_reply", SampleReplyFrame(3)},
+      {"update", UpdateFrame(4, {0, 5}, {2.0, 0.25})},
+      {"update_reply", Frame(MessageKind::kUpdateReply, 4, proto::UpdateReply{1, 1})},
+      {"close", Frame(MessageKind::kCloseRequest, 5, proto::Empty{})},
+      {"close_reply", Frame(MessageKind::kCloseReply, 5, proto::Empty{})},
+      {"error_reply", Frame(MessageKind::kErrorReply, 6,
+                            proto::ErrorReply{static_cast<int32_t>(Status::Code::kInvalidArgument),
+                                              "priority -1 at position 0 is not finite and > 0"})},
+  };
+}
+
+constexpr uint8_t kActor = 0, kLearner = kClientBit;
+
+std::map<std::string, Bytes> ServiceSeeds() {
+  std::map<std::string, Bytes> seeds;
+  // The learner asks before anything is stored (deferred), the actor adds,
+  // the learner's update follows its sample, both close.
+  Bytes session;
+  AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 1, proto::SampleRequest{4, 0.4}), &session);
+  AppendServiceRecord(kActor | kStepBit, AddFrame(1, 0, 8, false), &session);
+  AppendServiceRecord(kActor, AddFrame(2, 8, 4, true), &session);
+  AppendServiceRecord(kLearner | kReadRepliesBit | kStepBit, UpdateFrame(2, {0, 3, 9}, {1.5, 0.1, 4.0}), &session);
+  AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{16, 1.0}), &session);
+  AppendServiceRecord(kActor | kStepBit, Frame(MessageKind::kCloseRequest, 3, proto::Empty{}), &session);
+  AppendServiceRecord(kLearner | kReadRepliesBit, Frame(MessageKind::kCloseRequest, 4, proto::Empty{}), &session);
+  seeds["session"] = session;
+
+  // Samples piling up unread until the allowances defer and refuse them.
+  Bytes flood;
+  AppendServiceRecord(kActor, AddFrame(1, 0, 64, false), &flood);
+  for (uint64_t id = 1; id <= 24; ++id) {
+    AppendServiceRecord(kLearner | kStepBit, Frame(MessageKind::kSampleRequest, id, proto::SampleRequest{512, 0.5}),
+                        &flood);
+  }
+  seeds["sample_flood"] = flood;
+
+  // Broken messages between good ones: a reply kind, a wrong tag, a cut
+  // header, a bad priority, an update of a key never issued.
+  Bytes broken;
+  const Bytes add = AddFrame(1, 0, 2, true);
+  AppendServiceRecord(kActor, add, &broken);
+  AppendServiceRecord(kActor, Frame(MessageKind::kAddReply, 2, proto::AddReply{0, 2}), &broken);
+  AppendServiceRecord(kActor | kReplyTagBit, AddFrame(3, 2, 1, false), &broken);
+  AppendServiceRecord(kActor, std::span(add).first(20), &broken);
+  Bytes bad_priority = AddFrame(4, 2, 1, true);
+  const double minus_one = -1.0;
+  std::memcpy(bad_priority.data() + bad_priority.size() - sizeof(double), &minus_one, sizeof(double));
+  AppendServiceRecord(kActor | kStepBit, bad_priority, &broken);
+  AppendServiceRecord(kLearner, UpdateFrame(5, {1000}, {1.0}), &broken);
+  AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 6, proto::SampleRequest{2, -1.0}), &broken);
+  seeds["broken"] = broken;
+
+  // Every frame seed alone, from the actor.
+  for (const auto& [name, frame] : FrameSeeds()) {
+    Bytes single;
+    AppendServiceRecord(kActor | kStepBit, frame, &single);
+    seeds["single_" + name] = single;
+  }
+  return seeds;
+}
+
+std::map<std::string, Bytes> JoinSeeds() {
+  const auto server = static_cast<int32_t>(proto::Role::kServer);
+  const auto learner = static_cast<int32_t>(proto::Role::kLearner);
+  const std::string default_schema = proto::SerializeSchema(Schema::Default());
+  const std::string small_schema = proto::SerializeSchema(ServiceSchema());
+  const auto bytes = [](const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  return {
+      {"server_default_schema",
+       EncodeJoinInput(0, server, proto::kProtocolVersion, default_schema.size(), bytes(default_schema))},
+      {"server_small_schema", EncodeJoinInput(1, server, proto::kProtocolVersion, small_schema.size(), bytes(small_schema))},
+      {"learner_no_schema", EncodeJoinInput(2, learner, proto::kProtocolVersion, 0, {})},
+      {"other_version", EncodeJoinInput(3, server, proto::kProtocolVersion + 1, small_schema.size(), bytes(small_schema))},
+      {"unknown_role", EncodeJoinInput(4, 5, proto::kProtocolVersion, uint64_t{1} << 40, bytes(small_schema))},
+  };
+}
+
+bool WriteSeeds(const std::filesystem::path& dir, const std::map<std::string, Bytes>& seeds) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    std::fprintf(stderr, "fuzz_write_seeds: cannot create %s: %s\n", dir.c_str(), error.message().c_str());
+    return false;
+  }
+  for (const auto& [name, bytes] : seeds) {
+    std::ofstream file(dir / name, std::ios::binary | std::ios::trunc);
+    file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!file) {
+      std::fprintf(stderr, "fuzz_write_seeds: cannot write %s\n", (dir / name).c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace perserve::fuzz
+
+int main(int argc, char** argv) {
+  using namespace perserve::fuzz;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_write_seeds <dir>\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  const bool written = WriteSeeds(dir / "fuzz_frame", FrameSeeds()) &&
+                       WriteSeeds(dir / "fuzz_service", ServiceSeeds()) &&
+                       WriteSeeds(dir / "fuzz_join", JoinSeeds());
+  return written ? 0 : 1;
+}
