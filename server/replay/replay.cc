@@ -2,10 +2,40 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 
 namespace perserve::replay {
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+// Keeps the shuffle's stream apart from the tree's masses, which use the same
+// (seed, counter).
+constexpr uint64_t kShuffleStream = 0x5f3c2b7a91d4e806ULL;
+
+// SplitMix64's output function: a bijective 64-bit mixer.
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Fisher-Yates over slots and their leaf values together, driven by a
+// SplitMix64 stream keyed by (seed, counter): the same call always gives the
+// same permutation. j is drawn uniformly from [0, i] by a 64x64 -> 128-bit
+// multiply (no modulo bias).
+void Shuffle(uint64_t seed, uint64_t counter, std::span<int64_t> slots, std::span<double> leaves) {
+  uint64_t state = Mix(seed ^ kShuffleStream) + Mix(counter + kGolden);
+  for (size_t i = slots.size(); i > 1; --i) {
+    state += kGolden;
+    const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(Mix(state)) * i) >> 64);
+    std::swap(slots[i - 1], slots[j]);
+    std::swap(leaves[i - 1], leaves[j]);
+  }
+}
+
+}  // namespace
 
 Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay) {
   if (!(options.alpha >= 0.0) || !std::isfinite(options.alpha)) {
@@ -13,6 +43,9 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
   }
   if (options.capacity < 1 || options.capacity > tree::PriorityTree::kMaxCapacity) {
     return Status::InvalidArgument(fmt::format("capacity {} is outside [1, 2^40]", options.capacity));
+  }
+  if (!(options.priority_eps >= 0.0) || !std::isfinite(options.priority_eps)) {
+    return Status::InvalidArgument(fmt::format("priority eps {} must be finite and >= 0", options.priority_eps));
   }
   PERSERVE_RETURN_IF_ERROR(schema.Validate());
   std::unique_ptr<tree::PriorityTree> tree;
@@ -27,14 +60,18 @@ Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree
       store_(std::move(schema), options.capacity, options.prefault_store),
       tree_(std::move(tree)) {}
 
-Status Replay::CheckPriorities(std::span<const double> priorities) {
-  for (size_t j = 0; j < priorities.size(); ++j) {
-    const double p = priorities[j];
-    if (!std::isfinite(p) || !(p > 0.0)) {
-      return Status::InvalidArgument(fmt::format("priority {} at position {} is not finite and > 0", p, j));
-    }
+bool Replay::IsBadPriority(double p) const {
+  const double shifted = p + options_.priority_eps;
+  return !(p >= 0.0) || !std::isfinite(shifted) || !(shifted > 0.0);
+}
+
+Status Replay::BadPriority(double p, size_t position) const {
+  if (options_.priority_eps == 0.0) {
+    return Status::InvalidArgument(fmt::format("priority {} at position {} must be finite and > 0", p, position));
   }
-  return Status::Ok();
+  return Status::InvalidArgument(fmt::format("priority {} at position {} must be finite and >= 0 (priority eps {} "
+                                             "is added to it)",
+                                             p, position, options_.priority_eps));
 }
 
 uint64_t Replay::KeyAtSlot(int64_t slot) const {
@@ -50,23 +87,30 @@ Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<
   if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != count) {
     return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), count));
   }
-  std::vector<double> defaulted;
+  // What goes to the tree: each priority plus eps, or the running max (which
+  // already includes eps) for a priority-less add.
+  shifted_.resize(static_cast<size_t>(count));
   if (priorities.empty()) {
-    defaulted.assign(static_cast<size_t>(count), max_priority_);
-    priorities = defaulted;
+    std::fill(shifted_.begin(), shifted_.end(), max_priority_);
+  } else {
+    for (size_t j = 0; j < priorities.size(); ++j) {
+      if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
+      shifted_[j] = priorities[j] + options_.priority_eps;
+    }
   }
-  PERSERVE_RETURN_IF_ERROR(CheckPriorities(priorities));
 
   const int64_t first_slot = static_cast<int64_t>(next_key_ % static_cast<uint64_t>(options_.capacity));
   slots_.resize(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  // The tree computes the leaves p^alpha (on the device where it lives), and
+  // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and
   // fails without a change on a priority whose power overflows.
-  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, priorities, options_.alpha));
+  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
   store_.Write(first_slot, count, columns);
   *first_key = next_key_;
   next_key_ += static_cast<uint64_t>(count);
-  max_priority_ = std::max(max_priority_, *std::max_element(priorities.begin(), priorities.end()));
+  if (options_.max_priority_from_adds) {
+    max_priority_ = std::max(max_priority_, *std::max_element(shifted_.begin(), shifted_.end()));
+  }
   counters_.items_added += count;
   return Status::Ok();
 }
@@ -81,26 +125,31 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));
   // Stratified draws, their leaves and the leaf values in one tree call; each
-  // call draws fresh masses from the seed and its own counter value.
-  PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, samples_drawn_++, result->slots, leaves_));
+  // call draws fresh masses from the seed and its own counter value. The draws
+  // come in ascending mass order (nearly ring order): shuffle them, so that a
+  // learner splitting the batch gets unbiased parts.
+  const uint64_t counter = samples_drawn_++;
+  PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, counter, result->slots, leaves_));
+  Shuffle(options_.seed, counter, result->slots, leaves_);
 
-  const double n = static_cast<double>(size());
-  const double max_weight = std::pow(n * tree_->Min() / total, -beta);
+  // w_i = (N P(i))^-beta / (N P_min)^-beta = (leaf_i / min_leaf)^-beta: N and
+  // T cancel, and leaf_i >= min_leaf makes the ratio >= 1, so w_i <= 1 exactly
+  // and an item holding the minimum gets exactly 1 (no rounding of N / T).
+  const double min_leaf = tree_->Min();
   result->keys.resize(static_cast<size_t>(batch_size));
   result->weights.resize(static_cast<size_t>(batch_size));
   result->probabilities.resize(static_cast<size_t>(batch_size));
   for (int64_t i = 0; i < batch_size; ++i) {
-    const double probability = leaves_[i] / total;
     result->keys[i] = KeyAtSlot(result->slots[i]);
-    result->probabilities[i] = probability;
-    result->weights[i] = std::pow(n * probability, -beta) / max_weight;
+    result->probabilities[i] = leaves_[i] / total;
+    result->weights[i] = std::pow(leaves_[i] / min_leaf, -beta);
   }
   counters_.items_sampled += batch_size;
   return Status::Ok();
 }
 
 Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
-                                int64_t* applied, int64_t* stale) {
+                                UpdateCounts* counts) {
   if (keys.size() != priorities.size()) {
     return Status::InvalidArgument(fmt::format("{} keys but {} priorities", keys.size(), priorities.size()));
   }
@@ -110,27 +159,40 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
                                           next_key_));
     }
   }
-  PERSERVE_RETURN_IF_ERROR(CheckPriorities(priorities));
+  if (!options_.drop_bad_priorities) {
+    for (size_t j = 0; j < priorities.size(); ++j) {
+      if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
+    }
+  }
   // Keys older than the newest `capacity` have been overwritten: drop them.
   const uint64_t oldest_live = next_key_ > static_cast<uint64_t>(options_.capacity)
                                    ? next_key_ - static_cast<uint64_t>(options_.capacity)
                                    : 0;
+  UpdateCounts result;
   slots_.clear();
-  live_priorities_.clear();
+  shifted_.clear();
   double largest = 0.0;
   for (size_t j = 0; j < keys.size(); ++j) {
-    if (keys[j] < oldest_live) continue;
+    if (IsBadPriority(priorities[j])) {  // only under drop_bad_priorities
+      ++result.dropped;
+      continue;
+    }
+    if (keys[j] < oldest_live) {
+      ++result.stale;
+      continue;
+    }
+    const double shifted = priorities[j] + options_.priority_eps;
     slots_.push_back(static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity)));
-    live_priorities_.push_back(priorities[j]);
-    largest = std::max(largest, priorities[j]);
+    shifted_.push_back(shifted);
+    largest = std::max(largest, shifted);
   }
-  const size_t kept = slots_.size();
-  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, live_priorities_, options_.alpha));
+  PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
   max_priority_ = std::max(max_priority_, largest);
-  *applied = static_cast<int64_t>(kept);
-  *stale = static_cast<int64_t>(keys.size() - kept);
-  counters_.priorities_updated += *applied;
-  counters_.stale_updates_dropped += *stale;
+  result.applied = static_cast<int64_t>(slots_.size());
+  counters_.priorities_updated += result.applied;
+  counters_.stale_updates_dropped += result.stale;
+  counters_.priorities_dropped += result.dropped;
+  *counts = result;
   return Status::Ok();
 }
 

@@ -3,14 +3,26 @@
 //
 // - Every item gets a 64-bit key, its insertion sequence number; its slot is
 //   key mod capacity (a FIFO ring: the oldest item is overwritten first).
-// - The tree leaf of an item is p^alpha. An item added without a priority gets
-//   the largest priority seen so far (1.0 before any).
+// - Priority policy (ReplayOptions): every priority p, given with an add or an
+//   update, becomes q = p + priority_eps, and the tree leaf is q^alpha. p must
+//   be finite and >= 0 and q > 0 (so with eps 0 a zero is refused).
+// - The running max priority (over q values) is what an item added without a
+//   priority gets (1.0 before any). Updates always raise it; an add's explicit
+//   priorities raise it only with max_priority_from_adds. The default (off) is
+//   Baselines': actors compute priorities with a stale copy of the network, and
+//   one outlier from an actor would otherwise become the priority of every
+//   later priority-less add. The learner's updates are the fresh ones.
 // - Sampling is stratified: B equal segments of the total, one uniform draw in
-//   each. IS weight w_i = (N * P(i))^-beta / max_w, max_w = (N * min_leaf / T)^-beta.
-// - Priorities must be finite and > 0. A request with a bad element is rejected
-//   whole, naming the element, and nothing of it is applied.
+//   each; the batch then comes back shuffled (a permutation keyed by seed and
+//   call), not in ring order, so any sub-batch is an unbiased sample too.
+// - IS weight w_i = (N * P(i))^-beta / max_w, max_w = (N * min_leaf / T)^-beta,
+//   computed as (leaf_i / min_leaf)^-beta: every weight is <= 1 and an item
+//   holding the smallest leaf gets exactly 1.
+// - An add with a bad priority is rejected whole, naming the element, and
+//   nothing of it is applied. An update with bad priorities is too, unless
+//   drop_bad_priorities: then just those elements are dropped and counted.
 // - A priority update for a key whose item was overwritten is dropped and
-//   counted; a key never issued is an error.
+//   counted (stale); a key never issued is an error for the whole update.
 //
 // Does no I/O. Not thread-safe: the service calls it from one thread.
 #pragma once
@@ -34,11 +46,27 @@ struct ReplayOptions {
   tree::Device device = tree::Device::kAuto;
   uint64_t seed = 0x5eed;
   bool prefault_store = false;  // see store::TransitionStore
+  // Added to every priority before the exponent; finite and >= 0. With eps > 0
+  // a zero priority (a zero TD error) is valid and the item stays drawable.
+  double priority_eps = 0.0;
+  // An update's NaN, infinite, negative (or, with eps 0, zero) priorities are
+  // dropped and counted instead of refusing the whole update.
+  bool drop_bad_priorities = false;
+  // Whether an add's explicit priorities raise the running max priority (see
+  // above for why the default is no).
+  bool max_priority_from_adds = false;
+};
+
+// What became of an update's elements: applied + stale + dropped = its size.
+struct UpdateCounts {
+  int64_t applied = 0;
+  int64_t stale = 0;    // the key's item was overwritten: not applied
+  int64_t dropped = 0;  // a bad priority under drop_bad_priorities: not applied
 };
 
 struct SampleResult {
   std::vector<uint64_t> keys;
-  std::vector<double> weights;        // importance-sampling weights, max 1
+  std::vector<double> weights;        // importance-sampling weights, all <= 1
   std::vector<double> probabilities;  // P(i) = leaf / total
   std::vector<int64_t> slots;         // where the items sit in the store
 };
@@ -48,6 +76,7 @@ struct ReplayCounters {
   int64_t items_sampled = 0;
   int64_t priorities_updated = 0;
   int64_t stale_updates_dropped = 0;
+  int64_t priorities_dropped = 0;  // bad priorities dropped under drop_bad_priorities
 };
 
 class Replay {
@@ -67,20 +96,26 @@ class Replay {
   Status Add(int64_t count, std::span<const std::byte> columns, std::span<const double> priorities,
              uint64_t* first_key);
 
-  // Draws `batch_size` items proportional to p^alpha. Needs size() > 0 and
-  // beta finite and >= 0. O(batch_size log capacity).
+  // Draws `batch_size` items proportional to their leaves, in shuffled order.
+  // Needs size() > 0 and beta finite and >= 0. On one backend, the same seed
+  // and the same calls give the same batches. O(batch_size log capacity).
   Status Sample(int64_t batch_size, double beta, SampleResult* result);
 
-  // Sets the priorities of the items with these keys (repeats: the last wins).
-  Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities, int64_t* applied,
-                          int64_t* stale);
+  // Sets the priorities of the items with these keys (repeats: the last
+  // applied wins) and says what became of each element in *counts. On an
+  // error nothing is applied and *counts is untouched: sizes differ, a key was
+  // never issued (NotFound), a bad priority without drop_bad_priorities, or a
+  // power past the tree's limits (in either mode).
+  Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
+                          UpdateCounts* counts);
 
  private:
   Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree);
 
-  // Fails, naming the first, on a priority that is not finite and > 0 (the
-  // tree checks the rest: that p^alpha does not overflow).
-  static Status CheckPriorities(std::span<const double> priorities);
+  // Whether p is refused: NaN, infinite, negative, or p + eps not > 0 (the
+  // tree checks the rest: that (p + eps)^alpha does not overflow).
+  bool IsBadPriority(double p) const;
+  Status BadPriority(double p, size_t position) const;
   uint64_t KeyAtSlot(int64_t slot) const;
 
   ReplayOptions options_;
@@ -93,7 +128,7 @@ class Replay {
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
   std::vector<double> leaves_;            // sampled leaves' values
-  std::vector<double> live_priorities_;  // an update's priorities for keys not yet overwritten
+  std::vector<double> shifted_;           // the priorities plus eps that go to the tree
 };
 
 }  // namespace perserve::replay

@@ -232,7 +232,7 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes a key, got {} in all",
                                                  request.count, kBytesPerKey, frame.bulk.size()));
   }
-  int64_t applied = 0, stale = 0;
+  replay::UpdateCounts counts;
   if (status.ok()) {
     const size_t count = static_cast<size_t>(request.count);
     std::span<const std::byte> bulk = frame.bulk;
@@ -240,10 +240,11 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
     std::vector<double> priorities;
     status = proto::TakeArray(&bulk, count, &keys);
     if (status.ok()) status = proto::TakeArray(&bulk, count, &priorities);
-    if (status.ok()) status = replay_->UpdatePriorities(keys, priorities, &applied, &stale);
+    if (status.ok()) status = replay_->UpdatePriorities(keys, priorities, &counts);
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id, proto::UpdateReply{applied, stale});
+  Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id,
+        proto::UpdateReply{counts.applied, counts.stale});
 }
 
 void ReplayService::HandleClose(int client, const proto::Frame& frame) {

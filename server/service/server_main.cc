@@ -36,7 +36,21 @@ struct Flags {
   int max_unread_sample_replies = 4;
   int64_t max_unread_reply_bytes = int64_t{256} << 20;
   int max_deferred_samples = 16;
+  double priority_eps = 0.0;
+  bool drop_bad_priorities = false;
+  bool max_priority_from_adds = false;
 };
+
+// This server rank's sampling seed: --seed mixed with its world rank by
+// SplitMix64's bijective finalizer, so no two server ranks of a job share a
+// seed, and a server rank started again with the same --seed (and rank)
+// repeats its samples.
+uint64_t ShardSeed(uint64_t seed, int world_rank) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(world_rank) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 // Ends the whole job with a message: every other rank is waiting in the join.
 [[noreturn]] void Abort(const std::string& message) {
@@ -49,9 +63,10 @@ struct Flags {
 }
 
 // Joins, serves until every client has closed; everything MPI is freed on return.
-int Serve(const Flags& flags, const perserve::Schema& schema, const perserve::replay::ReplayOptions& options) {
+int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::ReplayOptions options) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  options.seed = ShardSeed(flags.seed, world_rank);
   spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {} server] [%l] %v", world_rank));
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
 
@@ -110,7 +125,19 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--seed", flags.seed, "sampling seed")->capture_default_str();
+  app.add_option("--seed", flags.seed,
+                 "sampling seed; each server rank mixes it with its MPI rank, so ranks never share a seed and a "
+                 "rerun with the same seed repeats its samples")->capture_default_str();
+  app.add_option("--priority-eps", flags.priority_eps,
+                 "added to every priority (adds and updates) before the exponent: leaf = (p + eps)^alpha; "
+                 "with eps > 0 a zero priority is valid")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--drop-bad-priorities", flags.drop_bad_priorities,
+               "an update's NaN, infinite, negative (or, with eps 0, zero) priorities are dropped and counted "
+               "(stats, update reply) instead of refusing the whole update");
+  app.add_flag("--max-priority-from-adds", flags.max_priority_from_adds,
+               "an actor's explicit priorities also raise the running max priority that priority-less adds get; "
+               "off by default, as in Baselines: actors' priorities come from a stale network, and one outlier "
+               "would become every later priority-less add's priority (learner updates always raise it)");
   app.add_flag("--prefault-store", flags.prefault_store,
                "write every store page at start: steady intake from the first item, memory committed up front");
   app.add_option("--reward-column", flags.reward_column,
@@ -146,6 +173,9 @@ int main(int argc, char** argv) {
   if (const perserve::Status s = schema.Validate(); !s.ok()) Abort(s.ToString());
   perserve::replay::ReplayOptions options{flags.capacity, flags.alpha, perserve::tree::Device::kAuto, flags.seed,
                                           flags.prefault_store};
+  options.priority_eps = flags.priority_eps;
+  options.drop_bad_priorities = flags.drop_bad_priorities;
+  options.max_priority_from_adds = flags.max_priority_from_adds;
   if (const perserve::Status s = perserve::tree::ParseDevice(flags.device, &options.device); !s.ok()) {
     Abort(s.ToString());
   }

@@ -32,10 +32,11 @@ std::vector<std::byte> Items(int64_t first, int64_t count) {
   return bulk;
 }
 
-std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha) {
+std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha, bool max_priority_from_adds = false) {
   std::unique_ptr<Replay> replay;
-  const Status status =
-      Replay::Create(ReplayOptions{capacity, alpha, tree::Device::kCpu, 11}, IdTagSchema(), &replay);
+  ReplayOptions options{capacity, alpha, tree::Device::kCpu, 11};
+  options.max_priority_from_adds = max_priority_from_adds;
+  const Status status = Replay::Create(options, IdTagSchema(), &replay);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return replay;
 }
@@ -47,31 +48,35 @@ double Leaf(const Replay& replay, int64_t slot) {
 }
 
 // The defect: UpdatePriorities no longer raising the running max, so a later
-// add without priorities got the max of the adds alone.
+// add without priorities got the max of the adds alone (or 1.0 when adds do
+// not raise it, the default). Checked with and without max_priority_from_adds.
 TEST(ReplayRegressionTest, AnUpdateRaisesTheMaxPriorityThatAPriorityLessAddGets) {
-  auto replay = MakeReplay(16, 0.5);
-  uint64_t first = 0;
-  ASSERT_TRUE(replay->Add(2, Items(0, 2), std::vector<double>{1.0, 4.0}, &first).ok());
-  ASSERT_EQ(replay->max_priority(), 4.0);
-  int64_t applied = 0, stale = 0;
-  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{25.0}, &applied, &stale).ok());
-  ASSERT_EQ(applied, 1);
-  EXPECT_EQ(replay->max_priority(), 25.0);
-  ASSERT_TRUE(replay->Add(3, Items(2, 3), {}, &first).ok());
-  ASSERT_EQ(first, 2u);
-  for (int64_t slot = 2; slot < 5; ++slot) {
-    EXPECT_EQ(Leaf(*replay, slot), std::pow(25.0, 0.5)) << "slot " << slot << ": not the updated max";
+  for (bool from_adds : {false, true}) {
+    SCOPED_TRACE(from_adds ? "max_priority_from_adds" : "default: updates only");
+    auto replay = MakeReplay(16, 0.5, from_adds);
+    uint64_t first = 0;
+    ASSERT_TRUE(replay->Add(2, Items(0, 2), std::vector<double>{1.0, 4.0}, &first).ok());
+    ASSERT_EQ(replay->max_priority(), from_adds ? 4.0 : 1.0);
+    UpdateCounts counts;
+    ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{25.0}, &counts).ok());
+    ASSERT_EQ(counts.applied, 1);
+    EXPECT_EQ(replay->max_priority(), 25.0);
+    ASSERT_TRUE(replay->Add(3, Items(2, 3), {}, &first).ok());
+    ASSERT_EQ(first, 2u);
+    for (int64_t slot = 2; slot < 5; ++slot) {
+      EXPECT_EQ(Leaf(*replay, slot), std::pow(25.0, 0.5)) << "slot " << slot << ": not the updated max";
+    }
+    // A later update below the max leaves it where it is: the max is the largest
+    // priority ever seen, not the largest now stored.
+    ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{0.5}, &counts).ok());
+    ASSERT_TRUE(replay->Add(1, Items(5, 1), {}, &first).ok());
+    EXPECT_EQ(Leaf(*replay, 5), 5.0);
   }
-  // A later update below the max leaves it where it is: the max is the largest
-  // priority ever seen, not the largest now stored.
-  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{0.5}, &applied, &stale).ok());
-  ASSERT_TRUE(replay->Add(1, Items(5, 1), {}, &first).ok());
-  EXPECT_EQ(Leaf(*replay, 5), 5.0);
 }
 
-// With one item, P = 1 and N * P = 1 for every draw, so every weight is
-// exactly 1 whatever beta is (a slip in N gives 0^-beta / 0^-beta = NaN here,
-// and cancels out everywhere else).
+// With one item, P = 1 and N * P = 1 for every draw, and its leaf is the
+// minimum, so every weight is exactly 1 whatever beta is (a weight computed
+// through N that slips gives 0^-beta / 0^-beta = NaN here).
 TEST(ReplayRegressionTest, AOneItemReplayGivesEveryDrawWeightExactlyOne) {
   for (double priority : {1.0, 3.5, 1e-6}) {
     auto replay = MakeReplay(8, 0.6);

@@ -13,9 +13,11 @@ namespace {
 // One int64 column holding each item's own number, so tests can tell items apart.
 Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}}}; }
 
-std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha) {
+std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha, bool max_priority_from_adds = false) {
   std::unique_ptr<Replay> replay;
-  const Status status = Replay::Create(ReplayOptions{capacity, alpha, tree::Device::kCpu, 7}, IdSchema(), &replay);
+  ReplayOptions options{capacity, alpha, tree::Device::kCpu, 7};
+  options.max_priority_from_adds = max_priority_from_adds;
+  const Status status = Replay::Create(options, IdSchema(), &replay);
   EXPECT_TRUE(status.ok()) << status.ToString();
   return replay;
 }
@@ -33,8 +35,10 @@ double Leaf(const Replay& replay, int64_t slot) {
   return value;
 }
 
+// With max_priority_from_adds, so an add's priorities raise the running max
+// (the default, updates only, is priority_policy_test's).
 TEST(ReplayTest, KeysAreSequenceNumbersAndMissingPrioritiesTakeTheRunningMax) {
-  auto replay = MakeReplay(8, 0.5);
+  auto replay = MakeReplay(8, 0.5, /*max_priority_from_adds=*/true);
   uint64_t first = 99;
   ASSERT_TRUE(replay->Add(2, Ids(0, 2), {}, &first).ok());
   EXPECT_EQ(first, 0u);
@@ -86,7 +90,7 @@ TEST(ReplayTest, ImportanceWeightsFollowTheFormula) {
     const double leaf = std::pow(priorities[sample.keys[i]], 0.7);
     EXPECT_EQ(sample.probabilities[i], leaf / total);
     EXPECT_DOUBLE_EQ(sample.weights[i], std::pow(n * leaf / total, -beta) / max_weight);
-    EXPECT_LE(sample.weights[i], 1.0 + 1e-12);
+    EXPECT_LE(sample.weights[i], 1.0);
     EXPECT_EQ(sample.slots[i], static_cast<int64_t>(sample.keys[i]));
   }
   EXPECT_EQ(replay->Sample(0, beta, &sample).code(), Status::Code::kInvalidArgument);
@@ -99,11 +103,12 @@ TEST(ReplayTest, UpdatesForOverwrittenKeysAreDroppedAndCountedNeverAppliedToTheN
   uint64_t first = 0;
   ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{1, 1, 1, 1}, &first).ok());
   ASSERT_TRUE(replay->Add(2, Ids(4, 2), std::vector<double>{2, 2}, &first).ok());  // keys 4, 5 overwrite 0, 1
-  int64_t applied = 0, stale = 0;
+  UpdateCounts counts;
   const std::vector<uint64_t> keys = {0, 5, 1, 3};
-  ASSERT_TRUE(replay->UpdatePriorities(keys, std::vector<double>{50, 7, 60, 3}, &applied, &stale).ok());
-  EXPECT_EQ(applied, 2);
-  EXPECT_EQ(stale, 2);
+  ASSERT_TRUE(replay->UpdatePriorities(keys, std::vector<double>{50, 7, 60, 3}, &counts).ok());
+  EXPECT_EQ(counts.applied, 2);
+  EXPECT_EQ(counts.stale, 2);
+  EXPECT_EQ(counts.dropped, 0);
   EXPECT_EQ(Leaf(*replay, 0), 2.0);  // slot 0 holds key 4: untouched by the update for key 0
   EXPECT_EQ(Leaf(*replay, 1), 7.0);  // key 5
   EXPECT_EQ(Leaf(*replay, 3), 3.0);
@@ -115,20 +120,20 @@ TEST(ReplayTest, UnknownKeysAndBadPrioritiesRejectTheWholeUpdate) {
   uint64_t first = 0;
   ASSERT_TRUE(replay->Add(3, Ids(0, 3), std::vector<double>{1, 2, 3}, &first).ok());
   const double total = replay->tree().Total();
-  int64_t applied = -1, stale = -1;
-  const Status unknown =
-      replay->UpdatePriorities(std::vector<uint64_t>{1, 3}, std::vector<double>{5, 5}, &applied, &stale);
+  UpdateCounts counts{-1, -1, -1};
+  const Status unknown = replay->UpdatePriorities(std::vector<uint64_t>{1, 3}, std::vector<double>{5, 5}, &counts);
   EXPECT_EQ(unknown.code(), Status::Code::kNotFound);
   EXPECT_NE(unknown.message().find("key 3"), std::string::npos);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (double bad : {nan, -1.0, 0.0}) {
-    EXPECT_EQ(replay->UpdatePriorities(std::vector<uint64_t>{0, 1}, std::vector<double>{5, bad}, &applied, &stale)
-                  .code(),
+  for (double bad : {nan, -1.0, 0.0, std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(replay->UpdatePriorities(std::vector<uint64_t>{0, 1}, std::vector<double>{5, bad}, &counts).code(),
               Status::Code::kInvalidArgument);
   }
-  EXPECT_EQ(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{5, 6}, &applied, &stale).code(),
+  EXPECT_EQ(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{5, 6}, &counts).code(),
             Status::Code::kInvalidArgument);
   EXPECT_EQ(replay->tree().Total(), total);
+  EXPECT_EQ(counts.applied, -1);  // untouched by a refused update
+  EXPECT_EQ(replay->counters().priorities_updated, 0);
 }
 
 // After updates, draws follow the new priorities (alpha 1: P(i) = p_i / sum p).
@@ -138,8 +143,8 @@ TEST(ReplayTest, SamplingFrequenciesFollowUpdatedPriorities) {
   ASSERT_TRUE(replay->Add(8, Ids(0, 8), {}, &first).ok());
   const std::vector<uint64_t> keys = {0, 1, 2, 3, 4, 5, 6, 7};
   const std::vector<double> priorities = {1, 2, 3, 4, 5, 6, 7, 8};
-  int64_t applied = 0, stale = 0;
-  ASSERT_TRUE(replay->UpdatePriorities(keys, priorities, &applied, &stale).ok());
+  UpdateCounts updated;
+  ASSERT_TRUE(replay->UpdatePriorities(keys, priorities, &updated).ok());
   std::vector<int64_t> counts(8, 0);
   SampleResult sample;
   const int rounds = 500, batch = 32;
