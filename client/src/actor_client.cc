@@ -1,32 +1,45 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
+#include "client/src/open_clients.h"
 #include "perserve/client.h"
 
 namespace perserve {
 
 using client_internal::Connection;
+using client_internal::OpenClients;
 
 Status ActorClient::Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<ActorClient>* actor) {
   if (options.max_in_flight < 1) return Status::InvalidArgument("max_in_flight must be >= 1");
+  if (!std::isfinite(options.add_timeout_seconds) || options.add_timeout_seconds < 0.0) {
+    return Status::InvalidArgument(
+        fmt::format("add_timeout_seconds must be finite and >= 0 (0: none), not {}", options.add_timeout_seconds));
+  }
   auto connection = std::make_unique<client_internal::MpiConnection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kActor));
-  actor->reset(new ActorClient(std::move(connection), options));
-  return Status::Ok();
+  ActorClient* joined = new ActorClient(std::move(connection), options);
+  actor->reset(joined);
+  const Status registered = OpenClients::Register(joined, [joined] { joined->CloseAtFinalize(); });
+  if (!registered.ok()) actor->reset();  // closes it with the server
+  return registered;
 }
 
 ActorClient::ActorClient(std::unique_ptr<Connection> connection, ClientOptions options)
     : connection_(std::move(connection)), options_(options) {}
 
 ActorClient::~ActorClient() {
+  OpenClients::Unregister(this);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
 }
+
+void ActorClient::CloseAtFinalize() { OpenClients::Report("actor", Close()); }
 
 const Schema& ActorClient::schema() const { return connection_->schema(); }
 
@@ -57,7 +70,7 @@ Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priori
   size_t bulk_bytes = priorities.size_bytes();
   for (const auto& column : batch.columns) bulk_bytes += column.size();
   const uint64_t id = connection_->NextRequestId();
-  const proto::AddRequest request{batch.size, !priorities.empty()};
+  const proto::AddRequest request{batch.size, !priorities.empty(), options_.add_timeout_seconds};
   std::vector<std::byte> frame = connection_->AcquireBuffer(bulk_bytes + 64);
   std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
                                                          proto::SerializeMeta(request), {}, bulk_bytes, &frame);
@@ -106,6 +119,7 @@ Status ActorClient::Flush() {
 
 Status ActorClient::Close() {
   if (closed_) return Status::Ok();
+  OpenClients::Unregister(this);
   const Status flushed = Flush();
   closed_ = true;
   const Status closed = connection_->Close();

@@ -1,5 +1,5 @@
-// CheckBatch and CheckPriorities: what a client refuses before sending, so a
-// bad batch fails at its own call and costs the server nothing.
+// CheckBatch, CheckPriorities and CheckTimeout: what a client refuses before
+// sending, so a bad request fails at its own call and costs the server nothing.
 #include <algorithm>
 #include <cmath>
 
@@ -27,6 +27,14 @@ Status CheckPriorities(std::span<const double> priorities) {
       return Status::InvalidArgument(
           fmt::format("priority {} at position {} must be finite and > 0; nothing was sent", priorities[j], j));
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckTimeout(double timeout_seconds) {
+  if (!std::isfinite(timeout_seconds) || timeout_seconds < 0.0) {
+    return Status::InvalidArgument(
+        fmt::format("a timeout of {} seconds: it must be finite and >= 0 (0: none); nothing was sent", timeout_seconds));
   }
   return Status::Ok();
 }

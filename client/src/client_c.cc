@@ -29,13 +29,17 @@ struct perserve_bystander {
 
 namespace {
 
+using Code = perserve::Status::Code;
+
 thread_local std::string last_error;
 thread_local bool last_error_lost = false;  // the text could not be kept (no memory)
+thread_local Code last_error_code = Code::kOk;
 
 // Sets last_error without throwing.
-void SetLastError(const char* code, const char* message) noexcept {
+void SetLastError(Code code, const char* message) noexcept {
+  last_error_code = code;
   try {
-    last_error = std::string(code) + ": " + message;
+    last_error = std::string(perserve::Status::CodeName(code)) + ": " + message;
     last_error_lost = false;
   } catch (...) {
     last_error_lost = true;
@@ -44,13 +48,14 @@ void SetLastError(const char* code, const char* message) noexcept {
 
 int Report(const perserve::Status& status) {
   if (status.ok()) return 0;
+  last_error_code = status.code();
   last_error = status.ToString();
   last_error_lost = false;
   return 1;
 }
 
 int Fail(const char* message) {
-  SetLastError("INVALID_ARGUMENT", message);
+  SetLastError(Code::kInvalidArgument, message);
   return 1;
 }
 
@@ -61,11 +66,11 @@ Result Guarded(Body body, Result failed = 1) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    SetLastError("RESOURCE_EXHAUSTED", "out of memory");
+    SetLastError(Code::kResourceExhausted, "out of memory");
   } catch (const std::exception& e) {
-    SetLastError("INTERNAL", e.what());
+    SetLastError(Code::kInternal, e.what());
   } catch (...) {
-    SetLastError("INTERNAL", "an unknown exception");
+    SetLastError(Code::kInternal, "an unknown exception");
   }
   return failed;
 }
@@ -94,17 +99,22 @@ int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
 
 extern "C" {
 
-perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight) {
+perserve_actor* perserve_actor_join_with(MPI_Fint comm, int max_in_flight, double add_timeout_seconds) {
   return Guarded(
       [&]() -> perserve_actor* {
         auto handle = std::make_unique<perserve_actor>();
         perserve::ClientOptions options;
         options.max_in_flight = max_in_flight;
+        options.add_timeout_seconds = add_timeout_seconds;
         if (Report(perserve::ActorClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
         BindSchema(handle->client->schema(), &handle->schema);
         return handle.release();
       },
       static_cast<perserve_actor*>(nullptr));
+}
+
+perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight) {
+  return perserve_actor_join_with(comm, max_in_flight, 0.0);
 }
 
 int perserve_actor_num_columns(const perserve_actor* a) {
@@ -203,7 +213,7 @@ namespace {
 int CopyOut(const perserve::SampleBatch& batch, int64_t capacity, uint64_t* keys, double* weights,
             double* probabilities, void* const* columns) {
   if (batch.size > capacity) {
-    SetLastError("OUT_OF_RANGE", ("a sample of " + std::to_string(batch.size) + " items does not fit " +
+    SetLastError(Code::kOutOfRange, ("a sample of " + std::to_string(batch.size) + " items does not fit " +
                                   std::to_string(capacity)).c_str());
     return 1;
   }
@@ -219,20 +229,29 @@ int CopyOut(const perserve::SampleBatch& batch, int64_t capacity, uint64_t* keys
 
 }  // namespace
 
-int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_t* keys, double* weights,
-                            void* const* columns) {
+int perserve_learner_sample_timeout(perserve_learner* l, int64_t n, double beta, double timeout_seconds,
+                                    uint64_t* keys, double* weights, void* const* columns) {
   if (l == nullptr) return Fail("learner handle is NULL");
   if (keys == nullptr) return Fail("keys is NULL");
   return Guarded([&] {
     perserve::SampleBatch batch;
-    if (Report(l->client->Sample(n, beta, &batch)) != 0) return 1;
+    if (Report(l->client->Sample(n, beta, &batch, timeout_seconds)) != 0) return 1;
     return CopyOut(batch, n, keys, weights, nullptr, columns);
   });
 }
 
-int perserve_learner_request_sample(perserve_learner* l, int64_t n, double beta) {
+int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_t* keys, double* weights,
+                            void* const* columns) {
+  return perserve_learner_sample_timeout(l, n, beta, 0.0, keys, weights, columns);
+}
+
+int perserve_learner_request_sample_timeout(perserve_learner* l, int64_t n, double beta, double timeout_seconds) {
   if (l == nullptr) return Fail("learner handle is NULL");
-  return Guarded([&] { return Report(l->client->RequestSample(n, beta)); });
+  return Guarded([&] { return Report(l->client->RequestSample(n, beta, timeout_seconds)); });
+}
+
+int perserve_learner_request_sample(perserve_learner* l, int64_t n, double beta) {
+  return perserve_learner_request_sample_timeout(l, n, beta, 0.0);
 }
 
 int perserve_learner_receive_sample(perserve_learner* l, int64_t capacity, int64_t* count_out, uint64_t* keys,
@@ -275,6 +294,15 @@ int perserve_learner_send_update(perserve_learner* l, const uint64_t* keys, cons
 int perserve_learner_flush(perserve_learner* l) {
   if (l == nullptr) return Fail("learner handle is NULL");
   return Guarded([&] { return Report(l->client->Flush()); });
+}
+
+int perserve_learner_update_totals(const perserve_learner* l, int64_t* applied, int64_t* stale, int64_t* dropped) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  const perserve::UpdateResult& totals = l->client->updates();
+  if (applied != nullptr) *applied = totals.applied;
+  if (stale != nullptr) *stale = totals.stale;
+  if (dropped != nullptr) *dropped = totals.dropped;
+  return 0;
 }
 
 int perserve_learner_peers(perserve_learner* l, MPI_Fint* peers) {
@@ -354,5 +382,7 @@ const char* perserve_client_last_error(void) {
   return last_error_lost ? "RESOURCE_EXHAUSTED: out of memory (the error's text could not be kept)"
                          : last_error.c_str();
 }
+
+int perserve_client_last_error_code(void) { return static_cast<int>(last_error_code); }
 
 }  // extern "C"

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
+#include "client/src/open_clients.h"
 #include "perserve/client.h"
 
 namespace perserve {
 
 using client_internal::Connection;
+using client_internal::OpenClients;
 
 namespace {
 
@@ -22,23 +24,30 @@ Status LearnerClient::Join(MPI_Comm comm, const ClientOptions& options, std::uni
   if (options.prefetch < 0) return Status::InvalidArgument("prefetch must be >= 0");
   auto connection = std::make_unique<client_internal::MpiConnection>();
   PERSERVE_RETURN_IF_ERROR(connection->Join(comm, proto::Role::kLearner));
-  learner->reset(new LearnerClient(std::move(connection), options));
-  return Status::Ok();
+  LearnerClient* joined = new LearnerClient(std::move(connection), options);
+  learner->reset(joined);
+  const Status registered = OpenClients::Register(joined, [joined] { joined->CloseAtFinalize(); });
+  if (!registered.ok()) learner->reset();  // closes it with the server
+  return registered;
 }
 
 LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptions options)
     : connection_(std::move(connection)), options_(options) {}
 
 LearnerClient::~LearnerClient() {
+  OpenClients::Unregister(this);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
 }
 
+void LearnerClient::CloseAtFinalize() { OpenClients::Report("learner", Close()); }
+
 const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
-Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch) {
+Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   // Requests made with another size or beta are not what the caller asks for
   // now: received and dropped, their errors with them (each is popped, so a
@@ -47,27 +56,33 @@ Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch
          (pending_samples_.front().batch_size != batch_size || pending_samples_.front().beta != beta)) {
     (void)ReceiveOldest(batch);
   }
-  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta));
+  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+  // A DEADLINE_EXCEEDED (or any error) returns before topping up: no request
+  // of this call is left in flight.
   PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
-  while (samples_in_flight() < options_.prefetch) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta));
+  while (samples_in_flight() < options_.prefetch) {
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+  }
   return Status::Ok();
 }
 
-Status LearnerClient::RequestSample(int64_t batch_size, double beta) {
+Status LearnerClient::RequestSample(int64_t batch_size, double beta, double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   if (samples_in_flight() >= std::max(1, options_.prefetch)) {
     return Status::FailedPrecondition(
         fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
                     std::max(1, options_.prefetch)));
   }
-  return SendSampleRequest(batch_size, beta);
+  return SendSampleRequest(batch_size, beta, timeout_seconds);
 }
 
-Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta) {
+Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds) {
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
-  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta}, {}, &frame);
+  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta, timeout_seconds},
+                     {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   pending_samples_.push_back(PendingSample{id, batch_size, beta});
   return Status::Ok();
@@ -136,7 +151,8 @@ Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span
   PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(reply_frame, &reply));
   updates_.applied += reply.applied;
   updates_.stale += reply.stale;
-  if (result != nullptr) *result = UpdateResult{reply.applied, reply.stale};
+  updates_.dropped += reply.dropped;
+  if (result != nullptr) *result = UpdateResult{reply.applied, reply.stale, reply.dropped};
   return Status::Ok();
 }
 
@@ -169,6 +185,7 @@ Status LearnerClient::CollectUpdates(size_t keep_pending) {
     if (status.ok()) {
       updates_.applied += reply.applied;
       updates_.stale += reply.stale;
+      updates_.dropped += reply.dropped;
     } else if (unreported_update_errors_++ == 0) {
       update_error_ = status;
     }
@@ -194,6 +211,7 @@ Status LearnerClient::Peers(MPI_Comm* peers) { return connection_->Peers(peers);
 
 Status LearnerClient::Close() {
   if (closed_) return Status::Ok();
+  OpenClients::Unregister(this);
   const Status flushed = CollectUpdates(0);
   closed_ = true;
   pending_samples_.clear();  // the server drops a deferred sample of a closed client

@@ -6,14 +6,20 @@
  * reported by flush and by a later add, then adds item 50; "learner" samples
  * (one call, then prefetched halves), checks every item's bytes and the
  * weights, updates priorities with and without waiting, closes. Both then
- * broadcast over the peers communicator. */
+ * broadcast over the peers communicator.
+ * Before anything is added (the actor waits on a first peers broadcast), the
+ * learner's sample with a 0.5 s timeout must fail with
+ * PERSERVE_DEADLINE_EXCEEDED (issue 12); the actor joins with an add
+ * timeout, which changes nothing where no rate limiter holds adds back. */
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "perserve/client_c.h"
@@ -36,9 +42,26 @@ static void check_peers(MPI_Fint peers_handle, int expect_root_value) {
   MPI_Comm_free(&peers);
 }
 
+/* The first broadcast over a peers communicator: the learner (root) says when
+ * it is done with the empty replay, before the actor adds anything. */
+static void wait_for_learner(MPI_Fint peers_handle) {
+  MPI_Comm peers = MPI_Comm_f2c(peers_handle);
+  int go = 0;
+  MPI_Bcast(&go, 1, MPI_INT, 1, peers);
+  CHECK(go == 1);
+  MPI_Comm_free(&peers);
+}
+
 static int run_actor(void) {
-  perserve_actor* actor = perserve_actor_join(MPI_Comm_c2f(MPI_COMM_WORLD), 2);
+  /* A bad add timeout is refused before the (collective) join. */
+  CHECK(perserve_actor_join_with(MPI_Comm_c2f(MPI_COMM_WORLD), 2, -1.0) == NULL);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  CHECK(strstr(perserve_client_last_error(), "add_timeout_seconds") != NULL);
+  perserve_actor* actor = perserve_actor_join_with(MPI_Comm_c2f(MPI_COMM_WORLD), 2, 30.0);
   CHECK(actor != NULL);
+  MPI_Fint first_peers;
+  CHECK(perserve_actor_peers(actor, &first_peers) == 0);
+  wait_for_learner(first_peers);
   CHECK(perserve_actor_num_columns(actor) == 2);
   CHECK(perserve_actor_column_bytes(actor, 0) == 8 && perserve_actor_column_bytes(actor, 1) == 8);
   CHECK(perserve_actor_column_bytes(actor, 2) == -1);
@@ -76,6 +99,7 @@ static int run_actor(void) {
   /* Refused at its own add, nothing sent: the flush after it has nothing to report. */
   CHECK(perserve_actor_add(actor, 1, one, bad) != 0);
   CHECK(strstr(perserve_client_last_error(), "priority nan at position 0 must be finite and > 0") != NULL);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
   const int64_t short_x[2] = {8, 4};
   CHECK(perserve_actor_add_columns(actor, 1, one, short_x, NULL) != 0);
   CHECK(strstr(perserve_client_last_error(), "column \"x\": expected 8 bytes") != NULL);
@@ -123,6 +147,7 @@ static int run_actor(void) {
     CHECK(setrlimit(RLIMIT_AS, &saved) == 0);
     CHECK(result != 0);
     CHECK(strstr(perserve_client_last_error(), "RESOURCE_EXHAUSTED") != NULL);
+    CHECK(perserve_client_last_error_code() == PERSERVE_RESOURCE_EXHAUSTED);
     CHECK(perserve_actor_flush(actor) == 0); /* nothing was sent */
   }
 #endif
@@ -142,6 +167,19 @@ static void check_sample(const uint64_t* keys, const double* weights, const int6
   }
 }
 
+static void on_alarm(int signal) {
+  (void)signal;
+  static const char message[] = "client_c_test: no DEADLINE_EXCEEDED after 20 s: does the server honour timeouts?\n";
+  (void)!write(STDERR_FILENO, message, sizeof message - 1);
+  _exit(3);
+}
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int run_learner(void) {
   perserve_learner* learner = perserve_learner_join_with(MPI_Comm_c2f(MPI_COMM_WORLD), 2, 4);
   CHECK(learner != NULL);
@@ -152,7 +190,35 @@ static int run_learner(void) {
   int64_t ids[kBatch];
   float x[2 * kBatch];
   void* columns[2] = {ids, x};
-  CHECK(perserve_learner_sample(learner, kBatch, 0.5, keys, weights, columns) == 0);
+
+  /* The replay is empty (the actor waits for the broadcast below): the server
+   * defers the sample until its timeout. A server that ignored it would hang
+   * this rank: the alarm ends it instead. */
+  MPI_Fint first_peers;
+  CHECK(perserve_learner_peers(learner, &first_peers) == 0);
+  CHECK(perserve_learner_sample_timeout(learner, 8, 0.5, -1.0, keys, NULL, NULL) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  signal(SIGALRM, on_alarm);
+  alarm(20);
+  const double started = now_seconds();
+  CHECK(perserve_learner_sample_timeout(learner, 8, 0.5, 0.5, keys, weights, columns) != 0);
+  const double waited = now_seconds() - started;
+  CHECK(perserve_client_last_error_code() == PERSERVE_DEADLINE_EXCEEDED);
+  CHECK(strncmp(perserve_client_last_error(), "DEADLINE_EXCEEDED: ", 19) == 0);
+  CHECK(waited >= 0.4 && waited <= 5.0);
+  CHECK(perserve_learner_request_sample_timeout(learner, 4, 0.5, 0.3) == 0);
+  CHECK(perserve_learner_receive_sample(learner, kBatch, NULL, keys, NULL, NULL, NULL) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_DEADLINE_EXCEEDED);
+  alarm(0);
+  {
+    MPI_Comm peers = MPI_Comm_f2c(first_peers);
+    int go = 1;
+    MPI_Bcast(&go, 1, MPI_INT, 1, peers);
+    MPI_Comm_free(&peers);
+  }
+
+  /* The learner goes on: this sample waits for the actor's items. */
+  CHECK(perserve_learner_sample_timeout(learner, kBatch, 0.5, 60.0, keys, weights, columns) == 0);
   check_sample(keys, weights, ids, x, kBatch);
   double priorities[kBatch];
   for (int i = 0; i < kBatch; ++i) priorities[i] = 0.5;
@@ -193,6 +259,10 @@ static int run_learner(void) {
   CHECK(perserve_learner_flush(learner) != 0);
   CHECK(strstr(perserve_client_last_error(), "NOT_FOUND: an earlier priority update was rejected") != NULL);
   CHECK(perserve_learner_flush(learner) == 0);
+  int64_t applied = -1, dropped = -1;
+  stale = -1;
+  CHECK(perserve_learner_update_totals(learner, &applied, &stale, &dropped) == 0);
+  CHECK(applied == kBatch + 5 && stale == 0 && dropped == 0);
 
   MPI_Fint peers;
   CHECK(perserve_learner_peers(learner, &peers) == 0);

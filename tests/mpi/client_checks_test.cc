@@ -15,11 +15,27 @@
 //   bystander  joins with a handle.
 // Then all three build the peers communicator (without the server) and
 // broadcast over it.
+//
+// mpi_client_sample_deadline (the same server with --min-size-to-sample 50):
+//
+//   deadline_learner  bad timeouts refused before sending; with the replay
+//                     empty, a sample with a 0.5 s timeout comes back
+//                     DEADLINE_EXCEEDED in 0.4-5 s, leaving nothing in
+//                     flight; a timed-out RequestSample is returned by its
+//                     ReceiveSample while an untimed one behind it waits;
+//                     after the actor's 50 items the waiting one is answered
+//                     and sampling goes on (the learner stays usable).
+//   deadline_actor    a bad add timeout refused at the join, then 50 items
+//                     added with an add timeout once the learner says so.
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -196,6 +212,108 @@ int Learner() {
   return 0;
 }
 
+// Ends this rank (and with it the job) if it is still alive after `seconds`:
+// a wait that a timeout should end must not hang the test when the server
+// ignores the timeout.
+class Watchdog {
+ public:
+  Watchdog(double seconds, std::string what)
+      : thread_([this, seconds, what = std::move(what)] {
+          std::unique_lock lock(mutex_);
+          if (!done_changed_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+            fmt::print(stderr, "[rank {}] {} after {} s: does the server honour timeouts?\n", rank, what, seconds);
+            std::_Exit(3);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int DeadlineLearner() {
+  perserve::ClientOptions options;
+  options.prefetch = 2;
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(learner->Peers(&peers));
+  perserve::SampleBatch batch;
+  for (double bad : {-1.0, std::nan(""), double{INFINITY}}) {
+    const Status s = learner->Sample(8, 0.4, &batch, bad);
+    CHECK(s.code() == Status::Code::kInvalidArgument && Contains(s, "must be finite and >= 0"), "{}", s.ToString());
+    CHECK(learner->RequestSample(8, 0.4, bad).code() == Status::Code::kInvalidArgument, "{}", bad);
+  }
+  CHECK(learner->samples_in_flight() == 0, "{}", learner->samples_in_flight());
+  {
+    Watchdog watchdog(20, "no DEADLINE_EXCEEDED for a sample with a timeout");
+    const auto start = std::chrono::steady_clock::now();
+    Status s = learner->Sample(8, 0.4, &batch, 0.5);
+    const double waited = SecondsSince(start);
+    CHECK(s.code() == Status::Code::kDeadlineExceeded, "{}", s.ToString());
+    CHECK(waited >= 0.4 && waited <= 5.0, "DEADLINE_EXCEEDED after {} s", waited);
+    CHECK(learner->samples_in_flight() == 0, "{}", learner->samples_in_flight());  // no prefetch after a failure
+    // By hand: a request with a timeout, and one without behind it.
+    CHECK_OK(learner->RequestSample(4, 0.4, 0.3));
+    CHECK_OK(learner->RequestSample(6, 0.4));
+    s = learner->ReceiveSample(&batch);
+    CHECK(s.code() == Status::Code::kDeadlineExceeded, "{}", s.ToString());
+    CHECK(learner->samples_in_flight() == 1, "{}", learner->samples_in_flight());
+  }
+  int go = 1;
+  MPI_Bcast(&go, 1, MPI_INT, 1, peers);  // the actor adds its 50 items now
+  CHECK_OK(learner->ReceiveSample(&batch));  // the untimed request, answered at 50 items
+  CHECK(batch.size == 6, "{}", batch.size);
+  CHECK_OK(learner->Sample(8, 0.4, &batch, 10.0));
+  CHECK(batch.size == 8 && learner->samples_in_flight() == 2, "{} {}", batch.size, learner->samples_in_flight());
+  perserve::UpdateResult result;
+  CHECK_OK(learner->UpdatePriorities(batch.keys, std::vector<double>(8, 2.0), &result));
+  CHECK(result.applied == 8 && result.stale == 0 && result.dropped == 0, "{} {} {}", result.applied, result.stale,
+        result.dropped);
+  CHECK(learner->updates().applied == 8 && learner->updates().dropped == 0, "{}", learner->updates().applied);
+  MPI_Comm_free(&peers);
+  CHECK_OK(learner->Close());
+  std::printf("client_checks_test: deadline_learner done\n");
+  return 0;
+}
+
+int DeadlineActor() {
+  perserve::ClientOptions options;
+  std::unique_ptr<perserve::ActorClient> actor;
+  for (double bad : {-1.0, std::nan(""), double{INFINITY}}) {
+    options.add_timeout_seconds = bad;
+    const Status s = perserve::ActorClient::Join(MPI_COMM_WORLD, options, &actor);  // refused before the collective
+    CHECK(s.code() == Status::Code::kInvalidArgument && Contains(s, "add_timeout_seconds must be finite and >= 0"),
+          "{}", s.ToString());
+  }
+  options.add_timeout_seconds = 30.0;  // nothing holds adds back here: no effect
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, options, &actor));
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(actor->Peers(&peers));
+  int go = 0;
+  MPI_Bcast(&go, 1, MPI_INT, 1, peers);
+  for (int i = 0; i < 5; ++i) CHECK_OK(actor->Add(Batch(10, 10 * i).Spans()));
+  CHECK_OK(actor->Flush());
+  CHECK(actor->items_acknowledged() == 50, "{}", actor->items_acknowledged());
+  MPI_Comm_free(&peers);
+  CHECK_OK(actor->Close());
+  return 0;
+}
+
 int Bystander() {
   std::unique_ptr<perserve::Bystander> bystander;
   CHECK_OK(perserve::JoinAsBystander(MPI_COMM_WORLD, &bystander));
@@ -216,7 +334,11 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const std::string role = argc > 1 ? argv[1] : "";
-  const int code = role == "actor" ? Actor() : role == "learner" ? Learner() : Bystander();
+  const int code = role == "actor"              ? Actor()
+                   : role == "learner"          ? Learner()
+                   : role == "deadline_learner" ? DeadlineLearner()
+                   : role == "deadline_actor"   ? DeadlineActor()
+                                                : Bystander();
   MPI_Finalize();
   return code;
 }

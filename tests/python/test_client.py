@@ -1,4 +1,8 @@
 """The perserve Python package end to end (see conftest.py for the set-up)."""
+import contextlib
+import math
+import os
+import sys
 import threading
 import time
 
@@ -15,10 +19,56 @@ def batch(ids):
     return {name: expected(name, ids) for name, _, _ in SCHEMA}
 
 
+@contextlib.contextmanager
+def ends_job_if_still_waiting(seconds, what, pytestconfig):
+    """Ends this rank (exit status 3, so mpirun ends the job) if the block
+    still runs after `seconds`, saying why past pytest's capture."""
+    def expire():
+        with pytestconfig.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+            print(f"[rank 2] {what} after {seconds} s: does the server honour timeouts?", file=sys.stderr,
+                  flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def test_schema_names_dtypes_and_shapes(client):
     assert [(c.name, c.dtype, c.shape) for c in client.schema] == SCHEMA
     assert all(isinstance(c.dtype, np.dtype) for c in client.schema)
     assert "i64:int64:2,2" in repr(client)
+
+
+def test_sample_timeout_raises_deadline_exceeded(client, role, pytestconfig):
+    # Runs before anything is added: the replay is empty, below its minimum
+    # size (1), so the server defers every sample until its timeout.
+    if role == "actor":
+        for bad in (0, -1.0, math.nan):
+            with pytest.raises(perserve.InvalidArgumentError, match="timeout must be None or > 0"):
+                perserve.Actor(add_timeout=bad)  # refused before the (collective) join
+        return
+    for bad in (0, -1.0, math.nan):
+        with pytest.raises(perserve.InvalidArgumentError, match="timeout must be None or > 0"):
+            client.sample(8, 0.4, timeout=bad)
+    # A server that ignored the timeout would leave this rank waiting: the
+    # job ends instead after 20 s.
+    with ends_job_if_still_waiting(20, "no DeadlineExceededError for a sample with a timeout", pytestconfig):
+        started = time.monotonic()
+        with pytest.raises(perserve.DeadlineExceededError) as raised:
+            client.sample(8, 0.4, timeout=0.5)
+        waited = time.monotonic() - started
+        assert raised.value.code == 9
+        assert 0.4 <= waited <= 5.0, waited
+        assert client.samples_in_flight == 0  # nothing prefetched for a call that failed
+        client.request_sample(4, 0.4, timeout=0.3)
+        with pytest.raises(perserve.DeadlineExceededError):
+            client.receive_sample()
+        assert client.samples_in_flight == 0
 
 
 def test_every_dtype_and_shape_round_trips(client, role, peers):
@@ -31,7 +81,7 @@ def test_every_dtype_and_shape_round_trips(client, role, peers):
         assert client.items_acknowledged == N_ITEMS + 1
     peers.Barrier()  # the learner samples once everything is in
     if role == "learner":
-        sample = client.sample(64, 0.4)
+        sample = client.sample(64, 0.4, timeout=30.0)  # the learner stays usable after a timeout
         assert len(sample) == 64
         assert sample.keys.dtype == np.uint64 and sample.keys.shape == (64,)
         assert sample.weights.dtype == np.float64 and np.all((sample.weights > 0) & (sample.weights <= 1))
@@ -124,12 +174,14 @@ def test_priority_updates_do_not_wait_and_errors_raise_later(client, role):
     if role != "learner":
         return
     sample = client.sample(32, 0.4)
-    applied_before, _ = client.flush()
+    applied_before = client.flush().applied
     for i in range(10):
         assert client.update_priorities(sample.keys, np.full(32, 1.0 + i)) is None
-    applied, stale = client.flush()
-    assert applied - applied_before == 320 and stale == 0
-    assert client.update_priorities(sample.keys[:4], np.full(4, 2.0), wait=True) == (4, 0)
+    applied, stale, dropped = client.flush()
+    assert applied - applied_before == 320 and stale == 0 and dropped == 0
+    result = client.update_priorities(sample.keys[:4], np.full(4, 2.0), wait=True)
+    assert isinstance(result, perserve.UpdateResult) and result == (4, 0, 0)
+    assert client.flush().applied == applied + 4
     with pytest.raises(perserve.InvalidArgumentError, match="priority -1 at position 0"):
         client.update_priorities(sample.keys[:1], [-1.0])
     client.update_priorities(np.array([1 << 40], dtype=np.uint64), [1.0])  # never issued: the server says so

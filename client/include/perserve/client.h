@@ -12,6 +12,16 @@
 // A client is used from one thread at a time. Errors are Status values; only
 // a failed allocation throws (std::bad_alloc), which the C ABI and the Python
 // package turn into RESOURCE_EXHAUSTED.
+//
+// Closing at MPI_Finalize: a client still open when its process calls
+// MPI_Finalize is closed by the library on the way (an attribute on
+// MPI_COMM_SELF whose delete callback MPI_Finalize runs while MPI still
+// works): an actor flushes, so every batch the server acknowledged is kept,
+// then closes; a learner waits for its priority updates, then closes. Each
+// prints one line to stderr saying so, and another with any error its close
+// returned, since nobody is left to receive it: call Close() yourself to see
+// errors. Forgetting Close() therefore no longer leaves the server (and with
+// it the job) waiting. Destructors after MPI_Finalize do nothing.
 #pragma once
 
 #include <mpi.h>
@@ -44,6 +54,12 @@ struct ClientOptions {
   // reply and sends requests until k are in flight again, so the next
   // samples travel while the caller trains. Also the bound on RequestSample.
   int prefetch = 0;
+  // An actor's adds carry this timeout (seconds; 0: none). An add waits at
+  // the server only while its rate limiter holds intake back; one still
+  // waiting this long after it reached the server is rejected with
+  // DEADLINE_EXCEEDED and nothing of it stored, reported like any rejected
+  // batch (once, by Flush or the next Add). Finite and >= 0.
+  double add_timeout_seconds = 0.0;
 };
 
 // A batch of transitions to add: `size` items; columns[i] points at
@@ -81,7 +97,8 @@ struct SampleBatch {
 
 struct UpdateResult {
   int64_t applied = 0;
-  int64_t stale = 0;  // keys whose items had been overwritten: dropped by the server
+  int64_t stale = 0;    // keys whose items had been overwritten: dropped by the server
+  int64_t dropped = 0;  // bad priorities the server dropped (perserve-server --drop-bad-priorities)
 };
 
 // Checks a batch against `schema` without sending anything: as many columns
@@ -91,6 +108,8 @@ struct UpdateResult {
 Status CheckBatch(const Schema& schema, const ColumnSpans& batch, std::span<const double> priorities);
 // Priorities for updates: finite and > 0; the error names the first bad one.
 Status CheckPriorities(std::span<const double> priorities);
+// A request's timeout in seconds: finite and >= 0 (0: none).
+Status CheckTimeout(double timeout_seconds);
 
 class ActorClient {
  public:
@@ -120,7 +139,8 @@ class ActorClient {
   // A Flush after that returns OK until another batch is rejected.
   Status Flush();
 
-  // Flushes, then tells the server this actor is done. Idempotent.
+  // Flushes, then tells the server this actor is done. Idempotent. If it is
+  // never called, MPI_Finalize does it (see the top of this file).
   Status Close();
 
   // Collective over every non-server rank of the job (actors, learners and
@@ -138,6 +158,8 @@ class ActorClient {
  private:
   friend struct client_internal::TestAccess;
   ActorClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
+  // Close() from the MPI_Finalize hook, saying so on stderr.
+  void CloseAtFinalize();
   Status CollectOldest();
   // The rejections not yet reported as one status (OK if none), cleared.
   Status TakePendingError(bool instead_of_send);
@@ -165,11 +187,20 @@ class LearnerClient {
   // options.prefetch = k > 0 it returns the oldest in-flight request's reply
   // and leaves k requests of (batch_size, beta) in flight; replies to
   // requests made with another size or beta are received and dropped.
-  Status Sample(int64_t batch_size, double beta, SampleBatch* batch);
+  //
+  // timeout_seconds > 0 (finite; 0: none): a request the server still
+  // defers that long after it received it is answered DEADLINE_EXCEEDED and
+  // dropped; that status is this call's, and the learner stays usable (the
+  // call leaves no request of its own in flight). Each request carries the
+  // timeout of the call that sent it, so a prefetched request's clock
+  // starts when the server receives it (while the caller still trains on
+  // the previous batch), not when the call that returns it begins.
+  Status Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds = 0.0);
 
   // The same in two halves: requests are answered in the order they were
-  // made. At most max(1, options.prefetch) requests in flight.
-  Status RequestSample(int64_t batch_size, double beta);
+  // made. At most max(1, options.prefetch) requests in flight. A timeout
+  // works as in Sample: ReceiveSample returns the DEADLINE_EXCEEDED.
+  Status RequestSample(int64_t batch_size, double beta, double timeout_seconds = 0.0);
   Status ReceiveSample(SampleBatch* batch);
   int samples_in_flight() const { return static_cast<int>(pending_samples_.size()); }
 
@@ -193,7 +224,8 @@ class LearnerClient {
   Status Peers(MPI_Comm* peers);
 
   // Waits for update acknowledgements, then tells the server this learner is
-  // done (outstanding samples are dropped). Idempotent.
+  // done (outstanding samples are dropped). Idempotent. If it is never
+  // called, MPI_Finalize does it (see the top of this file).
   Status Close();
 
  private:
@@ -204,6 +236,8 @@ class LearnerClient {
   };
   friend struct client_internal::TestAccess;
   LearnerClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
+  // Close() from the MPI_Finalize hook, saying so on stderr.
+  void CloseAtFinalize();
   // Takes update acknowledgements: waits until at most `keep_pending` are
   // outstanding, then takes those that have arrived. Returns the rejections
   // not yet reported (as Flush's count with the first error), cleared.
@@ -211,7 +245,7 @@ class LearnerClient {
   // Pops the oldest sample request and waits for its reply (one is in flight).
   Status ReceiveOldest(SampleBatch* batch);
   // Sends a sample request (no checks: the callers have made them).
-  Status SendSampleRequest(int64_t batch_size, double beta);
+  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds);
   Status TakePendingError();
 
   std::unique_ptr<client_internal::Connection> connection_;
@@ -225,7 +259,9 @@ class LearnerClient {
 };
 
 // For ranks that are neither actors, learners nor servers: takes part in the
-// collective join and, if asked, in Peers.
+// collective join and, if asked, in Peers. The server does not wait for
+// bystanders: one still alive at MPI_Finalize has its communicator freed
+// there, silently (Peers then returns FAILED_PRECONDITION).
 class Bystander {
  public:
   ~Bystander();
@@ -235,7 +271,7 @@ class Bystander {
  private:
   friend Status JoinAsBystander(MPI_Comm comm, std::unique_ptr<Bystander>* bystander);
   explicit Bystander(std::unique_ptr<client_internal::Connection> connection);
-  std::unique_ptr<client_internal::Connection> connection_;
+  std::unique_ptr<client_internal::Connection> connection_;  // null once freed at MPI_Finalize
 };
 
 // Collective over `comm`, as the clients' joins.

@@ -4,7 +4,9 @@
  * The communicator is passed as a Fortran handle (MPI_Comm_c2f in C,
  * comm.py2f() in mpi4py). Joins are collective over it, as in client.h.
  * Functions returning int give 0 on success, non-zero on error, and
- * perserve_client_last_error() (per thread) says why.
+ * perserve_client_last_error() (per thread) says why;
+ * perserve_client_last_error_code() gives its PERSERVE_* code (a timeout:
+ * PERSERVE_DEADLINE_EXCEEDED).
  *
  * Columns are passed as an array of pointers, one per schema column, each to
  * n * perserve_*_column_bytes(i) bytes, row-major. perserve_actor_add_columns
@@ -12,6 +14,12 @@
  *
  * No function lets a C++ exception out; an allocation failure returns an
  * error with "RESOURCE_EXHAUSTED: ..." in perserve_client_last_error().
+ *
+ * A client still open at MPI_Finalize is closed by the library on the way
+ * (an actor flushes first), with a line on stderr saying so: close clients
+ * yourself to see their errors. Its handle is then still to be freed with
+ * perserve_*_close (which returns 0) or perserve_bystander_free, before or
+ * after MPI_Finalize.
  */
 #ifndef PERSERVE_CLIENT_C_H_
 #define PERSERVE_CLIENT_C_H_
@@ -23,6 +31,20 @@
 extern "C" {
 #endif
 
+/* Error codes (perserve_client_last_error_code), as perserve/status.h numbers them. */
+enum perserve_status_code {
+  PERSERVE_OK = 0,
+  PERSERVE_INVALID_ARGUMENT = 1,
+  PERSERVE_OUT_OF_RANGE = 2,
+  PERSERVE_FAILED_PRECONDITION = 3,
+  PERSERVE_UNAVAILABLE = 4,
+  PERSERVE_INTERNAL = 5,
+  PERSERVE_NOT_FOUND = 6,
+  PERSERVE_UNIMPLEMENTED = 7,
+  PERSERVE_RESOURCE_EXHAUSTED = 8,
+  PERSERVE_DEADLINE_EXCEEDED = 9 /* a request's timeout passed before the server could serve it */
+};
+
 typedef struct perserve_actor perserve_actor;
 typedef struct perserve_learner perserve_learner;
 typedef struct perserve_bystander perserve_bystander;
@@ -31,6 +53,11 @@ typedef struct perserve_schema perserve_schema;
 
 /* max_in_flight: intake batches sent but unacknowledged before add waits (>= 1). NULL on error. */
 perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight);
+/* The same with a timeout on every add (seconds, finite and >= 0; 0: none):
+ * an add the server's rate limiter still holds back that long after it
+ * arrived is rejected with DEADLINE_EXCEEDED and nothing of it stored,
+ * reported like any rejected batch (by the next add or flush). */
+perserve_actor* perserve_actor_join_with(MPI_Fint comm, int max_in_flight, double add_timeout_seconds);
 int perserve_actor_num_columns(const perserve_actor* a);
 int64_t perserve_actor_column_bytes(const perserve_actor* a, int column); /* bytes per item; -1 if no such column */
 /* priorities: NULL (the server's running max) or n values, finite and > 0
@@ -64,10 +91,19 @@ int64_t perserve_learner_column_bytes(const perserve_learner* l, int column);
 /* Fills caller-owned arrays: keys[n], weights[n] (may be NULL), columns[i] of n items each (may be NULL). */
 int perserve_learner_sample(perserve_learner* l, int64_t n, double beta, uint64_t* keys, double* weights,
                             void* const* columns);
+/* The same with a timeout (seconds, finite and >= 0; 0: none): a request the
+ * server still defers (the replay below its minimum size) that long after it
+ * received it fails with PERSERVE_DEADLINE_EXCEEDED, and the learner stays
+ * usable. Prefetched requests carry the timeout of the call that sent them;
+ * their clocks start when the server receives them. */
+int perserve_learner_sample_timeout(perserve_learner* l, int64_t n, double beta, double timeout_seconds,
+                                    uint64_t* keys, double* weights, void* const* columns);
 /* The two halves of a sample: requests are answered in the order they were made.
  * receive fills keys[capacity], weights and probabilities (each may be NULL) and
  * columns[i] (may be NULL) for up to `capacity` items; *count_out gets the count. */
 int perserve_learner_request_sample(perserve_learner* l, int64_t n, double beta);
+/* A request with a timeout, as perserve_learner_sample_timeout: its receive fails with PERSERVE_DEADLINE_EXCEEDED. */
+int perserve_learner_request_sample_timeout(perserve_learner* l, int64_t n, double beta, double timeout_seconds);
 int perserve_learner_receive_sample(perserve_learner* l, int64_t capacity, int64_t* count_out, uint64_t* keys,
                                     double* weights, double* probabilities, void* const* columns);
 /* stale_out (may be NULL): how many keys had been overwritten and were dropped. */
@@ -78,6 +114,10 @@ int perserve_learner_update(perserve_learner* l, const uint64_t* keys, const dou
 int perserve_learner_send_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n);
 /* Waits for every update sent; returns a rejection not yet returned. */
 int perserve_learner_flush(perserve_learner* l);
+/* Totals over acknowledged updates, both kinds (each pointer may be NULL):
+ * priorities applied, keys whose items had been overwritten (stale), and bad
+ * priorities the server dropped (perserve-server --drop-bad-priorities). */
+int perserve_learner_update_totals(const perserve_learner* l, int64_t* applied, int64_t* stale, int64_t* dropped);
 int perserve_learner_peers(perserve_learner* l, MPI_Fint* peers);
 int perserve_learner_close(perserve_learner* l);
 
@@ -101,6 +141,8 @@ int64_t perserve_schema_column_bytes(const perserve_schema* s, int column); /* b
 const char* perserve_schema_string(const perserve_schema* s);
 
 const char* perserve_client_last_error(void);
+/* The code of the last error on this thread (enum perserve_status_code; PERSERVE_OK before any). */
+int perserve_client_last_error_code(void);
 
 #ifdef __cplusplus
 }

@@ -7,18 +7,18 @@
         actor.add({"obs": obs, "action": action, ...}, priorities=p)
 
     with perserve.Learner(MPI.COMM_WORLD, prefetch=2) as learner:
-        batch = learner.sample(512, beta=0.4)
+        batch = learner.sample(512, beta=0.4, timeout=30.0)   # DeadlineExceededError past it
         learner.update_priorities(batch.keys, new_priorities)
 
 Run under mpirun beside perserve-server, with ``python3 -m mpi4py script.py``
 so that an uncaught exception on one rank aborts the whole job.
 """
-from .client import Actor, Bystander, Column, Learner, Sample, join_bystander
+from .client import Actor, Bystander, Column, Learner, Sample, UpdateResult, join_bystander
 from .errors import (Error, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      OutOfRangeError, ResourceExhaustedError, UnavailableError, UnimplementedError)
 
 __all__ = [
-    "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample",
+    "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample", "UpdateResult",
     "Error", "InvalidArgumentError", "OutOfRangeError", "FailedPreconditionError", "UnavailableError",
     "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError",
 ]

@@ -4,10 +4,17 @@ Each wraps the C++ client (libperserve_client.so) through the _perserve
 extension. Joins are collective over the mpi4py communicator passed (every
 rank of it joins once, the replay ranks inside perserve-server). Calls that
 wait on MPI release the GIL.
+
+Clients still open at interpreter exit are closed then (an actor flushes
+first); a client still open when MPI_Finalize runs (``MPI.Finalize()`` called
+by hand) is closed by the C++ library inside it, with a line on stderr. A
+close after either is harmless.
 """
 from __future__ import annotations
 
 import atexit
+import math
+import sys
 import weakref
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -23,12 +30,33 @@ _open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
 @atexit.register
 def _close_open_clients() -> None:
     # Python's atexit handlers run before mpi4py finalizes MPI: a client still
-    # open at exit closes (flushing) while there is a server to tell.
+    # open at exit closes (flushing) while there is a server to tell. Nobody
+    # is left to catch an error, so it goes to stderr rather than nowhere.
     for client in list(_open_clients):
         try:
             client.close()
-        except Exception:  # noqa: BLE001 - nothing to report to at exit
-            pass
+        except Exception as error:  # noqa: BLE001 - reported, not raised, at exit
+            print(f"perserve: rank {MPI.COMM_WORLD.Get_rank() if not MPI.Is_finalized() else '?'}: "
+                  f"the {type(client).__name__.lower()}'s close at exit failed: {error!r}", file=sys.stderr)
+
+
+def _timeout_seconds(timeout: Optional[float]) -> float:
+    """A timeout as the C++ client takes it: seconds, 0 for none (None or infinity)."""
+    if timeout is None:
+        return 0.0
+    seconds = float(timeout)
+    if math.isinf(seconds) and seconds > 0:
+        return 0.0
+    if not seconds > 0:  # also NaN
+        raise InvalidArgumentError(f"timeout must be None or > 0 seconds, given {timeout!r}")
+    return seconds
+
+
+class UpdateResult(NamedTuple):
+    """Counts over priority updates the server acknowledged."""
+    applied: int
+    stale: int    # keys whose items had been overwritten: dropped by the server
+    dropped: int  # bad priorities the server dropped (perserve-server --drop-bad-priorities)
 
 
 class Column(NamedTuple):
@@ -134,10 +162,16 @@ class Actor(_Client):
     message and returns once it is sent; at most ``max_in_flight`` batches
     wait for the server's acknowledgement. A batch the server rejects raises
     at the next ``add`` or ``flush``.
+
+    ``add_timeout`` (seconds, None for none) goes with every add: an add the
+    server's rate limiter still holds back that long after it arrived is
+    rejected with ``DeadlineExceededError`` (at the next ``add`` or
+    ``flush``, like any rejected batch) and nothing of it is stored.
     """
 
-    def __init__(self, comm: Optional[MPI.Comm] = None, *, max_in_flight: int = 4) -> None:
-        self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight)
+    def __init__(self, comm: Optional[MPI.Comm] = None, *, max_in_flight: int = 4,
+                 add_timeout: Optional[float] = None) -> None:
+        self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight, _timeout_seconds(add_timeout))
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
@@ -212,15 +246,22 @@ class Learner(_Client):
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
-    def sample(self, batch_size: int, beta: float) -> Sample:
+    def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> Sample:
         """Draws batch_size items proportional to priority^alpha, with IS
         weights for ``beta``; waits until the replay holds its minimum size.
-        Samples prefetched with another batch size or beta are dropped."""
-        return Sample(self._live().sample(batch_size, beta), self._schema)
+        Samples prefetched with another batch size or beta are dropped.
 
-    def request_sample(self, batch_size: int, beta: float) -> None:
-        """Sends one sample request (at most max(1, prefetch) in flight)."""
-        self._live().request_sample(batch_size, beta)
+        ``timeout`` (seconds, None: wait as long as it takes): a request the
+        server still defers that long after receiving it raises
+        ``perserve.DeadlineExceededError``; the learner stays usable. The
+        requests this call prefetches carry the same timeout, their clocks
+        starting when the server receives them."""
+        return Sample(self._live().sample(batch_size, beta, _timeout_seconds(timeout)), self._schema)
+
+    def request_sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> None:
+        """Sends one sample request (at most max(1, prefetch) in flight);
+        with ``timeout``, its ``receive_sample`` may raise DeadlineExceededError."""
+        self._live().request_sample(batch_size, beta, _timeout_seconds(timeout))
 
     def receive_sample(self) -> Sample:
         """The reply to the oldest request in flight (requests are answered in order)."""
@@ -230,25 +271,28 @@ class Learner(_Client):
     def samples_in_flight(self) -> int:
         return 0 if self._handle is None else self._handle.samples_in_flight
 
-    def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[tuple[int, int]]:
+    def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[UpdateResult]:
         """New priorities (finite, > 0) for sampled keys. Returns at once
-        (None); with ``wait=True`` waits for the server and returns
-        ``(applied, stale)``, stale counting keys whose items were overwritten."""
+        (None); with ``wait=True`` waits for the server and returns this
+        update's ``UpdateResult(applied, stale, dropped)``, stale counting keys
+        whose items were overwritten, dropped bad priorities the server
+        dropped (``--drop-bad-priorities``)."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         priorities = np.ascontiguousarray(priorities, dtype=np.float64)
         if keys.ndim != 1 or keys.shape != priorities.shape:
             raise InvalidArgumentError(f"keys of shape {keys.shape} but priorities of shape {priorities.shape}")
         if wait:
-            return tuple(self._live().update_and_wait(keys, priorities))
+            return UpdateResult(*self._live().update_and_wait(keys, priorities))
         self._live().send_update(keys, priorities)
         return None
 
-    def flush(self) -> tuple[int, int]:
+    def flush(self) -> UpdateResult:
         """Waits for every priority update; raises for a rejected one; returns
-        the totals ``(applied, stale)`` over acknowledged updates."""
+        the totals ``UpdateResult(applied, stale, dropped)`` over acknowledged
+        updates."""
         handle = self._live()
         handle.flush()
-        return tuple(handle.updates())
+        return UpdateResult(*handle.updates())
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.samples_in_flight} samples in flight"

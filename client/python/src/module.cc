@@ -7,6 +7,7 @@
 //  - every call that can wait on MPI (joins, add, sample, flush, close,
 //    peers) releases the GIL while it waits; a mutex per client keeps the C++
 //    client to one thread at a time;
+//  - timeouts arrive in seconds, 0 for none (the Python layer maps None);
 //  - a sample's arrays are views of the received message: one capsule owns
 //    the C++ SampleBatch and is the base of every array (no copy);
 //  - a non-OK Status raises perserve.errors' class for its code (StatusError
@@ -77,9 +78,10 @@ std::span<const T> SpanOf(const py::array_t<T, py::array::c_style | py::array::f
 
 class Actor {
  public:
-  Actor(int64_t comm, int max_in_flight) {
+  Actor(int64_t comm, int max_in_flight, double add_timeout_seconds) {
     ClientOptions options;
     options.max_in_flight = max_in_flight;
+    options.add_timeout_seconds = add_timeout_seconds;
     py::gil_scoped_release release;
     Check(ActorClient::Join(CommFromFortran(comm), options, &client_));
   }
@@ -144,13 +146,13 @@ class Learner {
   py::list schema() const { return SchemaColumns(client_->schema()); }
   std::string schema_string() const { return client_->schema().ToString(); }
 
-  py::tuple sample(int64_t batch_size, double beta) {
+  py::tuple sample(int64_t batch_size, double beta, double timeout_seconds) {
     SampleBatch batch;
-    Locked([&] { return client_->Sample(batch_size, beta, &batch); });
+    Locked([&] { return client_->Sample(batch_size, beta, &batch, timeout_seconds); });
     return SampleToPython(std::move(batch), client_->schema());
   }
-  void request_sample(int64_t batch_size, double beta) {
-    Locked([&] { return client_->RequestSample(batch_size, beta); });
+  void request_sample(int64_t batch_size, double beta, double timeout_seconds) {
+    Locked([&] { return client_->RequestSample(batch_size, beta, timeout_seconds); });
   }
   py::tuple receive_sample() {
     SampleBatch batch;
@@ -168,9 +170,12 @@ class Learner {
   py::tuple update_and_wait(const Keys& keys, const Priorities& priorities) {
     UpdateResult result;
     Locked([&] { return client_->UpdatePriorities(SpanOf(keys), SpanOf(priorities), &result); });
-    return py::make_tuple(result.applied, result.stale);
+    return py::make_tuple(result.applied, result.stale, result.dropped);
   }
-  py::tuple updates() const { return py::make_tuple(client_->updates().applied, client_->updates().stale); }
+  py::tuple updates() const {
+    const UpdateResult& totals = client_->updates();
+    return py::make_tuple(totals.applied, totals.stale, totals.dropped);
+  }
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
   int64_t peers() {
@@ -239,7 +244,8 @@ PYBIND11_MODULE(_perserve, m) {
   });
 
   py::class_<Actor>(m, "Actor")
-      .def(py::init<int64_t, int>(), py::arg("comm"), py::arg("max_in_flight"))
+      .def(py::init<int64_t, int, double>(), py::arg("comm"), py::arg("max_in_flight"),
+           py::arg("add_timeout_seconds"))
       .def("schema", &Actor::schema)
       .def("schema_string", &Actor::schema_string)
       .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"))
@@ -253,8 +259,9 @@ PYBIND11_MODULE(_perserve, m) {
       .def(py::init<int64_t, int, int>(), py::arg("comm"), py::arg("prefetch"), py::arg("max_in_flight"))
       .def("schema", &Learner::schema)
       .def("schema_string", &Learner::schema_string)
-      .def("sample", &Learner::sample)
-      .def("request_sample", &Learner::request_sample)
+      .def("sample", &Learner::sample, py::arg("batch_size"), py::arg("beta"), py::arg("timeout_seconds"))
+      .def("request_sample", &Learner::request_sample, py::arg("batch_size"), py::arg("beta"),
+           py::arg("timeout_seconds"))
       .def("receive_sample", &Learner::receive_sample)
       .def_property_readonly("samples_in_flight", &Learner::samples_in_flight)
       .def("send_update", &Learner::send_update)
