@@ -28,7 +28,7 @@
 namespace perserve::proto {
 
 constexpr uint32_t kMagic = 0x56525350;
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;  // 2: timeouts on adds and samples, dropped priorities
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 constexpr size_t kFrameHeaderBytes = 32;
@@ -66,8 +66,11 @@ struct Empty {
 struct AddRequest {
   int64_t count = 0;
   bool has_priorities = false;
+  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing) if the add
+  // still waits for the rate limiter this many seconds after it arrived.
+  double timeout_seconds = 0.0;
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, has_priorities); }
+  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds); }
 };
 
 struct AddReply {
@@ -80,8 +83,11 @@ struct AddReply {
 struct SampleRequest {
   int64_t batch_size = 0;
   double beta = 0.0;
+  // > 0: the server answers DEADLINE_EXCEEDED (and drops the request) if it
+  // still waits this many seconds after it arrived.
+  double timeout_seconds = 0.0;
   template <class Archive>
-  void serialize(Archive& ar) { ar(batch_size, beta); }
+  void serialize(Archive& ar) { ar(batch_size, beta, timeout_seconds); }
 };
 
 struct SampleReply {
@@ -98,9 +104,10 @@ struct UpdateRequest {
 
 struct UpdateReply {
   int64_t applied = 0;
-  int64_t stale = 0;  // keys whose items had been overwritten: dropped
+  int64_t stale = 0;    // keys whose items had been overwritten: dropped
+  int64_t dropped = 0;  // bad priorities dropped under --drop-bad-priorities
   template <class Archive>
-  void serialize(Archive& ar) { ar(applied, stale); }
+  void serialize(Archive& ar) { ar(applied, stale, dropped); }
 };
 
 struct ErrorReply {

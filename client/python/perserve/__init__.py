@@ -15,11 +15,12 @@ so that an uncaught exception on one rank aborts the whole job.
 """
 from .client import Actor, Bystander, Column, Learner, Sample, UpdateResult, join_bystander
 from .errors import (Error, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
-                     OutOfRangeError, ResourceExhaustedError, UnavailableError, UnimplementedError)
+                     OutOfRangeError, ResourceExhaustedError, UnavailableError, UnimplementedError,
+                     DeadlineExceededError)
 
 __all__ = [
     "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample", "UpdateResult",
     "Error", "InvalidArgumentError", "OutOfRangeError", "FailedPreconditionError", "UnavailableError",
-    "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError",
+    "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError", "DeadlineExceededError",
 ]
 __version__ = "0.1.0"

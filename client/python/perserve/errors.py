@@ -62,9 +62,14 @@ class ResourceExhaustedError(Error):
     code = 8
 
 
+class DeadlineExceededError(Error):
+    """A request's timeout passed before it could be served."""
+    code = 9
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgumentError, OutOfRangeError, FailedPreconditionError,
                                       UnavailableError, InternalError, NotFoundError, UnimplementedError,
-                                      ResourceExhaustedError)}
+                                      ResourceExhaustedError, DeadlineExceededError)}
 
 
 def _from_status(code: int, message: str) -> Error:

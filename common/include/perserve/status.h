@@ -23,6 +23,7 @@ class Status {
     kNotFound = 6,          // a key or name that does not exist
     kUnimplemented = 7,     // a message kind or feature this build does not know
     kResourceExhausted = 8,  // a memory or per-client allowance would be exceeded
+    kDeadlineExceeded = 9,  // a request's timeout passed before it could be served
   };
 
   Status() = default;
@@ -38,9 +39,12 @@ class Status {
   static Status ResourceExhausted(std::string message) {
     return Status(Code::kResourceExhausted, std::move(message));
   }
+  static Status DeadlineExceeded(std::string message) {
+    return Status(Code::kDeadlineExceeded, std::move(message));
+  }
   // Rebuilds a status from a code received on the wire; unknown codes become kInternal.
   static Status FromCode(int code, std::string message) {
-    if (code <= 0 || code > static_cast<int>(Code::kResourceExhausted)) {
+    if (code <= 0 || code > static_cast<int>(Code::kDeadlineExceeded)) {
       return code == 0 ? Ok() : Internal("unknown status code " + std::to_string(code) + ": " + message);
     }
     return Status(static_cast<Code>(code), std::move(message));
@@ -67,6 +71,7 @@ class Status {
       case Code::kNotFound: return "NOT_FOUND";
       case Code::kUnimplemented: return "UNIMPLEMENTED";
       case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+      case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
     }
     return "UNKNOWN";
   }
