@@ -36,10 +36,20 @@ Communicator::~Communicator() {
 }
 
 Status Communicator::Duplicate(MPI_Comm parent) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  PERSERVE_RETURN_IF_ERROR(BeginDuplicate(parent, &request));
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait (MPI_Comm_idup)"));
+  return FinishDuplicate();
+}
+
+Status Communicator::BeginDuplicate(MPI_Comm parent, MPI_Request* request) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) PERSERVE_RETURN_IF_ERROR(Check(MPI_Init(nullptr, nullptr), "MPI_Init"));
-  PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup"));
+  return Check(MPI_Comm_idup(parent, &comm_, request), "MPI_Comm_idup");
+}
+
+Status Communicator::FinishDuplicate() {
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank"));
   return Check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");

@@ -35,6 +35,10 @@ class Communicator {
 
   // Duplicates `parent` (collective over it). Calls MPI_Init first if needed.
   Status Duplicate(MPI_Comm parent);
+  // The same in two steps, so the caller can wait in MPI_Test: Begin starts
+  // MPI_Comm_idup; once `*request` completes, Finish sets the duplicate up.
+  Status BeginDuplicate(MPI_Comm parent, MPI_Request* request);
+  Status FinishDuplicate();
 
   MPI_Comm get() const { return comm_; }
   int rank() const { return rank_; }

@@ -2,7 +2,10 @@
 // communicator the caller passes (default MPI_COMM_WORLD):
 //
 //   1. each rank duplicates the communicator (Communicator);
-//   2. MPI_Allgather of {role, protocol version} from every rank;
+//   2. MPI_Allgather of {role, protocol version} from every rank (non-blocking,
+//      so a join that waits says so: after 5 s, and every 30 s after, each
+//      rank logs that it waits, and rank 0, to which every rank also sends a
+//      hello first, names the ranks that have not joined yet);
 //   3. every rank checks that all versions match and that there is at least
 //      one server; all ranks see the same table, so all agree on failure;
 //   4. each server rank, in rank order, broadcasts its schema (size, bytes).
@@ -15,6 +18,8 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "mpi/communicator.h"
@@ -41,7 +46,15 @@ inline constexpr uint64_t kMaxSchemaBytes = uint64_t{1} << 20;
 // Everything a peer sends is range-checked before use (roles, versions,
 // schema lengths and contents), and nothing throws: every rank sees the same
 // data, so every rank returns the same error and none waits on another.
-Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result);
+// Where a join that waits says so; empty: stderr, prefixed "perserve rank N: ".
+using JoinLog = std::function<void(const std::string&)>;
+
+Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result,
+            const JoinLog& log = {});
+
+// "actors at ranks 1-8, learners at rank 9": a server's clients, or for
+// another rank every client and bystander of the job.
+std::string DescribeRoles(const JoinResult& joined);
 
 // The join's checks on what a peer sent, on their own (tests and fuzzing).
 Status CheckJoinEntry(int rank, int32_t role, int32_t version);

@@ -131,13 +131,19 @@ BrokenJoin BrokenJoinFor(const std::string& variant) {
 
 // Rank 0: the join's collectives as a server would make them, with bad data.
 int BrokenServer(const BrokenJoin& broken) {
+  // Non-blocking, as the join makes them (they do not match blocking ones);
+  // the hellos the others send this rank are left unread.
   MPI_Comm comm = MPI_COMM_NULL;
-  CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm) == MPI_SUCCESS, "dup");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request) == MPI_SUCCESS, "idup");
+  CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS, "idup wait");
   int size = 0;
   MPI_Comm_size(comm, &size);
   const int32_t mine[2] = {broken.role, perserve::proto::kProtocolVersion};
   std::vector<int32_t> table(2 * static_cast<size_t>(size));
-  CHECK(MPI_Allgather(mine, 2, MPI_INT32_T, table.data(), 2, MPI_INT32_T, comm) == MPI_SUCCESS, "allgather");
+  CHECK(MPI_Iallgather(mine, 2, MPI_INT32_T, table.data(), 2, MPI_INT32_T, comm, &request) == MPI_SUCCESS,
+        "allgather");
+  CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS, "allgather wait");
   if (broken.schema_bytes > 0) {
     uint64_t length = broken.schema_bytes;
     CHECK(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, comm) == MPI_SUCCESS, "bcast size");
