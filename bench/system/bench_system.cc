@@ -265,7 +265,8 @@ int main(int argc, char** argv) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined), "join");
-      perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks);
+      perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
+                                                        perserve::service::MpiTransport::ClientRoles(joined));
       Serve(&mpi_transport, schema, capacity, &report);
     } else if (rank == size - 1) {
       MpiLearner(seconds, &report);

@@ -15,7 +15,8 @@ namespace perserve::service {
 
 class LoopbackTransport final : public Transport {
  public:
-  explicit LoopbackTransport(int clients) : inboxes_(clients), outboxes_(clients) {}
+  explicit LoopbackTransport(int clients)
+      : inboxes_(clients), outboxes_(clients), roles_(clients, ClientRole::kUnknown) {}
 
   // Test side.
   void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag) {
@@ -23,6 +24,7 @@ class LoopbackTransport final : public Transport {
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   size_t waiting(int client) const { return inboxes_[client].size(); }
+  void SetRole(int client, ClientRole role) { roles_[client] = role; }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
 
@@ -54,12 +56,14 @@ class LoopbackTransport final : public Transport {
     }
     return unread;
   }
+  ClientRole Role(int client) const override { return roles_[client]; }
   Status Progress() override { return Status::Ok(); }
   Status Drain() override { return Status::Ok(); }
 
  private:
   std::vector<std::deque<std::pair<std::vector<std::byte>, int>>> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
+  std::vector<ClientRole> roles_;
   bool fail_sends_ = false;
 };
 

@@ -5,8 +5,21 @@
 
 namespace perserve::service {
 
-MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks)
-    : comm_(comm), client_ranks_(std::move(client_ranks)) {}
+MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks, std::vector<ClientRole> roles)
+    : comm_(comm), client_ranks_(std::move(client_ranks)), roles_(std::move(roles)) {
+  roles_.resize(client_ranks_.size(), ClientRole::kUnknown);
+}
+
+std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined) {
+  std::vector<ClientRole> roles;
+  for (int rank : joined.client_ranks) {
+    const proto::Role role = rank < static_cast<int>(joined.roles.size()) ? joined.roles[rank] : proto::Role::kBystander;
+    roles.push_back(role == proto::Role::kActor     ? ClientRole::kActor
+                    : role == proto::Role::kLearner ? ClientRole::kLearner
+                                                    : ClientRole::kUnknown);
+  }
+  return roles;
+}
 
 Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
   return mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/join.h"
 #include "mpi/send_queue.h"
 #include "service/transport.h"
 
@@ -17,7 +18,10 @@ namespace perserve::service {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, std::vector<int> client_ranks);
+  // roles[i]: what client_ranks[i] joined as.
+  MpiTransport(MPI_Comm comm, std::vector<int> client_ranks, std::vector<ClientRole> roles);
+  // The roles of a server's clients (joined.client_ranks), from its join.
+  static std::vector<ClientRole> ClientRoles(const mpi::JoinResult& joined);
 
   int client_count() const override { return static_cast<int>(client_ranks_.size()); }
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
@@ -25,6 +29,7 @@ class MpiTransport final : public Transport {
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
   Unread UnreadSampleReplies(int client) const override;
   std::string ClientName(int client) const override { return "rank " + std::to_string(client_ranks_[client]); }
+  ClientRole Role(int client) const override { return roles_[client]; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Progress() override { return sends_.Progress(); }
   Status Drain() override { return sends_.Drain(); }
@@ -32,6 +37,7 @@ class MpiTransport final : public Transport {
  private:
   MPI_Comm comm_;
   std::vector<int> client_ranks_;
+  std::vector<ClientRole> roles_;
   mpi::SendQueue sends_;
 };
 

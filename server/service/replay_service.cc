@@ -17,8 +17,19 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
       options_(options),
       open_(static_cast<size_t>(transport->client_count()), true),
       open_clients_(transport->client_count()),
+      limiter_(RateLimiterOptions{options.samples_per_insert, options.error_buffer,
+                                  std::max<int64_t>(1, options.min_size_to_sample)}),
+      deferred_adds_per_client_(static_cast<size_t>(transport->client_count()), 0),
+      pending_close_(static_cast<size_t>(transport->client_count())),
+      last_heard_(static_cast<size_t>(transport->client_count()), Clock::now()),
       deferred_per_client_(static_cast<size_t>(transport->client_count()), 0),
-      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {}
+      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {
+  for (int client = 0; client < transport->client_count(); ++client) {
+    const ClientRole role = transport->Role(client);
+    open_actors_ += role != ClientRole::kLearner;
+    open_learners_ += role != ClientRole::kActor;
+  }
+}
 
 Status ReplayService::Run() {
   int idle_passes = 0;
@@ -51,6 +62,7 @@ Status ReplayService::Step(bool* handled) {
       PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
       if (!received) break;
       *handled = true;
+      last_heard_[client] = Clock::now();
       ++counters_.messages;
       bytes += static_cast<int64_t>(receive_buffer_.size());
       HandleGuarded(client, tag, receive_buffer_);
@@ -98,7 +110,7 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
   if (!decoded.ok()) return ReplyError(client, RequestIdOf(bytes), decoded);
   switch (frame.kind()) {
     case proto::MessageKind::kAddRequest:
-      return HandleAdd(client, frame);
+      return HandleAdd(client, frame, bytes);
     case proto::MessageKind::kSampleRequest:
       return HandleSample(client, frame);
     case proto::MessageKind::kUpdateRequest:
@@ -111,7 +123,7 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
   }
 }
 
-void ReplayService::HandleAdd(int client, const proto::Frame& frame) {
+void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<const std::byte> bytes) {
   ++counters_.add_requests;
   proto::AddRequest request;
   Status status = proto::DecodeMeta(frame, &request);
@@ -119,9 +131,36 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]",
                                                  request.count, replay_->capacity()));
   }
-  const uint64_t priority_bytes =
-      status.ok() && request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
-  if (status.ok() && frame.bulk.size() < priority_bytes) {
+  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
+    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  if (!HoldAdd(client, request.count)) return ApplyAdd(client, frame, request);
+  if (deferred_adds_per_client_[client] >= options_.max_deferred_adds) {
+    return ReplyError(client, frame.header.request_id,
+                      Status::ResourceExhausted(fmt::format(
+                          "{} adds of this client wait already for the rate limiter (the most one client may have "
+                          "waiting: --max-deferred-adds); wait for their acknowledgements",
+                          deferred_adds_per_client_[client])));
+  }
+  ++counters_.deferred_adds;
+  ++deferred_adds_per_client_[client];
+  const Clock::time_point now = Clock::now();
+  deferred_adds_.push_back({client, frame.header.request_id, request.count,
+                            std::vector<std::byte>(bytes.begin(), bytes.end()), now,
+                            DeadlineAfter(now, request.timeout_seconds)});
+}
+
+bool ReplayService::HoldAdd(int client, int64_t count) const {
+  if (deferred_adds_per_client_[client] > 0) return true;  // behind its own held adds
+  // Nobody left to sample: holding intake back would only stall the actors.
+  return open_learners_ > 0 && !limiter_.CanInsert(count, replay_->size());
+}
+
+void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request) {
+  const uint64_t priority_bytes = request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
+  Status status;
+  if (frame.bulk.size() < priority_bytes) {
     status = Status::InvalidArgument(fmt::format("an add of {} items with priorities carries only {} bulk bytes",
                                                  request.count, frame.bulk.size()));
   }
@@ -135,7 +174,13 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame) {
     if (status.ok()) episodes_.Observe(client, request.count, columns);
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  limiter_.Inserted(request.count, replay_->size());
   Reply(client, proto::MessageKind::kAddReply, frame.header.request_id, proto::AddReply{first_key, request.count});
+}
+
+ReplayService::Clock::time_point ReplayService::DeadlineAfter(Clock::time_point arrived, double timeout_seconds) {
+  if (!(timeout_seconds > 0.0) || timeout_seconds > 1e9) return Clock::time_point::max();
+  return arrived + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
 }
 
 int64_t ReplayService::SampleReplyBytes(int64_t batch_size) const {
@@ -145,12 +190,38 @@ int64_t ReplayService::SampleReplyBytes(int64_t batch_size) const {
          batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
 }
 
-bool ReplayService::CanServe(int client, int64_t reply_bytes) const {
-  if (!ReadyToSample()) return false;
+ReplayService::SampleWait ReplayService::WaitFor(int client, int64_t batch_size) const {
+  if (replay_->size() < limiter_.options().min_size_to_sample) return SampleWait::kMinSize;
+  if (!limiter_.CanSample(batch_size, replay_->size())) return SampleWait::kRateLimiter;
   const Transport::Unread unread = transport_->UnreadSampleReplies(client);
-  if (unread.replies == 0) return true;
-  return unread.replies < options_.max_unread_sample_replies &&
-         unread.bytes + reply_bytes <= options_.max_unread_reply_bytes;
+  if (unread.replies == 0) return SampleWait::kNone;
+  const bool allowed = unread.replies < options_.max_unread_sample_replies &&
+                       unread.bytes + SampleReplyBytes(batch_size) <= options_.max_unread_reply_bytes;
+  return allowed ? SampleWait::kNone : SampleWait::kUnread;
+}
+
+std::string ReplayService::Describe(SampleWait wait, int client) const {
+  switch (wait) {
+    case SampleWait::kNone:
+      return "nothing";
+    case SampleWait::kMinSize:
+      return fmt::format("the replay holds {} of the {} items sampling needs (--min-size-to-sample)",
+                         replay_->size(), limiter_.options().min_size_to_sample);
+    case SampleWait::kRateLimiter:
+      return fmt::format("the rate limiter: the learners are ahead of the actors ({})", limiter_.Describe());
+    case SampleWait::kUnread: {
+      const Transport::Unread unread = transport_->UnreadSampleReplies(client);
+      return fmt::format("{} to receive its {} earlier sample replies ({} bytes; --max-unread-sample-replies, "
+                         "--max-unread-reply-bytes)",
+                         transport_->ClientName(client), unread.replies, unread.bytes);
+    }
+  }
+  return "unknown";
+}
+
+Status ReplayService::HopelessError(SampleWait wait, int client) const {
+  return Status::FailedPrecondition(fmt::format(
+      "no actor remains open and this sample waits for {}: it can never be served", Describe(wait, client)));
 }
 
 void ReplayService::HandleSample(int client, const proto::Frame& frame) {
@@ -162,6 +233,9 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
                                                  options_.max_sample_batch));
   }
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
+  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
+    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
+  }
   const int64_t reply_bytes = status.ok() ? SampleReplyBytes(request.batch_size) : 0;
   if (reply_bytes > std::numeric_limits<int>::max()) {
     status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
@@ -169,9 +243,11 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
                                                  request.batch_size, reply_bytes));
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  if (deferred_per_client_[client] == 0 && CanServe(client, reply_bytes)) {
+  const SampleWait wait = WaitFor(client, request.batch_size);
+  if (deferred_per_client_[client] == 0 && wait == SampleWait::kNone) {
     return ServeSample(client, frame.header.request_id, request.batch_size, request.beta);
   }
+  if (Hopeless(wait)) return ReplyError(client, frame.header.request_id, HopelessError(wait, client));
   if (deferred_per_client_[client] >= options_.max_deferred_samples) {
     return ReplyError(client, frame.header.request_id,
                       Status::ResourceExhausted(fmt::format(
@@ -181,12 +257,15 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
   }
   ++counters_.deferred_samples;
   ++deferred_per_client_[client];
-  deferred_.push_back({client, frame.header.request_id, request.batch_size, request.beta});
+  const Clock::time_point now = Clock::now();
+  deferred_.push_back({client, frame.header.request_id, request.batch_size, request.beta, now,
+                       DeadlineAfter(now, request.timeout_seconds)});
 }
 
 void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta) {
   const Status status = replay_->Sample(batch_size, beta, &sample_);
   if (!status.ok()) return ReplyError(client, request_id, status);
+  limiter_.Sampled(batch_size);
   const size_t column_bytes = static_cast<size_t>(batch_size * replay_->store().schema().ItemBytes());
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(batch_size)));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(
@@ -198,15 +277,88 @@ void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_s
   Send(client, request_id, std::move(frame), /*sample_reply=*/true);
 }
 
-// Deferred requests in arrival order; once one of a client's cannot be served,
-// its later ones wait behind it (a client's samples are answered in order).
+// Held adds, then deferred samples, each in arrival order; once one of a
+// client's cannot go, its later ones wait behind it (a client's requests of a
+// kind are answered in order). When the rate limiter holds both kinds and
+// neither can go, the oldest add goes anyway (logged once): a buffer too
+// small for one add and one sample must not hang the job.
 void ReplayService::ServeDeferred() {
-  if (deferred_.empty() || !ReadyToSample()) return;
+  ExpireDeadlines();
+  bool adds_blocked = false, samples_blocked = false;
+  ServeDeferredAdds(&adds_blocked);
+  ServeDeferredSamples(&samples_blocked);
+  if (!adds_blocked || !samples_blocked || deferred_adds_.empty()) return;
+  const bool limiter_holds_samples = std::any_of(deferred_.begin(), deferred_.end(), [this](const DeferredSample& d) {
+    return WaitFor(d.client, d.batch_size) == SampleWait::kRateLimiter;
+  });
+  if (!limiter_holds_samples) return;
+  if (counters_.limiter_overrides++ == 0) {
+    spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
+                 "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
+                 "now and whenever this recurs",
+                 deferred_adds_.front().count, options_.error_buffer);
+  }
+  DeferredAdd add = std::move(deferred_adds_.front());
+  deferred_adds_.pop_front();
+  --deferred_adds_per_client_[add.client];
+  proto::Frame frame;
+  proto::AddRequest request;
+  Status status = proto::DecodeFrame(add.frame, &frame);
+  if (status.ok()) status = proto::DecodeMeta(frame, &request);
+  if (status.ok()) {
+    ApplyAdd(add.client, frame, request);
+  } else {
+    ReplyError(add.client, add.request_id, status);
+  }
+  if (deferred_adds_per_client_[add.client] == 0 && pending_close_[add.client]) {
+    FinishClose(add.client, *std::exchange(pending_close_[add.client], std::nullopt));
+  }
+  ServeDeferredSamples(&samples_blocked);
+}
+
+void ReplayService::ServeDeferredAdds(bool* any_blocked) {
+  *any_blocked = false;
+  if (deferred_adds_.empty()) return;
+  blocked_.assign(open_.size(), false);
+  for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
+    const int client = it->client;
+    if (blocked_[client] || (open_learners_ > 0 && !limiter_.CanInsert(it->count, replay_->size()))) {
+      blocked_[client] = true;
+      *any_blocked = true;
+      ++it;
+      continue;
+    }
+    DeferredAdd add = std::move(*it);
+    it = deferred_adds_.erase(it);
+    --deferred_adds_per_client_[client];
+    proto::Frame frame;
+    proto::AddRequest request;
+    Status status = proto::DecodeFrame(add.frame, &frame);
+    if (status.ok()) status = proto::DecodeMeta(frame, &request);
+    try {
+      if (status.ok()) {
+        ApplyAdd(client, frame, request);
+      } else {
+        ReplyError(client, add.request_id, status);
+      }
+    } catch (const std::bad_alloc&) {
+      ReplyError(client, add.request_id, Status::ResourceExhausted("the server ran out of memory storing this add"));
+    }
+    if (deferred_adds_per_client_[client] == 0 && pending_close_[client]) {
+      FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
+    }
+  }
+}
+
+void ReplayService::ServeDeferredSamples(bool* any_blocked) {
+  *any_blocked = false;
+  if (deferred_.empty()) return;
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_.begin(); it != deferred_.end();) {
     const DeferredSample waiting = *it;
-    if (blocked_[waiting.client] || !CanServe(waiting.client, SampleReplyBytes(waiting.batch_size))) {
+    if (blocked_[waiting.client] || WaitFor(waiting.client, waiting.batch_size) != SampleWait::kNone) {
       blocked_[waiting.client] = true;
+      *any_blocked = true;
       ++it;
       continue;
     }
@@ -218,6 +370,59 @@ void ReplayService::ServeDeferred() {
       ReplyError(waiting.client, waiting.request_id,
                  Status::ResourceExhausted("the server ran out of memory serving this sample"));
     }
+  }
+}
+
+void ReplayService::ExpireDeadlines() {
+  const Clock::time_point now = Clock::now();
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    const DeferredSample expired = *it;
+    it = deferred_.erase(it);
+    --deferred_per_client_[expired.client];
+    ++counters_.deadlines_exceeded;
+    ReplyError(expired.client, expired.request_id,
+               Status::DeadlineExceeded(fmt::format(
+                   "the sample waited {:.3f} s, its timeout, for {}",
+                   std::chrono::duration<double>(now - expired.arrived).count(),
+                   Describe(WaitFor(expired.client, expired.batch_size), expired.client))));
+  }
+  for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    const int client = it->client;
+    const uint64_t request_id = it->request_id;
+    const double waited = std::chrono::duration<double>(now - it->arrived).count();
+    it = deferred_adds_.erase(it);
+    --deferred_adds_per_client_[client];
+    ++counters_.deadlines_exceeded;
+    ReplyError(client, request_id,
+               Status::DeadlineExceeded(fmt::format(
+                   "the add waited {:.3f} s, its timeout, for the rate limiter: the actors are ahead of the "
+                   "learners ({}); nothing of it was stored",
+                   waited, limiter_.Describe())));
+    if (deferred_adds_per_client_[client] == 0 && pending_close_[client]) {
+      FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
+    }
+  }
+}
+
+void ReplayService::FailHopelessSamples() {
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    const SampleWait wait = WaitFor(it->client, it->batch_size);
+    if (!Hopeless(wait)) {
+      ++it;
+      continue;
+    }
+    const DeferredSample failed = *it;
+    it = deferred_.erase(it);
+    --deferred_per_client_[failed.client];
+    ReplyError(failed.client, failed.request_id, HopelessError(wait, failed.client));
   }
 }
 
@@ -244,7 +449,7 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id,
-        proto::UpdateReply{counts.applied, counts.stale});
+        proto::UpdateReply{counts.applied, counts.stale, counts.dropped});
 }
 
 void ReplayService::HandleClose(int client, const proto::Frame& frame) {
@@ -252,12 +457,25 @@ void ReplayService::HandleClose(int client, const proto::Frame& frame) {
   Status status = proto::DecodeMeta(frame, &meta);
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a close request carries no bulk data");
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  if (deferred_adds_per_client_[client] > 0) {
+    pending_close_[client] = frame.header.request_id;  // after its held adds (ServeDeferredAdds)
+    return;
+  }
+  FinishClose(client, frame.header.request_id);
+}
+
+void ReplayService::FinishClose(int client, uint64_t request_id) {
+  if (!open_[client]) return;
   open_[client] = false;
   --open_clients_;
+  const ClientRole role = transport_->Role(client);
+  open_actors_ -= role != ClientRole::kLearner;
+  open_learners_ -= role != ClientRole::kActor;
   std::erase_if(deferred_, [client](const DeferredSample& d) { return d.client == client; });
   deferred_per_client_[client] = 0;
   spdlog::debug("{} closed; {} still open", transport_->ClientName(client), open_clients_);
-  Reply(client, proto::MessageKind::kCloseReply, frame.header.request_id, proto::Empty{});
+  Reply(client, proto::MessageKind::kCloseReply, request_id, proto::Empty{});
+  if (open_actors_ == 0) FailHopelessSamples();
 }
 
 void ReplayService::ReplyError(int client, uint64_t request_id, const Status& error) {
@@ -288,11 +506,59 @@ void ReplayService::Send(int client, uint64_t request_id, std::vector<std::byte>
 
 std::string ReplayService::Summary() const {
   const replay::ReplayCounters& r = replay_->counters();
-  return fmt::format("size {} of {}, {} items in, {} sampled, {} priorities updated, {} stale updates dropped, "
-                     "{} requests ({} add, {} sample, {} update), {} errors, {} replies dropped",
-                     replay_->size(), replay_->capacity(), r.items_added, r.items_sampled, r.priorities_updated,
-                     r.stale_updates_dropped, counters_.messages, counters_.add_requests, counters_.sample_requests,
-                     counters_.update_requests, counters_.errors, counters_.replies_dropped);
+  std::string summary = fmt::format(
+      "size {} of {}, {} items in, {} sampled, {} priorities updated, {} stale updates dropped, "
+      "{} bad priorities dropped, {} requests ({} add, {} sample, {} update), {} errors, {} replies dropped, "
+      "{} deadlines exceeded",
+      replay_->size(), replay_->capacity(), r.items_added, r.items_sampled, r.priorities_updated,
+      r.stale_updates_dropped, r.priorities_dropped, counters_.messages, counters_.add_requests, counters_.sample_requests,
+      counters_.update_requests, counters_.errors, counters_.replies_dropped, counters_.deadlines_exceeded);
+  if (limiter_.enabled()) {
+    summary += fmt::format("; rate limiter {}, {} adds held, {} let through", limiter_.Describe(),
+                           counters_.deferred_adds, counters_.limiter_overrides);
+  }
+  return summary;
+}
+
+std::string ReplayService::DescribeClients() const {
+  const Clock::time_point now = Clock::now();
+  int actors = 0, learners = 0, unknown = 0;
+  std::vector<std::string> silent;
+  const double silent_after = std::max(1.0, options_.stats_interval_seconds);
+  for (int client = 0; client < static_cast<int>(open_.size()); ++client) {
+    if (!open_[client]) continue;
+    const ClientRole role = transport_->Role(client);
+    actors += role == ClientRole::kActor;
+    learners += role == ClientRole::kLearner;
+    unknown += role == ClientRole::kUnknown;
+    const double quiet = std::chrono::duration<double>(now - last_heard_[client]).count();
+    if (quiet > silent_after) {
+      const char* name = role == ClientRole::kActor ? "actor" : role == ClientRole::kLearner ? "learner" : "client";
+      silent.push_back(fmt::format("{} ({}) {:.0f} s", transport_->ClientName(client), name, quiet));
+    }
+  }
+  std::string text = fmt::format("open {} actors, {} learners", actors, learners);
+  if (unknown > 0) text += fmt::format(", {} others", unknown);
+  if (!deferred_.empty()) {
+    const DeferredSample& oldest = deferred_.front();
+    text += fmt::format(" | waiting samples {} (oldest {:.1f} s, for {})", deferred_.size(),
+                        std::chrono::duration<double>(now - oldest.arrived).count(),
+                        Describe(WaitFor(oldest.client, oldest.batch_size), oldest.client));
+  } else {
+    text += " | waiting samples 0";
+  }
+  if (!deferred_adds_.empty()) {
+    text += fmt::format(" | held adds {} (oldest {:.1f} s)", deferred_adds_.size(),
+                        std::chrono::duration<double>(now - deferred_adds_.front().arrived).count());
+  }
+  if (limiter_.enabled()) text += " | rate limiter " + limiter_.Describe();
+  if (!silent.empty()) {
+    constexpr size_t kShown = 8;
+    text += " | silent:";
+    for (size_t i = 0; i < std::min(silent.size(), kShown); ++i) text += (i == 0 ? " " : ", ") + silent[i];
+    if (silent.size() > kShown) text += fmt::format(" and {} more", silent.size() - kShown);
+  }
+  return text;
 }
 
 void ReplayService::MaybeLogStats() {
@@ -301,12 +567,13 @@ void ReplayService::MaybeLogStats() {
   if (seconds < options_.stats_interval_seconds) return;
   const replay::ReplayCounters& r = replay_->counters();
   spdlog::info("size {} | in {:.0f} items/s | sampled {:.0f} items/s | updated {:.0f}/s | stale dropped {} | "
-               "errors {} | deferred samples {} | rss {} MiB",
+               "bad priorities dropped {} | errors {} | rss {} MiB | {}",
                replay_->size(), (r.items_added - replay_at_last_stats_.items_added) / seconds,
                (r.items_sampled - replay_at_last_stats_.items_sampled) / seconds,
                (r.priorities_updated - replay_at_last_stats_.priorities_updated) / seconds,
                r.stale_updates_dropped - replay_at_last_stats_.stale_updates_dropped,
-               counters_.errors - service_at_last_stats_.errors, deferred_.size(), ResidentBytes() >> 20);
+               r.priorities_dropped - replay_at_last_stats_.priorities_dropped,
+               counters_.errors - service_at_last_stats_.errors, ResidentBytes() >> 20, DescribeClients());
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();
     spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,

@@ -29,18 +29,34 @@
 // So per client the server holds at most max(max_unread_reply_bytes, one
 // reply) of unread replies plus a few small deferred records, whatever the
 // client sends or fails to read (docs/operations.md states the whole bound).
+//
+// Nothing waits silently or for ever. A request may carry a timeout: past it
+// the request is dropped and answered DEADLINE_EXCEEDED, saying what it
+// waited for. When no actor remains open and the replay can never reach the
+// sampling condition (the minimum size, or the rate limiter's), waiting and
+// new samples fail at once with FAILED_PRECONDITION saying so. The stats
+// line reports the open clients by role, what waits and for how long, and
+// clients silent for longer than an interval.
+//
+// Rate limiting (RateLimiter, with --samples-per-insert > 0): samples wait
+// while the learners are ahead, adds while the actors are. A held add is kept
+// whole (at most max_deferred_adds per client; an actor's own max_in_flight
+// bounds them first) and applied in its client's order; that client's close
+// waits behind its held adds. Nothing holds intake once no learner remains.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "proto/codec.h"
 #include "replay/episode_tracker.h"
 #include "replay/replay.h"
+#include "service/rate_limiter.h"
 #include "service/transport.h"
 
 namespace perserve::service {
@@ -63,6 +79,11 @@ struct ServiceOptions {
   int max_unread_sample_replies = 4;
   int64_t max_unread_reply_bytes = int64_t{256} << 20;
   int max_deferred_samples = 16;
+  // Adds of one client the rate limiter may hold; one more is refused.
+  int max_deferred_adds = 32;
+  // The rate limiter (off at 0); min_size_to_sample is its M.
+  double samples_per_insert = 0.0;
+  double error_buffer = 0.0;
   // A receive buffer grown past this by one large message is freed after it,
   // so one huge (even rejected) frame does not pin its size for good.
   int64_t keep_receive_bytes = int64_t{16} << 20;
@@ -76,6 +97,9 @@ struct ServiceCounters {
   int64_t errors = 0;
   int64_t deferred_samples = 0;  // sample requests that had to wait
   int64_t replies_dropped = 0;   // replies the transport refused to send
+  int64_t deferred_adds = 0;     // add requests the rate limiter held back
+  int64_t deadlines_exceeded = 0;
+  int64_t limiter_overrides = 0;  // adds let through so both kinds could not wait on each other
 };
 
 class ReplayService {
@@ -94,29 +118,62 @@ class ReplayService {
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end (also used for the stats lines).
   std::string Summary() const;
+  // The stats line's last part: the open clients by role, what waits, for
+  // what and for how long, and the clients silent for over an interval.
+  std::string DescribeClients() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   struct DeferredSample {
     int client;
     uint64_t request_id;
     int64_t batch_size;
     double beta;
+    Clock::time_point arrived;
+    Clock::time_point deadline;  // Clock::time_point::max(): none
   };
+  struct DeferredAdd {
+    int client;
+    uint64_t request_id;
+    int64_t count;
+    std::vector<std::byte> frame;  // the whole request, decoded again when applied
+    Clock::time_point arrived;
+    Clock::time_point deadline;
+  };
+  // What keeps a sample from being served now.
+  enum class SampleWait { kNone, kMinSize, kRateLimiter, kUnread };
 
   // Handle() with exceptions (allocation failures) turned into error replies.
   void HandleGuarded(int client, int tag, std::span<const std::byte> bytes);
   void Handle(int client, int tag, std::span<const std::byte> bytes);
-  void HandleAdd(int client, const proto::Frame& frame);
+  void HandleAdd(int client, const proto::Frame& frame, std::span<const std::byte> bytes);
+  // Stores a decoded add and replies.
+  void ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request);
   void HandleSample(int client, const proto::Frame& frame);
   void HandleUpdate(int client, const proto::Frame& frame);
   void HandleClose(int client, const proto::Frame& frame);
   void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
   void ServeDeferred();
+  void ServeDeferredAdds(bool* any_blocked);
+  void ServeDeferredSamples(bool* any_blocked);
+  // Answers DEADLINE_EXCEEDED to every waiting request past its timeout.
+  void ExpireDeadlines();
+  // With no actor open: fails every waiting sample that can never be served.
+  void FailHopelessSamples();
+  // Closes `client` (its adds all applied): the reply, then the bookkeeping.
+  void FinishClose(int client, uint64_t request_id);
+  SampleWait WaitFor(int client, int64_t batch_size) const;
+  std::string Describe(SampleWait wait, int client) const;
+  bool Hopeless(SampleWait wait) const {
+    return open_actors_ == 0 && (wait == SampleWait::kMinSize || wait == SampleWait::kRateLimiter);
+  }
+  Status HopelessError(SampleWait wait, int client) const;
+  // Whether the rate limiter holds back an add of `count` items from `client`.
+  bool HoldAdd(int client, int64_t count) const;
+  static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
   // The whole frame a sample of `batch_size` items is answered with.
   int64_t SampleReplyBytes(int64_t batch_size) const;
-  bool ReadyToSample() const { return replay_->size() >= std::max<int64_t>(1, options_.min_size_to_sample); }
-  // Whether a sample reply of `reply_bytes` may go to `client` now.
-  bool CanServe(int client, int64_t reply_bytes) const;
   void ReplyError(int client, uint64_t request_id, const Status& error);
   template <class Meta>
   void Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
@@ -129,6 +186,13 @@ class ReplayService {
   ServiceOptions options_;
   std::vector<bool> open_;
   int open_clients_;
+  int open_actors_ = 0;    // open clients that joined as actors (or unknown)
+  int open_learners_ = 0;  // ... as learners (or unknown)
+  RateLimiter limiter_;
+  std::deque<DeferredAdd> deferred_adds_;
+  std::vector<int> deferred_adds_per_client_;
+  std::vector<std::optional<uint64_t>> pending_close_;  // a close's request id, waiting behind held adds
+  std::vector<Clock::time_point> last_heard_;
   int next_client_ = 0;  // where the next round-robin pass starts
   std::deque<DeferredSample> deferred_;
   std::vector<int> deferred_per_client_;
@@ -138,7 +202,6 @@ class ReplayService {
   std::vector<std::byte> receive_buffer_;
   replay::SampleResult sample_;
 
-  using Clock = std::chrono::steady_clock;
   Clock::time_point stats_since_ = Clock::now();
   replay::ReplayCounters replay_at_last_stats_;
   ServiceCounters service_at_last_stats_;

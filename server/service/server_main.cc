@@ -3,6 +3,7 @@
 // joins them collectively, serves until every client has closed.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,7 +23,7 @@ namespace {
 struct Flags {
   int64_t capacity = int64_t{1} << 21;
   double alpha = 0.6;
-  int64_t min_size_to_sample = 1;
+  int64_t min_size_to_sample = 1000;  // capped to the capacity unless given
   std::vector<std::string> columns;
   double stats_interval = 5.0;
   int messages_per_client_pass = 4;
@@ -36,6 +37,9 @@ struct Flags {
   int max_unread_sample_replies = 4;
   int64_t max_unread_reply_bytes = int64_t{256} << 20;
   int max_deferred_samples = 16;
+  int max_deferred_adds = 32;
+  double samples_per_insert = 0.0;
+  double error_buffer = 0.0;
   double priority_eps = 0.0;
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
@@ -77,12 +81,19 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   if (!status.ok()) Abort(status.ToString());
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined);
+  status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined,
+                               [](const std::string& message) { spdlog::warn("{}", message); });
   if (!status.ok()) Abort("join failed: " + status.ToString());
-  spdlog::info("serving {} clients; capacity {}, alpha {}, tree on {}, schema {} ({} bytes an item)",
-               joined.client_ranks.size(), flags.capacity, flags.alpha, replay->tree().device_name(),
-               schema.ToString(), schema.ItemBytes());
-  perserve::service::MpiTransport transport(comm.get(), joined.client_ranks);
+  spdlog::info("serving {} clients ({}); capacity {}, alpha {}, min size to sample {}, tree on {}, schema {} "
+               "({} bytes an item)",
+               joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), flags.capacity, flags.alpha,
+               flags.min_size_to_sample, replay->tree().device_name(), schema.ToString(), schema.ItemBytes());
+  if (flags.samples_per_insert > 0) {
+    spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.samples_per_insert,
+                 flags.error_buffer);
+  }
+  perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
+                                               perserve::service::MpiTransport::ClientRoles(joined));
   perserve::service::ServiceOptions service_options;
   service_options.min_size_to_sample = flags.min_size_to_sample;
   service_options.stats_interval_seconds = flags.stats_interval;
@@ -93,6 +104,9 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   service_options.max_unread_sample_replies = flags.max_unread_sample_replies;
   service_options.max_unread_reply_bytes = flags.max_unread_reply_bytes;
   service_options.max_deferred_samples = flags.max_deferred_samples;
+  service_options.max_deferred_adds = flags.max_deferred_adds;
+  service_options.samples_per_insert = flags.samples_per_insert;
+  service_options.error_buffer = flags.error_buffer;
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
@@ -110,7 +124,8 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--min-size-to-sample", flags.min_size_to_sample,
-                 "sample requests wait until this many transitions are stored")->check(CLI::PositiveNumber)
+                 "sample requests wait until this many transitions are stored, in [1, capacity] (default 1000 as "
+                 "in Baselines, or the capacity if smaller: never a batch of copies of a few items)")
       ->capture_default_str();
   app.add_option("--column", flags.columns,
                  "a schema column name:dtype:shape (repeat; dtypes uint8 int32 int64 float32 float64); "
@@ -153,6 +168,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-deferred-samples", flags.max_deferred_samples,
                  "sample requests of one client that may wait; one more is refused (RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-deferred-adds", flags.max_deferred_adds,
+                 "adds of one client the rate limiter may hold; one more is refused (RESOURCE_EXHAUSTED)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--samples-per-insert", flags.samples_per_insert,
+                 "rate limiter (0: off): sampled items per inserted item the server keeps to, within "
+                 "--error-buffer; samples wait while the learners are ahead, adds while the actors are")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--error-buffer", flags.error_buffer,
+                 "rate limiter: how many sampled items the ratio may stray either way (needs 2 E >= an add's "
+                 "items x R + a sample's items, or an add is let through)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {
@@ -162,6 +188,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     Abort("bad command line");
+  }
+  if (app.count("--min-size-to-sample") == 0) {
+    flags.min_size_to_sample = std::min(flags.min_size_to_sample, flags.capacity);
+  } else if (flags.min_size_to_sample < 1 || flags.min_size_to_sample > flags.capacity) {
+    Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
+                      flags.min_size_to_sample, flags.capacity));
   }
 
   perserve::Schema schema = flags.columns.empty() ? perserve::Schema::Default() : perserve::Schema{};

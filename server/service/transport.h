@@ -14,6 +14,10 @@
 
 namespace perserve::service {
 
+// What a client joined as: the service tells from it when no actor (or no
+// learner) remains open. kUnknown counts as either.
+enum class ClientRole { kUnknown, kActor, kLearner };
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -49,6 +53,11 @@ class Transport {
 
   // How logs name a client: its MPI rank where there is one.
   virtual std::string ClientName(int client) const { return "client " + std::to_string(client); }
+
+  virtual ClientRole Role(int client) const {
+    (void)client;
+    return ClientRole::kUnknown;
+  }
 
   // A buffer to encode the next frame into; a transport may recycle the
   // buffers of completed sends (the smallest holding `expected_bytes`).

@@ -1,15 +1,20 @@
 // The replay's priority policy (issue 12): priority eps before the exponent,
-// dropping bad update elements (counted in the counts and the counters),
-// which priorities raise the running max, shuffled samples, IS weights whose
-// largest is exactly 1, and reproducible seeds.
+// dropping bad update elements (counted in the counts, the counters and the
+// update reply), which priorities raise the running max, shuffled samples,
+// IS weights whose largest is exactly 1, and reproducible seeds.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "proto/codec.h"
 #include "replay/replay.h"
+#include "server/service/service_test_util.h"
+#include "service/loopback_transport.h"
+#include "service/replay_service.h"
 #include "tree/priority_tree.h"
 
 namespace perserve::replay {
@@ -165,6 +170,32 @@ TEST(PriorityPolicyTest, WithoutDropBadPrioritiesTheWholeUpdateIsRefused) {
   EXPECT_EQ(replay->counters().priorities_updated, 0);
   EXPECT_EQ(replay->counters().priorities_dropped, 0);
   EXPECT_EQ(replay->max_priority(), 1.0);
+}
+
+// The service passes the dropped count on in the update reply.
+TEST(PriorityPolicyTest, TheUpdateReplyCarriesTheDroppedCount) {
+  ReplayOptions options = Options(8, 1.0);
+  options.drop_bad_priorities = true;
+  auto replay = MakeReplay(options);
+  uint64_t first = 0;
+  ASSERT_TRUE(replay->Add(8, Ids(0, 8), {}, &first).ok());
+  ASSERT_TRUE(replay->Add(2, Ids(8, 2), {}, &first).ok());
+  service::LoopbackTransport transport(1);
+  service::ReplayService service(replay.get(), &transport, service::ServiceOptions{1, 0.0});
+  const proto::UpdateRequest request{static_cast<int64_t>(kUpdateKeys.size())};
+  transport.Push(0, service::service_test::Frame(proto::MessageKind::kUpdateRequest, 7, request,
+                                                 {std::as_bytes(std::span(kUpdateKeys)),
+                                                  std::as_bytes(std::span(kUpdatePriorities))}));
+  bool handled = false;
+  ASSERT_TRUE(service.Step(&handled).ok());
+  std::deque<std::vector<std::byte>> kept;
+  const proto::Frame frame =
+      service::service_test::PopReply(transport, 0, proto::MessageKind::kUpdateReply, 7, kept);
+  proto::UpdateReply reply;
+  ASSERT_TRUE(proto::DecodeMeta(frame, &reply).ok());
+  EXPECT_EQ(reply.applied, 2);
+  EXPECT_EQ(reply.stale, 1);
+  EXPECT_EQ(reply.dropped, 5);
 }
 
 // Off (the default): an actor's explicit priority does not change what a later

@@ -1,0 +1,148 @@
+// Jobs that used to hang without a word (issue 12), under mpirun beside a
+// real perserve-server (tests/CMakeLists.txt has the command lines; the
+// server's lines are checked by tests/mpi/expect_output.py). Each scenario
+// exits non-zero on the first failed check.
+//
+//   actors_leave  (server --min-size-to-sample 100) the actor adds 10 items and
+//                 closes; the learner's sample, which used to wait for ever,
+//                 fails with FAILED_PRECONDITION saying no actor remains.
+//   late          a bystander that joins 7 s late; the others just join and
+//                 close (the server names the late rank while it waits).
+//   skew          the rate limiter under a skewed load: `fast_actor` adds as
+//                 fast as it may while `slow_learner` samples with a pause,
+//                 or the reverse (`slow_actor`, `fast_learner`). The learner
+//                 samples until the actor has closed and its samples can
+//                 never be served (FAILED_PRECONDITION); the server's summary
+//                 reports the ratio's offsets, checked by expect_output.py.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "perserve/client.h"
+#include "raw_client.h"
+
+namespace {
+
+using perserve::Status;
+
+bool Contains(const Status& status, const std::string& part) {
+  return status.message().find(part) != std::string::npos;
+}
+
+std::unique_ptr<perserve::ActorClient> JoinActor() {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  return actor;
+}
+
+std::unique_ptr<perserve::LearnerClient> JoinLearner() {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  return learner;
+}
+
+// `count` items of the server's default schema (every column zero-filled but `reward`).
+void AddItems(perserve::ActorClient* actor, int64_t count) {
+  std::vector<std::vector<std::byte>> columns;
+  perserve::BatchView batch{count, {}};
+  for (const perserve::Column& column : actor->schema().columns) {
+    columns.emplace_back(static_cast<size_t>(count * column.ItemBytes()), std::byte{0});
+    batch.columns.push_back(columns.back().data());
+  }
+  CHECK_OK(actor->Add(batch));
+}
+
+int ActorsLeaveActor() {
+  auto actor = JoinActor();
+  AddItems(actor.get(), 10);
+  CHECK_OK(actor->Close());
+  return 0;
+}
+
+int ActorsLeaveLearner() {
+  auto learner = JoinLearner();
+  perserve::SampleBatch batch;
+  const auto start = std::chrono::steady_clock::now();
+  const Status sampled = learner->Sample(8, 0.4, &batch);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(sampled.code() == Status::Code::kFailedPrecondition, "{}", sampled.ToString());
+  CHECK(Contains(sampled, "no actor remains open") && Contains(sampled, "holds 10 of the 100 items"), "{}",
+        sampled.ToString());
+  CHECK_OK(learner->Close());
+  fmt::print("actors_leave: the learner's sample failed after {:.2f} s: {}\n", waited, sampled.ToString());
+  return 0;
+}
+
+int Late(const std::string& role) {
+  if (role == "bystander") {
+    std::this_thread::sleep_for(std::chrono::seconds(7));
+    CHECK_OK(perserve::JoinAsBystander(MPI_COMM_WORLD));
+    return 0;
+  }
+  if (role == "actor") {
+    auto actor = JoinActor();
+    AddItems(actor.get(), 5);
+    CHECK_OK(actor->Close());
+    return 0;
+  }
+  auto learner = JoinLearner();
+  CHECK_OK(learner->Close());
+  return 0;
+}
+
+// The learner samples 32 items at a time until its samples can never be
+// served again (the actor has closed and the limiter or the minimum size
+// holds them), pausing `pause_ms` between samples.
+int SkewLearner(int pause_ms) {
+  auto learner = JoinLearner();
+  perserve::SampleBatch batch;
+  int64_t sampled = 0;
+  while (true) {
+    const Status status = learner->Sample(32, 0.4, &batch);
+    if (status.code() == Status::Code::kFailedPrecondition && Contains(status, "no actor remains open")) break;
+    CHECK_OK(status);
+    sampled += batch.size;
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
+  CHECK_OK(learner->Close());
+  fmt::print("skew: the learner sampled {} items\n", sampled);
+  return 0;
+}
+
+// The actor adds `batches` batches of 20, pausing `pause_ms` between them.
+int SkewActor(int batches, int pause_ms) {
+  auto actor = JoinActor();
+  for (int b = 0; b < batches; ++b) {
+    AddItems(actor.get(), 20);
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
+  CHECK_OK(actor->Close());
+  fmt::print("skew: the actor added {} items\n", 20 * batches);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  const std::string role = argc > 2 ? argv[2] : "";
+  const int batches = argc > 3 ? std::atoi(argv[3]) : 300;
+  int code = 2;
+  if (scenario == "actors_leave" && role == "actor") code = ActorsLeaveActor();
+  if (scenario == "actors_leave" && role == "learner") code = ActorsLeaveLearner();
+  if (scenario == "late") code = Late(role);
+  if (scenario == "skew" && role == "fast_actor") code = SkewActor(batches, 0);
+  if (scenario == "skew" && role == "slow_actor") code = SkewActor(batches, 2);
+  if (scenario == "skew" && role == "fast_learner") code = SkewLearner(0);
+  if (scenario == "skew" && role == "slow_learner") code = SkewLearner(2);
+  if (code == 2) fmt::print(stderr, "usage: mpi_waits_client <scenario> <role> [batches]\n");
+  MPI_Finalize();
+  return code;
+}
