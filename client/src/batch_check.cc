@@ -23,9 +23,9 @@ constexpr uint64_t kMaxMessageBytes = (uint64_t{1} << 31) - 1;
 
 Status CheckPriorities(std::span<const double> priorities) {
   for (size_t j = 0; j < priorities.size(); ++j) {
-    if (!std::isfinite(priorities[j]) || priorities[j] <= 0.0) {
+    if (!std::isfinite(priorities[j]) || priorities[j] < 0.0) {
       return Status::InvalidArgument(
-          fmt::format("priority {} at position {} must be finite and > 0; nothing was sent", priorities[j], j));
+          fmt::format("priority {} at position {} must be finite and >= 0; nothing was sent", priorities[j], j));
     }
   }
   return Status::Ok();

@@ -98,7 +98,7 @@ static int run_actor(void) {
   const void* one[2] = {one_id, one_x};
   /* Refused at its own add, nothing sent: the flush after it has nothing to report. */
   CHECK(perserve_actor_add(actor, 1, one, bad) != 0);
-  CHECK(strstr(perserve_client_last_error(), "priority nan at position 0 must be finite and > 0") != NULL);
+  CHECK(strstr(perserve_client_last_error(), "priority nan at position 0 must be finite and >= 0") != NULL);
   CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
   const int64_t short_x[2] = {8, 4};
   CHECK(perserve_actor_add_columns(actor, 1, one, short_x, NULL) != 0);

@@ -14,9 +14,13 @@
 //                 samples until the actor has closed and its samples can
 //                 never be served (FAILED_PRECONDITION); the server's summary
 //                 reports the ratio's offsets, checked by expect_output.py.
+//   policy        (server --drop-bad-priorities --min-size-to-sample 512) a
+//                 learner update of 512 priorities with one NaN and one zero,
+//                 which used to be refused whole: 510 are applied, 2 dropped.
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -127,6 +131,29 @@ int SkewActor(int batches, int pause_ms) {
   return 0;
 }
 
+int PolicyActor() {
+  auto actor = JoinActor();
+  AddItems(actor.get(), 512);
+  CHECK_OK(actor->Close());
+  return 0;
+}
+
+int PolicyLearner() {
+  auto learner = JoinLearner();
+  perserve::SampleBatch batch;
+  CHECK_OK(learner->Sample(512, 0.4, &batch));
+  std::vector<double> priorities(512, 2.0);
+  priorities[7] = std::nan("");
+  priorities[8] = 0.0;
+  perserve::UpdateResult result;
+  CHECK_OK(learner->UpdatePriorities(batch.keys, priorities, &result));
+  CHECK(result.dropped == 2 && result.applied == 510 && result.stale == 0, "applied {} stale {} dropped {}",
+        result.applied, result.stale, result.dropped);
+  CHECK_OK(learner->Close());
+  fmt::print("policy: 510 priorities applied, the NaN and the zero dropped\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +165,8 @@ int main(int argc, char** argv) {
   if (scenario == "actors_leave" && role == "actor") code = ActorsLeaveActor();
   if (scenario == "actors_leave" && role == "learner") code = ActorsLeaveLearner();
   if (scenario == "late") code = Late(role);
+  if (scenario == "policy" && role == "actor") code = PolicyActor();
+  if (scenario == "policy" && role == "learner") code = PolicyLearner();
   if (scenario == "skew" && role == "fast_actor") code = SkewActor(batches, 0);
   if (scenario == "skew" && role == "slow_actor") code = SkewActor(batches, 2);
   if (scenario == "skew" && role == "fast_learner") code = SkewLearner(0);

@@ -128,10 +128,10 @@ def test_bad_priorities_are_refused_at_their_own_add(client, role):
     if role != "actor":
         return
     columns = batch(np.arange(3, dtype=np.int64))
-    with pytest.raises(perserve.InvalidArgumentError, match="priority nan at position 1 must be finite and > 0"):
+    with pytest.raises(perserve.InvalidArgumentError, match="priority nan at position 1 must be finite and >= 0"):
         client.add(columns, priorities=[1.0, np.nan, 1.0])
-    with pytest.raises(perserve.InvalidArgumentError, match="priority 0 at position 0"):
-        client.add(columns, priorities=np.zeros(3))
+    with pytest.raises(perserve.InvalidArgumentError, match="priority -1 at position 0"):
+        client.add(columns, priorities=-np.ones(3))
     with pytest.raises(perserve.InvalidArgumentError, match="2 priorities for 3 items"):
         client.add(columns, priorities=[1.0, 1.0])
     client.flush()  # no later batch is lost with them
@@ -182,8 +182,8 @@ def test_priority_updates_do_not_wait_and_errors_raise_later(client, role):
     result = client.update_priorities(sample.keys[:4], np.full(4, 2.0), wait=True)
     assert isinstance(result, perserve.UpdateResult) and result == (4, 0, 0)
     assert client.flush().applied == applied + 4
-    with pytest.raises(perserve.InvalidArgumentError, match="priority -1 at position 0"):
-        client.update_priorities(sample.keys[:1], [-1.0])
+    with pytest.raises(perserve.InvalidArgumentError, match="priority -1 at position 0"):  # the server's policy
+        client.update_priorities(sample.keys[:1], [-1.0], wait=True)
     client.update_priorities(np.array([1 << 40], dtype=np.uint64), [1.0])  # never issued: the server says so
     with pytest.raises(perserve.NotFoundError) as raised:
         client.flush()

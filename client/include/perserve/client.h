@@ -103,10 +103,12 @@ struct UpdateResult {
 
 // Checks a batch against `schema` without sending anything: as many columns
 // as the schema, none NULL, each column's length size * ItemBytes(), and
-// priorities empty or one per item, each finite and > 0. The error names the
+// priorities empty or one per item, each finite and >= 0 (a zero is the
+// server's to accept, under its --priority-eps). The error names the
 // column (or priority) with what was expected and what was given.
 Status CheckBatch(const Schema& schema, const ColumnSpans& batch, std::span<const double> priorities);
-// Priorities for updates: finite and > 0; the error names the first bad one.
+// Priorities finite and >= 0; the error names the first bad one. (Updates are
+// not checked here: the server's policy decides, see docs/operations.md.)
 Status CheckPriorities(std::span<const double> priorities);
 // A request's timeout in seconds: finite and >= 0 (0: none).
 Status CheckTimeout(double timeout_seconds);
@@ -120,7 +122,7 @@ class ActorClient {
   const Schema& schema() const;
 
   // Sends a batch; priorities empty (the server gives the largest priority
-  // seen so far) or one per item, finite and > 0. The batch is checked first
+  // seen so far) or one per item, finite and >= 0. The batch is checked first
   // (CheckBatch; BatchView's lengths are taken on trust): a bad batch is
   // refused here and nothing of it is sent. The batch is copied, so the
   // caller may reuse its buffers at once. Returns after sending, not after

@@ -60,11 +60,11 @@ perserve_actor* perserve_actor_join(MPI_Fint comm, int max_in_flight);
 perserve_actor* perserve_actor_join_with(MPI_Fint comm, int max_in_flight, double add_timeout_seconds);
 int perserve_actor_num_columns(const perserve_actor* a);
 int64_t perserve_actor_column_bytes(const perserve_actor* a, int column); /* bytes per item; -1 if no such column */
-/* priorities: NULL (the server's running max) or n values, finite and > 0
+/* priorities: NULL (the server's running max) or n values, finite and >= 0
  * (checked here: a bad one fails this call and nothing is sent). Copies the batch. */
 int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns, const double* priorities);
 /* The same, checked before anything is sent: column_bytes[i] is the length of
- * columns[i] in bytes (n * the column's item bytes), priorities finite and > 0.
+ * columns[i] in bytes (n * the column's item bytes), priorities finite and >= 0.
  * A bad batch returns non-zero at once, naming the column, what it expected
  * and what it was given, and sends nothing. */
 int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,

@@ -158,7 +158,7 @@ class Actor(_Client):
     """Sends transitions to its replay rank.
 
     ``add`` checks each column by name against ``schema`` (dtype, shape, item
-    count) and the priorities (finite, > 0), then copies the batch into a
+    count) and the priorities (finite, >= 0), then copies the batch into a
     message and returns once it is sent; at most ``max_in_flight`` batches
     wait for the server's acknowledgement. A batch the server rejects raises
     at the next ``add`` or ``flush``.
@@ -178,7 +178,7 @@ class Actor(_Client):
     def add(self, columns: Mapping[str, Any], priorities: Any = None) -> None:
         """Adds n transitions: ``columns`` maps every column name to an array
         of shape ``(n,) + column.shape`` and the column's dtype; priorities
-        None (the server's running maximum) or n floats, finite and > 0."""
+        None (the server's running maximum) or n floats, finite and >= 0."""
         handle = self._live()
         size, arrays = _check_columns(self._schema, columns)
         if priorities is not None:
@@ -272,7 +272,10 @@ class Learner(_Client):
         return 0 if self._handle is None else self._handle.samples_in_flight
 
     def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[UpdateResult]:
-        """New priorities (finite, > 0) for sampled keys. Returns at once
+        """New priorities for sampled keys (the server's policy judges them:
+        perserve-server refuses an update with a NaN, infinite, negative or,
+        without --priority-eps, zero priority whole, or with
+        --drop-bad-priorities drops just those and counts them). Returns at once
         (None); with ``wait=True`` waits for the server and returns this
         update's ``UpdateResult(applied, stale, dropped)``, stale counting keys
         whose items were overwritten, dropped bad priorities the server
