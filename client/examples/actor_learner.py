@@ -15,7 +15,7 @@ if comm.rank == comm.size - 1:
             batch = learner.sample(64, beta=0.4)  # batch.columns["obs"]: float32 (64, 4), no copy
             td_errors = np.abs(batch.columns["reward"] - 0.5) + 1e-3  # stand-in for a training step
             learner.update_priorities(batch.keys, td_errors)  # does not wait for the server
-        print("learner:", batch, "updates (applied, stale):", learner.flush())
+        print("learner:", batch, "updates:", learner.flush())
 else:
     rng = np.random.default_rng(comm.rank)
     with perserve.Actor(comm) as actor:
