@@ -1,0 +1,186 @@
+"""The pieces an Ape-X DQN agent and its baseline share: the Q-network, a
+NumPy copy of it for acting, n-step transitions with their initial
+priorities, the double-DQN learner and the greedy evaluation.
+
+The learner trains with PyTorch (Debian's python3-torch); actors need only
+NumPy: they act and compute initial priorities from a flat copy of the
+learner's weights (`FlatWeights`), so an actor never imports torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+
+from cartpole import NUM_ACTIONS, OBS_SIZE, CartPoleBatch
+
+# 64 units: Debian's python3-torch calls the reference BLAS, where a batch of
+# 512 through 128-unit layers costs ~24 ms a step and 64 units ~5 ms.
+HIDDEN = 64
+
+
+@dataclasses.dataclass
+class Config:
+    """Hyperparameters; the defaults are the ones docs/apex.md measures."""
+    gamma: float = 0.99
+    n_step: int = 3
+    batch_size: int = 512
+    learning_rate: float = 1e-3
+    target_update_every: int = 250  # learner steps
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    priority_eps: float = 1e-3
+    capacity: int = 100_000
+    min_size_to_sample: int = 2000
+    add_batch: int = 50  # transitions an actor sends at once
+    eval_episodes: int = 20
+    eval_every_seconds: float = 2.0
+    solved_return: float = 475.0
+
+
+def apex_epsilon(actor: int, actors: int) -> float:
+    """Ape-X's per-actor exploration: 0.4^(1 + 7 i / (N - 1)); 0.4 for one actor."""
+    return 0.4 if actors == 1 else 0.4 ** (1 + 7 * actor / (actors - 1))
+
+
+def layer_shapes() -> list[tuple[int, ...]]:
+    """The MLP's parameters in torch's order: (weight, bias) per layer."""
+    sizes = [OBS_SIZE, HIDDEN, HIDDEN, NUM_ACTIONS]
+    shapes = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        shapes += [(fan_out, fan_in), (fan_out,)]
+    return shapes
+
+
+def num_weights() -> int:
+    return sum(int(np.prod(s)) for s in layer_shapes())
+
+
+class FlatWeights:
+    """The Q-network as NumPy arrays viewing one flat float32 vector (what the
+    learner broadcasts): `q_values(obs)` for a batch of observations."""
+
+    def __init__(self, flat: np.ndarray) -> None:
+        self.layers = []
+        offset = 0
+        for shape in layer_shapes():
+            size = int(np.prod(shape))
+            self.layers.append(flat[offset:offset + size].reshape(shape))
+            offset += size
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        h = obs
+        for i in range(0, len(self.layers) - 2, 2):
+            h = np.maximum(h @ self.layers[i].T + self.layers[i + 1], 0.0)
+        return h @ self.layers[-2].T + self.layers[-1]
+
+
+class NStepBuffer:
+    """Turns one environment's steps into n-step transitions: (obs, action,
+    return of up to n rewards, the observation n steps on, the discount to
+    bootstrap with: gamma^k, or 0 where the episode terminated). A truncated
+    episode (the step limit) still bootstraps."""
+
+    def __init__(self, n: int, gamma: float) -> None:
+        self.n, self.gamma = n, gamma
+        self.pending: deque = deque()
+        self.out = {"obs": [], "action": [], "reward": [], "next_obs": [], "discount": []}
+
+    def __len__(self) -> int:
+        return len(self.out["action"])
+
+    def step(self, obs, action, reward, next_obs, terminated: bool, truncated: bool) -> None:
+        self.pending.append((obs, action, reward))
+        if len(self.pending) == self.n:
+            self._emit(next_obs, 0.0 if terminated else self.gamma ** self.n)
+        if terminated or truncated:
+            while self.pending:
+                self._emit(next_obs, 0.0 if terminated else self.gamma ** len(self.pending))
+
+    def _emit(self, next_obs, discount: float) -> None:
+        obs, action, _ = self.pending[0]
+        ret = sum(r * self.gamma ** k for k, (_, _, r) in enumerate(self.pending))
+        self.pending.popleft()
+        for name, value in zip(self.out, (obs, action, ret, next_obs, discount)):
+            self.out[name].append(value)
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The transitions made so far, as the replay's columns; then empty."""
+        out = self.out
+        self.out = {name: [] for name in out}
+        return {"obs": np.array(out["obs"], dtype=np.float32), "action": np.array(out["action"], dtype=np.int64),
+                "reward": np.array(out["reward"], dtype=np.float32),
+                "next_obs": np.array(out["next_obs"], dtype=np.float32),
+                "discount": np.array(out["discount"], dtype=np.float32)}
+
+
+def initial_priorities(q: FlatWeights, columns: dict[str, np.ndarray]) -> np.ndarray:
+    """|n-step TD error| under the actor's copy of the network (Ape-X)."""
+    q_obs = q.q_values(columns["obs"])[np.arange(len(columns["action"])), columns["action"]]
+    q_next = q.q_values(columns["next_obs"]).max(axis=1)
+    return np.abs(columns["reward"] + columns["discount"] * q_next - q_obs)
+
+
+def evaluate(q: FlatWeights, episodes: int, seed: int) -> float:
+    """Mean return of the greedy policy over `episodes` episodes (run together)."""
+    envs = CartPoleBatch(episodes, seed)
+    obs = envs.reset()
+    while not envs.done.all():
+        obs = envs.step(q.q_values(obs).argmax(axis=1))
+    return float(envs.returns.mean())
+
+
+class DoubleDQN:
+    """The learner: double DQN with a target network, Huber loss weighted by
+    the importance-sampling weights, Adam. `train(columns, weights)` takes one
+    step on a sampled batch and returns its |TD errors| (new priorities)."""
+
+    def __init__(self, config: Config, seed: int) -> None:
+        import torch  # the learner's only: actors act with NumPy
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        self.torch = torch
+        self.config = config
+
+        def mlp():
+            return torch.nn.Sequential(torch.nn.Linear(OBS_SIZE, HIDDEN), torch.nn.ReLU(),
+                                       torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
+                                       torch.nn.Linear(HIDDEN, NUM_ACTIONS))
+        self.online, self.target = mlp(), mlp()
+        self.target.load_state_dict(self.online.state_dict())
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.learning_rate)
+        self.steps = 0
+
+    def train(self, columns: dict[str, np.ndarray], weights: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        obs = torch.from_numpy(np.asarray(columns["obs"], dtype=np.float32))
+        action = torch.from_numpy(np.asarray(columns["action"], dtype=np.int64))
+        ret = torch.from_numpy(np.asarray(columns["reward"], dtype=np.float32))
+        next_obs = torch.from_numpy(np.asarray(columns["next_obs"], dtype=np.float32))
+        discount = torch.from_numpy(np.asarray(columns["discount"], dtype=np.float32))
+        is_weights = torch.from_numpy(np.asarray(weights, dtype=np.float32))
+        with torch.no_grad():
+            best = self.online(next_obs).argmax(dim=1, keepdim=True)
+            target = ret + discount * self.target(next_obs).gather(1, best).squeeze(1)
+        q = self.online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
+        td = target - q
+        loss = (is_weights * torch.nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.online.parameters(), 10.0)
+        self.optimizer.step()
+        self.steps += 1
+        if self.steps % self.config.target_update_every == 0:
+            self.target.load_state_dict(self.online.state_dict())
+        return td.detach().abs().numpy().astype(np.float64)
+
+    def flat_weights(self, out: np.ndarray) -> np.ndarray:
+        """Writes the online network's parameters into `out` (float32, at least
+        num_weights() long) in FlatWeights' layout."""
+        offset = 0
+        for p in self.online.parameters():
+            size = p.numel()
+            out[offset:offset + size] = p.detach().numpy().ravel()
+            offset += size
+        return out

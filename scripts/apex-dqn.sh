@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Ape-X DQN on CartPole-v1 (client/examples/apex/, docs/apex.md): one
+# perserve-server, N Python actors and one Python learner under mpirun on this
+# machine. Stops when the greedy policy's mean return over 20 episodes reaches
+# 475, or after S seconds; writes DIR/results.json and DIR/curve.png.
+#
+# Usage: scripts/apex-dqn.sh [--actors N] [--seconds S] [--seed K] [--out DIR]
+#                            [--build BUILD_DIR] [--expect-return R] [-- apex.py options]
+#   --expect-return R: fail unless the best greedy return reached R (the smoke test)
+# Uses an existing build (scripts/build.sh build); Python is /usr/bin/python3
+# with Debian's python3-torch, python3-mpi4py, python3-numpy, python3-matplotlib.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+actors=2 seconds=300 seed=0 out=apex-run build="$root/build" expect=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --actors) actors=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --expect-return) expect=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "apex-dqn.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+[ "$actors" -ge 1 ] || { echo "apex-dqn.sh: --actors must be >= 1" >&2; exit 2; }
+server="$build/server/perserve-server"
+[ -x "$server" ] || { echo "apex-dqn.sh: no $server (build first: scripts/build.sh build)" >&2; exit 2; }
+python=/usr/bin/python3
+apex="$root/client/examples/apex"
+source "$root/scripts/mpi-env.sh"
+export PYTHONPATH="$build/python:$apex" PYTHONDONTWRITEBYTECODE=1
+mkdir -p "$out"
+# Schema: one 3-step transition an item; reward is the 3-step return and
+# discount the bootstrap factor (gamma^k, 0 where the episode terminated).
+# --priority-eps: a |TD| of 0 stays sampleable. No done column: the server's
+# per-episode return stats would sum 3-step returns, so they are left off.
+mpirun \
+  -np 1 "$server" --capacity 100000 --alpha 0.6 --min-size-to-sample 2000 --priority-eps 1e-3 \
+        --column obs:float32:4 --column action:int64 --column reward:float32 --column next_obs:float32:4 \
+        --column discount:float32 --stats-interval 0 --seed "$seed" : \
+  -np "$actors" "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" "$@" : \
+  -np 1 "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" "$@"
+if [ -n "$expect" ]; then
+  "$python" - "$out/results.json" "$expect" <<'PY'
+import json, sys
+results = json.load(open(sys.argv[1]))
+best, want = results["best_greedy_return"], float(sys.argv[2])
+print(f"apex-dqn.sh: best greedy return {best} (expected >= {want}), {results['env_steps']} env steps, "
+      f"{results['learner_steps']} learner steps")
+sys.exit(0 if best >= want else 1)
+PY
+fi
