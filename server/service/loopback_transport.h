@@ -24,6 +24,7 @@ class LoopbackTransport final : public Transport {
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   size_t waiting(int client) const { return inboxes_[client].size(); }
+  // Before the service is made: it counts the roles once, at its start.
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }

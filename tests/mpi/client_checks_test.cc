@@ -40,6 +40,7 @@
 
 #include <fmt/format.h>
 
+#include "check.h"
 #include "perserve/client.h"
 
 namespace {
@@ -48,20 +49,6 @@ using perserve::Status;
 
 int rank = -1;
 
-#define CHECK(condition, ...)                                                                               \
-  do {                                                                                                      \
-    if (!(condition)) {                                                                                     \
-      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", rank, __FILE__, __LINE__, #condition, \
-                 fmt::format(__VA_ARGS__));                                                                 \
-      std::exit(1);                                                                                         \
-    }                                                                                                       \
-  } while (0)
-
-#define CHECK_OK(expr)                                              \
-  do {                                                              \
-    const Status check_ok_status = (expr);                          \
-    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
-  } while (0)
 
 bool Contains(const Status& status, const std::string& text) { return status.message().find(text) != std::string::npos; }
 

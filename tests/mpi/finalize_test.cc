@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "check.h"
 #include "perserve/client.h"
 
 namespace {
@@ -41,20 +42,6 @@ using perserve::Status;
 
 int rank = -1;
 
-#define CHECK(condition, ...)                                                                               \
-  do {                                                                                                      \
-    if (!(condition)) {                                                                                     \
-      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", rank, __FILE__, __LINE__, #condition, \
-                 fmt::format(__VA_ARGS__));                                                                 \
-      std::exit(1);                                                                                         \
-    }                                                                                                       \
-  } while (0)
-
-#define CHECK_OK(expr)                                              \
-  do {                                                              \
-    const Status check_ok_status = (expr);                          \
-    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
-  } while (0)
 
 bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -162,6 +149,7 @@ int Bystander() {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  perserve::mpi_test::WorldRank();  // remembered for the checks after MPI_Finalize
   const std::string role = argc > 1 ? argv[1] : "";
   if (role == "actor" && argc == 3) return Actor(std::atoll(argv[2]));
   if (role == "learner" && argc == 4) return Learner(std::atoll(argv[2]), std::atoi(argv[3]));

@@ -6,7 +6,7 @@
 //   actors_leave  (server --min-size-to-sample 100) the actor adds 10 items and
 //                 closes; the learner's sample, which used to wait for ever,
 //                 fails with FAILED_PRECONDITION saying no actor remains.
-//   late          a bystander that joins 7 s late; the others just join and
+//   late          a bystander that joins 9 s late; the others just join and
 //                 close (the server names the late rank while it waits).
 //   skew          the rate limiter under a skewed load: `fast_actor` adds as
 //                 fast as it may while `slow_learner` samples with a pause,
@@ -85,7 +85,7 @@ int ActorsLeaveLearner() {
 
 int Late(const std::string& role) {
   if (role == "bystander") {
-    std::this_thread::sleep_for(std::chrono::seconds(7));
+    std::this_thread::sleep_for(std::chrono::seconds(9));
     CHECK_OK(perserve::JoinAsBystander(MPI_COMM_WORLD));
     return 0;
   }

@@ -1,7 +1,5 @@
-// What the multi-rank test clients share: CHECK macros that end the rank (and
-// so the mpirun and its ctest entry) on the first failure, frames built by
-// hand, and a client that speaks raw frames, to send what the library never
-// would.
+// Frames built by hand, and a client that speaks raw frames, to send what the
+// library never would (the multi-rank test clients; CHECK from check.h).
 #pragma once
 
 #include <mpi.h>
@@ -14,32 +12,12 @@
 
 #include <fmt/format.h>
 
+#include "check.h"
 #include "mpi/join.h"
 #include "perserve/status.h"
 #include "proto/codec.h"
 
 namespace perserve::mpi_test {
-
-inline int WorldRank() {
-  int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-#define CHECK(condition, ...)                                                                             \
-  do {                                                                                                    \
-    if (!(condition)) {                                                                                   \
-      fmt::print(stderr, "[rank {}] {}:{}: check failed: {}: {}\n", ::perserve::mpi_test::WorldRank(),   \
-                 __FILE__, __LINE__, #condition, fmt::format(__VA_ARGS__));                               \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
-
-#define CHECK_OK(expr)                                              \
-  do {                                                              \
-    const ::perserve::Status check_ok_status = (expr);              \
-    CHECK(check_ok_status.ok(), "{}", check_ok_status.ToString()); \
-  } while (0)
 
 template <class Meta>
 std::vector<std::byte> Frame(proto::MessageKind kind, uint64_t request_id, const Meta& meta,

@@ -76,7 +76,35 @@ std::span<const T> SpanOf(const py::array_t<T, py::array::c_style | py::array::f
   return std::span<const T>(array.data(), static_cast<size_t>(array.size()));
 }
 
-class Actor {
+// What the Python-facing clients share: the client, and calls made with the
+// GIL released under the client's mutex (a client is not thread-safe), their
+// Status raised as a perserve.Error.
+template <class Client>
+class Guarded {
+ public:
+  int64_t peers() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Locked([&] { return client_->Peers(&comm); });
+    return MPI_Comm_c2f(comm);
+  }
+
+ protected:
+  template <typename Body>
+  void Locked(Body body) {
+    Status status;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      status = body();
+    }
+    Check(status);
+  }
+
+  std::unique_ptr<Client> client_;
+  std::mutex mutex_;
+};
+
+class Actor : public Guarded<ActorClient> {
  public:
   Actor(int64_t comm, int max_in_flight, double add_timeout_seconds) {
     ClientOptions options;
@@ -109,31 +137,12 @@ class Actor {
 
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
-  int64_t peers() {
-    MPI_Comm comm = MPI_COMM_NULL;
-    Locked([&] { return client_->Peers(&comm); });
-    return MPI_Comm_c2f(comm);
-  }
   int64_t items_acknowledged() const { return client_->items_acknowledged(); }
   int64_t rejected_batches() const { return client_->rejected_batches(); }
 
- private:
-  template <typename Body>
-  void Locked(Body body) {
-    Status status;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      status = body();
-    }
-    Check(status);
-  }
-
-  std::unique_ptr<ActorClient> client_;
-  std::mutex mutex_;
 };
 
-class Learner {
+class Learner : public Guarded<LearnerClient> {
  public:
   Learner(int64_t comm, int prefetch, int max_in_flight) {
     ClientOptions options;
@@ -178,47 +187,14 @@ class Learner {
   }
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
-  int64_t peers() {
-    MPI_Comm comm = MPI_COMM_NULL;
-    Locked([&] { return client_->Peers(&comm); });
-    return MPI_Comm_c2f(comm);
-  }
 
- private:
-  template <typename Body>
-  void Locked(Body body) {
-    Status status;
-    {
-      py::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      status = body();
-    }
-    Check(status);
-  }
-
-  std::unique_ptr<LearnerClient> client_;
-  std::mutex mutex_;
 };
 
-class BystanderHandle {
+class BystanderHandle : public Guarded<Bystander> {
  public:
   explicit BystanderHandle(int64_t comm) {
-    py::gil_scoped_release release;
-    Check(JoinAsBystander(CommFromFortran(comm), &client_));
+    Locked([&] { return JoinAsBystander(CommFromFortran(comm), &client_); });
   }
-  int64_t peers() {
-    MPI_Comm comm = MPI_COMM_NULL;
-    Status status;
-    {
-      py::gil_scoped_release release;
-      status = client_->Peers(&comm);
-    }
-    Check(status);
-    return MPI_Comm_c2f(comm);
-  }
-
- private:
-  std::unique_ptr<Bystander> client_;
 };
 
 }  // namespace

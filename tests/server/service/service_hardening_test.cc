@@ -47,41 +47,19 @@ std::vector<std::byte> SampleFrame(uint64_t request_id, int64_t batch_size) {
   return Frame(MessageKind::kSampleRequest, request_id, proto::SampleRequest{batch_size, 0.5});
 }
 
-class ServiceHardeningTest : public ::testing::Test {
+class ServiceHardeningTest : public service_test::ServiceFixture {
  protected:
   // One uint8 column of `item_bytes`; alpha 1 so priorities reach the tree as they are.
   void Start(int clients, int64_t capacity, int64_t item_bytes, ServiceOptions options) {
     item_bytes_ = item_bytes;
-    transport_ = std::make_unique<LoopbackTransport>(clients);
-    const Schema schema{{{"obs", DType::kUInt8, {item_bytes}}}};
-    const Status created =
-        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 11}, schema, &replay_);
-    ASSERT_TRUE(created.ok()) << created.ToString();
-    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
-  }
-
-  static ServiceOptions Options(int64_t min_size) {
-    ServiceOptions options;
-    options.min_size_to_sample = min_size;
-    options.stats_interval_seconds = 0.0;
-    return options;
-  }
-
-  void Step() {
-    bool handled = false;
-    ASSERT_TRUE(service_->Step(&handled).ok());
-  }
-
-  proto::Frame Reply(int client, MessageKind kind, uint64_t request_id) {
-    return service_test::PopReply(*transport_, client, kind, request_id, kept_);
+    ServiceFixture::Start(clients, capacity, Schema{{{"obs", DType::kUInt8, {item_bytes}}}}, options);
   }
 
   // The error reply to request_id: its code, and its message in *message.
   Status::Code Error(int client, uint64_t request_id, std::string* message = nullptr) {
-    proto::ErrorReply error;
-    EXPECT_TRUE(proto::DecodeMeta(Reply(client, MessageKind::kErrorReply, request_id), &error).ok());
-    if (message != nullptr) *message = error.message;
-    return static_cast<Status::Code>(error.code);
+    const Status error = ErrorStatus(client, request_id);
+    if (message != nullptr) *message = error.message();
+    return error.code();
   }
 
   void ExpectAdded(int client, uint64_t request_id, int64_t count) {
@@ -102,10 +80,6 @@ class ServiceHardeningTest : public ::testing::Test {
   }
 
   int64_t item_bytes_ = 0;
-  std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
-  std::unique_ptr<ReplayService> service_;
-  std::deque<std::vector<std::byte>> kept_;
 };
 
 // The defect: with obs:uint8:2090 a sample of 1,015,839 items is a reply of

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -11,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include "proto/codec.h"
+#include "replay/replay.h"
 #include "service/loopback_transport.h"
+#include "service/replay_service.h"
 
 namespace perserve::service::service_test {
 
@@ -38,5 +41,50 @@ inline proto::Frame PopReply(LoopbackTransport& transport, int client, proto::Me
   EXPECT_EQ(frame.header.request_id, request_id) << "client " << client;
   return frame;
 }
+
+// A replay (CPU tree, alpha 1) behind a ReplayService on a LoopbackTransport,
+// and the steps and replies a test needs.
+class ServiceFixture : public ::testing::Test {
+ protected:
+  // roles: what each client joined as (empty: unknown, counted as both).
+  void Start(int clients, int64_t capacity, const Schema& schema, ServiceOptions options,
+             const std::vector<ClientRole>& roles = {}) {
+    transport_ = std::make_unique<LoopbackTransport>(clients);
+    for (size_t client = 0; client < roles.size(); ++client) transport_->SetRole(static_cast<int>(client), roles[client]);
+    const Status created =
+        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 11}, schema, &replay_);
+    ASSERT_TRUE(created.ok()) << created.ToString();
+    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+  }
+
+  // Default options but for the minimum size, and no stats lines.
+  static ServiceOptions Options(int64_t min_size) {
+    ServiceOptions options;
+    options.min_size_to_sample = min_size;
+    options.stats_interval_seconds = 0.0;
+    return options;
+  }
+
+  void Step() {
+    bool handled = false;
+    ASSERT_TRUE(service_->Step(&handled).ok());
+  }
+
+  proto::Frame Reply(int client, proto::MessageKind kind, uint64_t request_id) {
+    return PopReply(*transport_, client, kind, request_id, kept_);
+  }
+
+  // The status an error reply to request_id carries.
+  Status ErrorStatus(int client, uint64_t request_id) {
+    proto::ErrorReply error;
+    EXPECT_TRUE(proto::DecodeMeta(Reply(client, proto::MessageKind::kErrorReply, request_id), &error).ok());
+    return Status::FromCode(error.code, error.message);
+  }
+
+  std::unique_ptr<LoopbackTransport> transport_;
+  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<ReplayService> service_;
+  std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
+};
 
 }  // namespace perserve::service::service_test

@@ -36,45 +36,15 @@ std::vector<std::byte> CloseFrame(uint64_t request_id) {
   return Frame(MessageKind::kCloseRequest, request_id, proto::Empty{});
 }
 
-class ServiceWaitsTest : public ::testing::Test {
+class ServiceWaitsTest : public service_test::ServiceFixture {
  protected:
-  // Client 0 an actor, client 1 a learner.
+  // Client 0 an actor, client 1 a learner; one int64 column.
   void Start(ServiceOptions options, int64_t capacity = 1024) {
-    transport_ = std::make_unique<LoopbackTransport>(2);
-    transport_->SetRole(0, ClientRole::kActor);
-    transport_->SetRole(1, ClientRole::kLearner);
-    const Schema schema{{{"id", DType::kInt64, {}}}};
-    ASSERT_TRUE(
-        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 3}, schema, &replay_).ok());
-    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+    ServiceFixture::Start(2, capacity, Schema{{{"id", DType::kInt64, {}}}}, options,
+                          {ClientRole::kActor, ClientRole::kLearner});
   }
 
-  static ServiceOptions Options(int64_t min_size) {
-    ServiceOptions options;
-    options.min_size_to_sample = min_size;
-    options.stats_interval_seconds = 0.0;
-    return options;
-  }
-
-  void Step() {
-    bool handled = false;
-    ASSERT_TRUE(service_->Step(&handled).ok());
-  }
-
-  proto::Frame Reply(int client, MessageKind kind, uint64_t request_id) {
-    return service_test::PopReply(*transport_, client, kind, request_id, kept_);
-  }
-
-  Status Error(int client, uint64_t request_id) {
-    proto::ErrorReply error;
-    EXPECT_TRUE(proto::DecodeMeta(Reply(client, MessageKind::kErrorReply, request_id), &error).ok());
-    return Status::FromCode(error.code, error.message);
-  }
-
-  std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
-  std::unique_ptr<ReplayService> service_;
-  std::deque<std::vector<std::byte>> kept_;
+  Status Error(int client, uint64_t request_id) { return ErrorStatus(client, request_id); }
 };
 
 bool Mentions(const Status& status, const std::string& text) {
