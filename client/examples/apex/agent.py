@@ -175,6 +175,18 @@ class DoubleDQN:
             self.target.load_state_dict(self.online.state_dict())
         return td.detach().abs().numpy().astype(np.float64)
 
+    def td_errors(self, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """|double-DQN TD errors| of transitions, without training (the
+        baseline's initial priorities)."""
+        torch = self.torch
+        with torch.no_grad():
+            obs, next_obs = torch.from_numpy(columns["obs"]), torch.from_numpy(columns["next_obs"])
+            best = self.online(next_obs).argmax(dim=1, keepdim=True)
+            target = torch.from_numpy(columns["reward"]) + torch.from_numpy(columns["discount"]) * \
+                self.target(next_obs).gather(1, best).squeeze(1)
+            q = self.online(obs).gather(1, torch.from_numpy(columns["action"]).unsqueeze(1)).squeeze(1)
+            return (target - q).abs().numpy().astype(np.float64)
+
     def flat_weights(self, out: np.ndarray) -> np.ndarray:
         """Writes the online network's parameters into `out` (float32, at least
         num_weights() long) in FlatWeights' layout."""
