@@ -7,6 +7,7 @@
 # Usage: scripts/apex-dqn.sh [--actors N] [--seconds S] [--seed K] [--out DIR]
 #                            [--build BUILD_DIR] [--expect-return R] [-- apex.py options]
 #   --expect-return R: fail unless the best greedy return reached R (the smoke test)
+#   exit status 77: no python3-torch (ctest counts it as skipped)
 # Uses an existing build (scripts/build.sh build); Python is /usr/bin/python3
 # with Debian's python3-torch, python3-mpi4py, python3-numpy, python3-matplotlib.
 set -euo pipefail
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --expect-return) expect=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "apex-dqn.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -29,6 +30,8 @@ done
 server="$build/server/perserve-server"
 [ -x "$server" ] || { echo "apex-dqn.sh: no $server (build first: scripts/build.sh build)" >&2; exit 2; }
 python=/usr/bin/python3
+"$python" -c "import torch" 2>/dev/null || {
+  echo "apex-dqn.sh: the learner needs PyTorch (apt-get install python3-torch): skipped" >&2; exit 77; }
 apex="$root/client/examples/apex"
 source "$root/scripts/mpi-env.sh"
 export PYTHONPATH="$build/python:$apex" PYTHONDONTWRITEBYTECODE=1

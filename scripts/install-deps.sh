@@ -10,7 +10,7 @@ packages=(
   libcereal-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libzmq3-dev cppzmq-dev
-  python3 python3-numpy python3-matplotlib
+  python3 python3-numpy python3-matplotlib python3-torch
   python3-dev python3-pybind11 pybind11-dev python3-mpi4py python3-pytest
   clang libclang-rt-dev
 )

@@ -38,6 +38,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default="apex-run", help="results.json and curve.png go here")
     parser.add_argument("--sync-every", type=int, default=200, help="learner steps between weight broadcasts")
     parser.add_argument("--batch-size", type=int, default=Config.batch_size)
+    parser.add_argument("--solved-return", type=float, default=Config.solved_return,
+                        help="stop once the greedy mean return reaches this (the smoke test stops early)")
     return parser.parse_args()
 
 
@@ -193,7 +195,7 @@ def run_actor(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
 def main() -> int:
     args = parse_args()
     comm = MPI.COMM_WORLD
-    config = Config(batch_size=args.batch_size)
+    config = Config(batch_size=args.batch_size, solved_return=args.solved_return)
     if comm.size < 3:
         print("apex.py: needs the server, at least one actor and the learner", file=sys.stderr)
         return 2
