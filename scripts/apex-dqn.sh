@@ -5,14 +5,17 @@
 # 475, or after S seconds; writes DIR/results.json and DIR/curve.png.
 #
 # Usage: scripts/apex-dqn.sh [--actors N] [--seconds S] [--seed K] [--out DIR]
-#                            [--build BUILD_DIR] [--expect-return R] [-- apex.py options]
+#                            [--samples-per-insert R] [--build BUILD_DIR] [--expect-return R]
+#                            [-- apex.py options]
+#   --samples-per-insert R: the server's rate limiter (off by default): R sampled
+#     items per inserted one, within an error buffer of 50 R + 512 items
 #   --expect-return R: fail unless the best greedy return reached R (the smoke test)
 #   exit status 77: no python3-torch (ctest counts it as skipped)
 # Uses an existing build (scripts/build.sh build); Python is /usr/bin/python3
 # with Debian's python3-torch, python3-mpi4py, python3-numpy, python3-matplotlib.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-actors=2 seconds=300 seed=0 out=apex-run build="$root/build" expect=""
+actors=2 seconds=300 seed=0 out=apex-run build="$root/build" expect="" spi=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --actors) actors=$2; shift 2 ;;
@@ -20,9 +23,10 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --samples-per-insert) spi=$2; shift 2 ;;
     --expect-return) expect=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "apex-dqn.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +40,10 @@ apex="$root/client/examples/apex"
 source "$root/scripts/mpi-env.sh"
 export PYTHONPATH="$build/python:$apex" PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$out"
+limiter=()
+if [ "$spi" != 0 ]; then
+  limiter=(--samples-per-insert "$spi" --error-buffer "$(awk "BEGIN { print 50 * $spi + 512 }")")
+fi
 # Schema: one 3-step transition an item; reward is the 3-step return and
 # discount the bootstrap factor (gamma^k, 0 where the episode terminated).
 # --priority-eps: a |TD| of 0 stays sampleable. No done column: the server's
@@ -43,9 +51,9 @@ mkdir -p "$out"
 mpirun \
   -np 1 "$server" --capacity 100000 --alpha 0.6 --min-size-to-sample 2000 --priority-eps 1e-3 \
         --column obs:float32:4 --column action:int64 --column reward:float32 --column next_obs:float32:4 \
-        --column discount:float32 --stats-interval 0 --seed "$seed" : \
-  -np "$actors" "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" "$@" : \
-  -np 1 "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" "$@"
+        --column discount:float32 --stats-interval 0 --seed "$seed" "${limiter[@]}" : \
+  -np "$actors" "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" --samples-per-insert "$spi" "$@" : \
+  -np 1 "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" --samples-per-insert "$spi" "$@"
 if [ -n "$expect" ]; then
   "$python" - "$out/results.json" "$expect" <<'PY'
 import json, sys

@@ -38,6 +38,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default="apex-run", help="results.json and curve.png go here")
     parser.add_argument("--sync-every", type=int, default=200, help="learner steps between weight broadcasts")
     parser.add_argument("--batch-size", type=int, default=Config.batch_size)
+    parser.add_argument("--samples-per-insert", type=float, default=0.0,
+                        help="the server's rate limiter, recorded in results.json (apex-dqn.sh sets the server's)")
     parser.add_argument("--solved-return", type=float, default=Config.solved_return,
                         help="stop once the greedy mean return reaches this (the smoke test stops early)")
     return parser.parse_args()
@@ -108,10 +110,22 @@ class WeightSync:
         MPI.Request.Waitall([r for r, _ in self._sends])
 
 
+def complete_round(sync: WeightSync, learner: perserve.Learner, batch_size: int, beta: float) -> None:
+    """Waits for the round in flight. An actor the server's rate limiter holds
+    in `add` sees no round until the learner samples again: sample (and drop)
+    meanwhile."""
+    while not sync.round_done():
+        try:
+            learner.sample(batch_size, beta=beta, timeout=1.0)
+        except (perserve.FailedPreconditionError, perserve.DeadlineExceededError):
+            pass  # no actor is left to add (they have all seen the round), or none was held
+
+
 def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
     actors = comm.size - 2
     log = RunLog(args.out, config.solved_return, agent="apex", actors=actors, seed=args.seed,
-                 batch_size=args.batch_size, sync_every=args.sync_every, n_step=config.n_step)
+                 batch_size=args.batch_size, sync_every=args.sync_every, n_step=config.n_step,
+                 samples_per_insert=args.samples_per_insert)
     dqn = DoubleDQN(config, args.seed)
     eval_weights = np.zeros(num_weights(), dtype=np.float32)
     with perserve.Learner(comm, prefetch=2) as learner:
@@ -136,10 +150,10 @@ def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> Non
                                 seed=args.seed * 1000 + len(log.evaluations))
                 solved = log.record(mean, sync.env_steps, dqn.steps, seconds)
                 next_eval = log.seconds() + config.eval_every_seconds
-        sync.wait()
+        complete_round(sync, learner, args.batch_size, config.priority_beta)
         sync.weights[-1] = 1.0  # stop
         sync.broadcast(log.seconds())
-        sync.wait()
+        complete_round(sync, learner, args.batch_size, config.priority_beta)
         for point in log.evaluations:  # exact counts only at rounds: interpolate between them
             point["env_steps"] = sync.env_steps_at(point["seconds"])  # log.solved_at is one of them
         updates = learner.flush()
