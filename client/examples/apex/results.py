@@ -60,6 +60,8 @@ def label(results: dict) -> str:
     kind = results.get("agent", "apex")
     name = f"Ape-X, {results['actors']} actor{'s' if results['actors'] != 1 else ''}" if kind == "apex" \
         else "baseline (1 env loop, no MPI)"
+    if results.get("samples_per_insert"):
+        name += f", {results['samples_per_insert']:g} samples/insert"
     return f"{name}, seed {results['seed']}"
 
 
@@ -71,19 +73,21 @@ def plot_runs(runs: list[dict], path: str) -> None:
     figure, (by_time, by_steps) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = {}
     for results in runs:
-        key = (results.get("agent", "apex"), results["actors"])
+        key = (results.get("agent", "apex"), results["actors"], results.get("samples_per_insert", 0))
         color = colors.setdefault(key, f"C{len(colors)}")
         points = results["evaluations"]
         name = label(results)
         by_time.plot([p["seconds"] for p in points], [p["greedy_return"] for p in points], color=color,
                      alpha=0.8, label=name)
-        by_steps.plot([p["env_steps"] for p in points], [p["greedy_return"] for p in points], color=color,
+        counted = [p for p in points if p["env_steps"] > 0]  # a log axis: Ape-X takes 10-30x the steps
+        by_steps.plot([p["env_steps"] for p in counted], [p["greedy_return"] for p in counted], color=color,
                       alpha=0.8, label=name)
     for axes, xlabel in ((by_time, "wall time (s)"), (by_steps, "environment steps")):
         axes.axhline(runs[0]["solved_return"], color="grey", linestyle="--", linewidth=1)
         axes.set_xlabel(xlabel)
         axes.set_ylabel(f"greedy return (mean of {20} episodes)")
         axes.grid(alpha=0.3)
+    by_steps.set_xscale("log")
     by_steps.legend(fontsize=7)
     figure.suptitle("CartPole-v1, double DQN with prioritized replay on a 2-core machine")
     figure.tight_layout()

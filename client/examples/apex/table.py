@@ -25,7 +25,9 @@ def load(bench_dir: str) -> list[dict]:
 def configuration(results: dict) -> str:
     if results.get("agent") == "baseline":
         return "baseline (1 process)"
-    return f"Ape-X, {results['actors']} actor{'s' if results['actors'] > 1 else ''}"
+    name = f"Ape-X, {results['actors']} actor{'s' if results['actors'] > 1 else ''}"
+    spi = results.get("samples_per_insert", 0)
+    return f"{name}, {spi:g} samples per insert" if spi else name
 
 
 def main() -> int:
@@ -40,7 +42,7 @@ def main() -> int:
         for r in group:
             solved = "yes" if r["solved"] else f"no ({r['seconds']:.0f} s)"
             rate = r["env_steps"] / r["seconds"]
-            print(f"| {name} | {r['seed']} | {solved} | {r['seconds_to_solve'] or '-'} | "
+            print(f"| {name} | {r['seed']} | {solved} | {r['seconds_to_solve'] and round(r['seconds_to_solve'], 1) or '-'} | "
                   f"{r['env_steps_to_solve'] or '-'} | {r['learner_steps_to_solve'] or '-'} | "
                   f"{r['best_greedy_return']} | {rate:.0f} | {r['learner_steps'] / r['seconds']:.0f} |")
     print()
@@ -50,7 +52,7 @@ def main() -> int:
         solved = [r for r in group if r["solved"]]
         seconds = statistics.median(r["seconds_to_solve"] for r in solved) if solved else None
         steps = statistics.median(r["env_steps_to_solve"] for r in solved) if solved else None
-        print(f"| {name} | {len(solved)} of {len(group)} | {seconds if seconds is not None else '-'} | "
+        print(f"| {name} | {len(solved)} of {len(group)} | {f'{seconds:.1f}' if seconds is not None else '-'} | "
               f"{int(steps) if steps is not None else '-'} |")
     if len(sys.argv) > 2:
         plot_runs(runs, sys.argv[2])
