@@ -91,7 +91,7 @@ void CheckReply(const proto::Frame& frame, int64_t item_bytes) {
     case proto::MessageKind::kUpdateReply: {
       proto::UpdateReply reply;
       FUZZ_CHECK(MetaDecodes(frame, &reply));
-      FUZZ_CHECK(reply.applied >= 0 && reply.stale >= 0);
+      FUZZ_CHECK(reply.applied >= 0 && reply.stale >= 0 && reply.dropped >= 0);
       FUZZ_CHECK(frame.bulk.empty());
       return;
     }
@@ -104,7 +104,7 @@ void CheckReply(const proto::Frame& frame, int64_t item_bytes) {
     case proto::MessageKind::kErrorReply: {
       proto::ErrorReply reply;
       FUZZ_CHECK(MetaDecodes(frame, &reply));
-      FUZZ_CHECK(reply.code > 0 && reply.code <= static_cast<int32_t>(Status::Code::kResourceExhausted));
+      FUZZ_CHECK(reply.code > 0 && reply.code <= static_cast<int32_t>(Status::Code::kDeadlineExceeded));
       FUZZ_CHECK(frame.bulk.empty());
       return;
     }
