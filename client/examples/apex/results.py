@@ -88,6 +88,7 @@ def plot_runs(runs: list[dict], path: str) -> None:
         axes.set_ylabel(f"greedy return (mean of {20} episodes)")
         axes.grid(alpha=0.3)
     by_steps.set_xscale("log")
+    by_steps.set_xlim(left=1000)  # the first evaluations, before the replay can be sampled
     by_steps.legend(fontsize=7)
     figure.suptitle("CartPole-v1, double DQN with prioritized replay on a 2-core machine")
     figure.tight_layout()
