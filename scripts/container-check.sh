@@ -94,6 +94,13 @@ step "importing the base as docker.io/library/debian:bookworm"
 timeout 300 podman "${opts[@]}" import --quiet "$base" docker.io/library/debian:bookworm >/dev/null \
   || die "podman import of the debootstrap base failed"
 
+# Can buildah run anything here? Tells a sandbox that refuses chroot isolation
+# apart from a broken Dockerfile.
+probe_ctr=$(buildah "${opts[@]}" from --pull-never docker.io/library/debian:bookworm 2>"$work/probe.log") \
+  && timeout 60 buildah "${opts[@]}" run --isolation chroot --network host "$probe_ctr" -- true >>"$work/probe.log" 2>&1 \
+  || { cat "$work/probe.log" >&2; die "buildah cannot run a container here with --isolation chroot (above: why)"; }
+buildah "${opts[@]}" rm "$probe_ctr" >/dev/null
+
 # 4. Both stages in one build (--layers keeps the build stage as an image, tagged
 # from the log; two builds would compile twice whenever the tree changed between them).
 step "building perserve:cpu (build stage, then runtime stage)"
