@@ -152,7 +152,10 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
 }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
-  if (deferred_adds_per_client_[client] > 0) return true;  // behind its own held adds
+  return deferred_adds_per_client_[client] > 0 || LimiterHolds(count);  // behind its own held adds, or the limiter's
+}
+
+bool ReplayService::LimiterHolds(int64_t count) const {
   // Nobody left to sample: holding intake back would only stall the actors.
   return open_learners_ > 0 && !limiter_.CanInsert(count, replay_->size());
 }
@@ -298,22 +301,34 @@ void ReplayService::ServeDeferred() {
                  "now and whenever this recurs",
                  deferred_adds_.front().count, options_.error_buffer);
   }
-  DeferredAdd add = std::move(deferred_adds_.front());
-  deferred_adds_.pop_front();
+  ReleaseHeldAdd(deferred_adds_.begin(), Status::Ok());
+  ServeDeferredSamples(&samples_blocked);
+}
+
+std::deque<ReplayService::DeferredAdd>::iterator ReplayService::ReleaseHeldAdd(std::deque<DeferredAdd>::iterator it,
+                                                                               const Status& refusal) {
+  DeferredAdd add = std::move(*it);
+  it = deferred_adds_.erase(it);
   --deferred_adds_per_client_[add.client];
+  Status status = refusal;
   proto::Frame frame;
   proto::AddRequest request;
-  Status status = proto::DecodeFrame(add.frame, &frame);
+  if (status.ok()) status = proto::DecodeFrame(add.frame, &frame);
   if (status.ok()) status = proto::DecodeMeta(frame, &request);
-  if (status.ok()) {
-    ApplyAdd(add.client, frame, request);
-  } else {
-    ReplyError(add.client, add.request_id, status);
+  try {
+    if (status.ok()) {
+      ApplyAdd(add.client, frame, request);
+    } else {
+      ReplyError(add.client, add.request_id, status);
+    }
+  } catch (const std::bad_alloc&) {
+    ReplyError(add.client, add.request_id,
+               Status::ResourceExhausted("the server ran out of memory storing this add"));
   }
   if (deferred_adds_per_client_[add.client] == 0 && pending_close_[add.client]) {
     FinishClose(add.client, *std::exchange(pending_close_[add.client], std::nullopt));
   }
-  ServeDeferredSamples(&samples_blocked);
+  return it;
 }
 
 void ReplayService::ServeDeferredAdds(bool* any_blocked) {
@@ -322,31 +337,13 @@ void ReplayService::ServeDeferredAdds(bool* any_blocked) {
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     const int client = it->client;
-    if (blocked_[client] || (open_learners_ > 0 && !limiter_.CanInsert(it->count, replay_->size()))) {
+    if (blocked_[client] || LimiterHolds(it->count)) {
       blocked_[client] = true;
       *any_blocked = true;
       ++it;
       continue;
     }
-    DeferredAdd add = std::move(*it);
-    it = deferred_adds_.erase(it);
-    --deferred_adds_per_client_[client];
-    proto::Frame frame;
-    proto::AddRequest request;
-    Status status = proto::DecodeFrame(add.frame, &frame);
-    if (status.ok()) status = proto::DecodeMeta(frame, &request);
-    try {
-      if (status.ok()) {
-        ApplyAdd(client, frame, request);
-      } else {
-        ReplyError(client, add.request_id, status);
-      }
-    } catch (const std::bad_alloc&) {
-      ReplyError(client, add.request_id, Status::ResourceExhausted("the server ran out of memory storing this add"));
-    }
-    if (deferred_adds_per_client_[client] == 0 && pending_close_[client]) {
-      FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
-    }
+    it = ReleaseHeldAdd(it, Status::Ok());
   }
 }
 
@@ -395,20 +392,11 @@ void ReplayService::ExpireDeadlines() {
       ++it;
       continue;
     }
-    const int client = it->client;
-    const uint64_t request_id = it->request_id;
-    const double waited = std::chrono::duration<double>(now - it->arrived).count();
-    it = deferred_adds_.erase(it);
-    --deferred_adds_per_client_[client];
     ++counters_.deadlines_exceeded;
-    ReplyError(client, request_id,
-               Status::DeadlineExceeded(fmt::format(
-                   "the add waited {:.3f} s, its timeout, for the rate limiter: the actors are ahead of the "
-                   "learners ({}); nothing of it was stored",
-                   waited, limiter_.Describe())));
-    if (deferred_adds_per_client_[client] == 0 && pending_close_[client]) {
-      FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
-    }
+    it = ReleaseHeldAdd(it, Status::DeadlineExceeded(fmt::format(
+                                "the add waited {:.3f} s, its timeout, for the rate limiter: the actors are ahead of "
+                                "the learners ({}); nothing of it was stored",
+                                std::chrono::duration<double>(now - it->arrived).count(), limiter_.Describe())));
   }
 }
 
@@ -511,8 +499,9 @@ std::string ReplayService::Summary() const {
       "{} bad priorities dropped, {} requests ({} add, {} sample, {} update), {} errors, {} replies dropped, "
       "{} deadlines exceeded",
       replay_->size(), replay_->capacity(), r.items_added, r.items_sampled, r.priorities_updated,
-      r.stale_updates_dropped, r.priorities_dropped, counters_.messages, counters_.add_requests, counters_.sample_requests,
-      counters_.update_requests, counters_.errors, counters_.replies_dropped, counters_.deadlines_exceeded);
+      r.stale_updates_dropped, r.priorities_dropped, counters_.messages, counters_.add_requests,
+      counters_.sample_requests, counters_.update_requests, counters_.errors, counters_.replies_dropped,
+      counters_.deadlines_exceeded);
   if (limiter_.enabled()) {
     summary += fmt::format("; rate limiter {}, {} adds held, {} let through", limiter_.Describe(),
                            counters_.deferred_adds, counters_.limiter_overrides);

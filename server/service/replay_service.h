@@ -156,6 +156,10 @@ class ReplayService {
   void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
   void ServeDeferred();
   void ServeDeferredAdds(bool* any_blocked);
+  // Takes a held add out of the queue: stores it (or answers why not) when
+  // `refusal` is OK, else answers `refusal`; a close that waited behind the
+  // client's held adds goes once the last is out. Returns the next one.
+  std::deque<DeferredAdd>::iterator ReleaseHeldAdd(std::deque<DeferredAdd>::iterator it, const Status& refusal);
   void ServeDeferredSamples(bool* any_blocked);
   // Answers DEADLINE_EXCEEDED to every waiting request past its timeout.
   void ExpireDeadlines();
@@ -169,8 +173,10 @@ class ReplayService {
     return open_actors_ == 0 && (wait == SampleWait::kMinSize || wait == SampleWait::kRateLimiter);
   }
   Status HopelessError(SampleWait wait, int client) const;
-  // Whether the rate limiter holds back an add of `count` items from `client`.
+  // Whether an add of `count` items from `client` must be held: behind the
+  // client's held adds, or by the rate limiter (LimiterHolds).
   bool HoldAdd(int client, int64_t count) const;
+  bool LimiterHolds(int64_t count) const;
   static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
   // The whole frame a sample of `batch_size` items is answered with.
   int64_t SampleReplyBytes(int64_t batch_size) const;

@@ -23,26 +23,21 @@ namespace {
 struct Flags {
   int64_t capacity = int64_t{1} << 21;
   double alpha = 0.6;
-  int64_t min_size_to_sample = 1000;  // capped to the capacity unless given
   std::vector<std::string> columns;
-  double stats_interval = 5.0;
-  int messages_per_client_pass = 4;
-  int64_t bytes_per_client_pass = int64_t{1} << 20;
   std::string device = "auto";
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
   bool prefault_store = false;
-  std::string reward_column = "reward";
-  std::string done_column = "done";
-  int max_unread_sample_replies = 4;
-  int64_t max_unread_reply_bytes = int64_t{256} << 20;
-  int max_deferred_samples = 16;
-  int max_deferred_adds = 32;
-  double samples_per_insert = 0.0;
-  double error_buffer = 0.0;
   double priority_eps = 0.0;
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
+  // The service loop's flags bind straight to its options; the minimum size
+  // defaults to 1000 here (capped to the capacity unless given).
+  perserve::service::ServiceOptions service = [] {
+    perserve::service::ServiceOptions options;
+    options.min_size_to_sample = 1000;
+    return options;
+  }();
 };
 
 // This server rank's sampling seed: --seed mixed with its world rank by
@@ -87,27 +82,14 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   spdlog::info("serving {} clients ({}); capacity {}, alpha {}, min size to sample {}, tree on {}, schema {} "
                "({} bytes an item)",
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), flags.capacity, flags.alpha,
-               flags.min_size_to_sample, replay->tree().device_name(), schema.ToString(), schema.ItemBytes());
-  if (flags.samples_per_insert > 0) {
-    spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.samples_per_insert,
-                 flags.error_buffer);
+               flags.service.min_size_to_sample, replay->tree().device_name(), schema.ToString(), schema.ItemBytes());
+  if (flags.service.samples_per_insert > 0) {
+    spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.service.samples_per_insert,
+                 flags.service.error_buffer);
   }
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
                                                perserve::service::MpiTransport::ClientRoles(joined));
-  perserve::service::ServiceOptions service_options;
-  service_options.min_size_to_sample = flags.min_size_to_sample;
-  service_options.stats_interval_seconds = flags.stats_interval;
-  service_options.messages_per_client_pass = flags.messages_per_client_pass;
-  service_options.bytes_per_client_pass = flags.bytes_per_client_pass;
-  service_options.reward_column = flags.reward_column;
-  service_options.done_column = flags.done_column;
-  service_options.max_unread_sample_replies = flags.max_unread_sample_replies;
-  service_options.max_unread_reply_bytes = flags.max_unread_reply_bytes;
-  service_options.max_deferred_samples = flags.max_deferred_samples;
-  service_options.max_deferred_adds = flags.max_deferred_adds;
-  service_options.samples_per_insert = flags.samples_per_insert;
-  service_options.error_buffer = flags.error_buffer;
-  perserve::service::ReplayService service(replay.get(), &transport, service_options);
+  perserve::service::ReplayService service(replay.get(), &transport, flags.service);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
   return 0;
@@ -123,19 +105,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--min-size-to-sample", flags.min_size_to_sample,
+  app.add_option("--min-size-to-sample", flags.service.min_size_to_sample,
                  "sample requests wait until this many transitions are stored, in [1, capacity] (default 1000 as "
                  "in Baselines, or the capacity if smaller: never a batch of copies of a few items)")
       ->capture_default_str();
   app.add_option("--column", flags.columns,
                  "a schema column name:dtype:shape (repeat; dtypes uint8 int32 int64 float32 float64); "
                  "default: " + perserve::Schema::Default().ToString());
-  app.add_option("--stats-interval", flags.stats_interval, "seconds between stats lines (0: none)")
+  app.add_option("--stats-interval", flags.service.stats_interval_seconds, "seconds between stats lines (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--messages-per-client-pass", flags.messages_per_client_pass,
+  app.add_option("--messages-per-client-pass", flags.service.messages_per_client_pass,
                  "the most requests the round-robin loop takes from one client per pass (1: strict alternation)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--bytes-per-client-pass", flags.bytes_per_client_pass,
+  app.add_option("--bytes-per-client-pass", flags.service.bytes_per_client_pass,
                  "no further request from a client in a pass once this many bytes came from it (one always does)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--device", flags.device, "priority tree device")->check(CLI::IsMember({"auto", "cpu", "cuda"}))
@@ -155,27 +137,27 @@ int main(int argc, char** argv) {
                "would become every later priority-less add's priority (learner updates always raise it)");
   app.add_flag("--prefault-store", flags.prefault_store,
                "write every store page at start: steady intake from the first item, memory committed up front");
-  app.add_option("--reward-column", flags.reward_column,
+  app.add_option("--reward-column", flags.service.reward_column,
                  "scalar column whose per-actor episode returns the stats lines report")->capture_default_str();
-  app.add_option("--done-column", flags.done_column, "scalar column that marks an episode's last step")
+  app.add_option("--done-column", flags.service.done_column, "scalar column that marks an episode's last step")
       ->capture_default_str();
-  app.add_option("--max-unread-sample-replies", flags.max_unread_sample_replies,
+  app.add_option("--max-unread-sample-replies", flags.service.max_unread_sample_replies,
                  "sample replies a client may have sent to it but not received; its next samples wait")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-unread-reply-bytes", flags.max_unread_reply_bytes,
+  app.add_option("--max-unread-reply-bytes", flags.service.max_unread_reply_bytes,
                  "bytes of sample replies a client may have unreceived (one reply always goes when none is)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-deferred-samples", flags.max_deferred_samples,
+  app.add_option("--max-deferred-samples", flags.service.max_deferred_samples,
                  "sample requests of one client that may wait; one more is refused (RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-deferred-adds", flags.max_deferred_adds,
+  app.add_option("--max-deferred-adds", flags.service.max_deferred_adds,
                  "adds of one client the rate limiter may hold; one more is refused (RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--samples-per-insert", flags.samples_per_insert,
+  app.add_option("--samples-per-insert", flags.service.samples_per_insert,
                  "rate limiter (0: off): sampled items per inserted item the server keeps to, within "
                  "--error-buffer; samples wait while the learners are ahead, adds while the actors are")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--error-buffer", flags.error_buffer,
+  app.add_option("--error-buffer", flags.service.error_buffer,
                  "rate limiter: how many sampled items the ratio may stray either way (needs 2 E >= an add's "
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -190,10 +172,10 @@ int main(int argc, char** argv) {
     Abort("bad command line");
   }
   if (app.count("--min-size-to-sample") == 0) {
-    flags.min_size_to_sample = std::min(flags.min_size_to_sample, flags.capacity);
-  } else if (flags.min_size_to_sample < 1 || flags.min_size_to_sample > flags.capacity) {
+    flags.service.min_size_to_sample = std::min(flags.service.min_size_to_sample, flags.capacity);
+  } else if (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.capacity) {
     Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
-                      flags.min_size_to_sample, flags.capacity));
+                      flags.service.min_size_to_sample, flags.capacity));
   }
 
   perserve::Schema schema = flags.columns.empty() ? perserve::Schema::Default() : perserve::Schema{};
