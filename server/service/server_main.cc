@@ -177,6 +177,11 @@ int main(int argc, char** argv) {
     Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
                       flags.service.min_size_to_sample, flags.capacity));
   }
+  if (const perserve::Status s = perserve::service::RateLimiter::Validate(
+          {flags.service.samples_per_insert, flags.service.error_buffer, flags.service.min_size_to_sample});
+      !s.ok()) {
+    Abort(s.ToString());
+  }
 
   perserve::Schema schema = flags.columns.empty() ? perserve::Schema::Default() : perserve::Schema{};
   for (const std::string& spec : flags.columns) {
