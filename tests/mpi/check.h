@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,11 @@ inline int WorldRank() {
   if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
+
+// Whether `text` (or a status's message) holds `part`: what checks of error
+// messages ask.
+inline bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+inline bool Contains(const Status& status, const std::string& part) { return Contains(status.message(), part); }
 
 }  // namespace perserve::mpi_test
 

@@ -50,7 +50,7 @@ using perserve::Status;
 int rank = -1;
 
 
-bool Contains(const Status& status, const std::string& text) { return status.message().find(text) != std::string::npos; }
+using perserve::mpi_test::Contains;
 
 // Columns for n items: id, payload (3 bytes), value (2 doubles), as spans.
 struct Batch {

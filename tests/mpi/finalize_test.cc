@@ -43,7 +43,7 @@ using perserve::Status;
 int rank = -1;
 
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using perserve::mpi_test::Contains;
 
 // MPI_Finalize with this process's stderr going to a temporary file; returns
 // what was written there (and echoes it to the real stderr, for the log).

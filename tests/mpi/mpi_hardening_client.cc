@@ -36,7 +36,7 @@ using perserve::mpi_test::Frame;
 using perserve::mpi_test::RawClient;
 using perserve::proto::MessageKind;
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using perserve::mpi_test::Contains;
 
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t count, int64_t item_bytes) {
   const std::vector<std::byte> rows(static_cast<size_t>(count * item_bytes), std::byte{7});

@@ -35,9 +35,7 @@ namespace {
 
 using perserve::Status;
 
-bool Contains(const Status& status, const std::string& part) {
-  return status.message().find(part) != std::string::npos;
-}
+using perserve::mpi_test::Contains;
 
 std::unique_ptr<perserve::ActorClient> JoinActor() {
   std::unique_ptr<perserve::ActorClient> actor;
