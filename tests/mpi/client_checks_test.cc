@@ -49,7 +49,6 @@ using perserve::Status;
 
 int rank = -1;
 
-
 using perserve::mpi_test::Contains;
 
 // Columns for n items: id, payload (3 bytes), value (2 doubles), as spans.

@@ -42,7 +42,6 @@ using perserve::Status;
 
 int rank = -1;
 
-
 using perserve::mpi_test::Contains;
 
 // MPI_Finalize with this process's stderr going to a temporary file; returns

@@ -12,6 +12,7 @@
 
 #include "proto/codec.h"
 #include "replay/replay.h"
+#include "server/replay/replay_test_util.h"
 #include "server/service/service_test_util.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
@@ -23,29 +24,12 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}}}; }
+using replay_test::IdSchema;
+using replay_test::Ids;
+using replay_test::Leaf;
+using replay_test::MakeReplay;
 
 ReplayOptions Options(int64_t capacity, double alpha) { return ReplayOptions{capacity, alpha, tree::Device::kCpu, 21}; }
-
-std::unique_ptr<Replay> MakeReplay(const ReplayOptions& options) {
-  std::unique_ptr<Replay> replay;
-  const Status status = Replay::Create(options, IdSchema(), &replay);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return replay;
-}
-
-std::vector<std::byte> Ids(int64_t first, int64_t count) {
-  std::vector<int64_t> ids(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) ids[j] = first + j;
-  const auto bytes = std::as_bytes(std::span(ids));
-  return {bytes.begin(), bytes.end()};
-}
-
-double Leaf(const Replay& replay, int64_t slot) {
-  double value = 0.0;
-  EXPECT_TRUE(replay.tree().Get(std::span<const int64_t>(&slot, 1), std::span<double>(&value, 1)).ok());
-  return value;
-}
 
 TEST(PriorityPolicyTest, CreateRefusesAnEpsThatIsNegativeOrNotFinite) {
   for (double eps : {-1e-9, kNaN, kInf}) {

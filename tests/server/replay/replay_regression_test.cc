@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "replay/replay.h"
+#include "server/replay/replay_test_util.h"
 
 namespace perserve::replay {
 namespace {
@@ -32,19 +33,12 @@ std::vector<std::byte> Items(int64_t first, int64_t count) {
   return bulk;
 }
 
+using replay_test::Leaf;
+
 std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha, bool max_priority_from_adds = false) {
-  std::unique_ptr<Replay> replay;
   ReplayOptions options{capacity, alpha, tree::Device::kCpu, 11};
   options.max_priority_from_adds = max_priority_from_adds;
-  const Status status = Replay::Create(options, IdTagSchema(), &replay);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return replay;
-}
-
-double Leaf(const Replay& replay, int64_t slot) {
-  double value = 0.0;
-  EXPECT_TRUE(replay.tree().Get(std::span<const int64_t>(&slot, 1), std::span<double>(&value, 1)).ok());
-  return value;
+  return replay_test::MakeReplay(options, IdTagSchema());
 }
 
 // The defect: UpdatePriorities no longer raising the running max, so a later

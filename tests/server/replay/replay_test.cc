@@ -6,33 +6,18 @@
 #include <gtest/gtest.h>
 
 #include "replay/replay.h"
+#include "server/replay/replay_test_util.h"
 
 namespace perserve::replay {
 namespace {
 
-// One int64 column holding each item's own number, so tests can tell items apart.
-Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}}}; }
+using replay_test::Ids;
+using replay_test::Leaf;
 
 std::unique_ptr<Replay> MakeReplay(int64_t capacity, double alpha, bool max_priority_from_adds = false) {
-  std::unique_ptr<Replay> replay;
   ReplayOptions options{capacity, alpha, tree::Device::kCpu, 7};
   options.max_priority_from_adds = max_priority_from_adds;
-  const Status status = Replay::Create(options, IdSchema(), &replay);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  return replay;
-}
-
-std::vector<std::byte> Ids(int64_t first, int64_t count) {
-  std::vector<int64_t> ids(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) ids[j] = first + j;
-  const auto bytes = std::as_bytes(std::span(ids));
-  return {bytes.begin(), bytes.end()};
-}
-
-double Leaf(const Replay& replay, int64_t slot) {
-  double value = 0.0;
-  EXPECT_TRUE(replay.tree().Get(std::span<const int64_t>(&slot, 1), std::span<double>(&value, 1)).ok());
-  return value;
+  return replay_test::MakeReplay(options);
 }
 
 // With max_priority_from_adds, so an add's priorities raise the running max
