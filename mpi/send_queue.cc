@@ -37,17 +37,17 @@ Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm
   requests_.push_back(request);
   buffers_.push_back(std::move(bytes));
   tracked_ranks_.push_back(tracked ? rank : -1);
+  if (tracked) {
+    InFlight& in_flight = tracked_[rank];
+    ++in_flight.messages;
+    in_flight.bytes += static_cast<int64_t>(buffers_.back().size());
+  }
   return Status::Ok();
 }
 
 SendQueue::InFlight SendQueue::TrackedInFlight(int rank) const {
-  InFlight in_flight;
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    if (tracked_ranks_[i] != rank) continue;
-    ++in_flight.messages;
-    in_flight.bytes += static_cast<int64_t>(buffers_[i].size());
-  }
-  return in_flight;
+  const auto found = tracked_.find(rank);
+  return found == tracked_.end() ? InFlight{} : found->second;
 }
 
 size_t SendQueue::pooled_bytes() const {
@@ -68,6 +68,11 @@ Status SendQueue::Progress() {
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
     if (requests_[i] == MPI_REQUEST_NULL) {
+      if (tracked_ranks_[i] >= 0) {
+        InFlight& in_flight = tracked_[tracked_ranks_[i]];
+        in_flight.bytes -= static_cast<int64_t>(buffers_[i].size());
+        if (--in_flight.messages == 0) tracked_.erase(tracked_ranks_[i]);
+      }
       const size_t capacity = buffers_[i].capacity();
       if (pool_.size() < kPoolSize && capacity <= kPoolBufferBytes && pooled_bytes() + capacity <= kPoolBytes) {
         pool_.push_back(std::move(buffers_[i]));
@@ -96,6 +101,7 @@ Status SendQueue::Drain() {
   requests_.clear();
   buffers_.clear();
   tracked_ranks_.clear();
+  tracked_.clear();
   return status;
 }
 

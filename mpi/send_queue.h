@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "perserve/status.h"
@@ -34,7 +35,7 @@ class SendQueue {
   Status Drain();
   size_t in_flight() const { return requests_.size(); }
 
-  // The tracked sends to `rank` not yet complete, and their bytes. O(in flight).
+  // The tracked sends to `rank` not yet complete, and their bytes. O(1).
   struct InFlight {
     int messages = 0;
     int64_t bytes = 0;
@@ -51,6 +52,7 @@ class SendQueue {
  private:
   std::vector<MPI_Request> requests_;            // parallel to buffers_ and tracked_ranks_
   std::vector<int> tracked_ranks_;               // the destination of a tracked send, else -1
+  std::unordered_map<int, InFlight> tracked_;    // TrackedInFlight's answers, kept as sends start and complete
   std::vector<std::vector<std::byte>> buffers_;  // a moved vector keeps its heap block
   std::vector<int> done_;                        // scratch for MPI_Testsome
   std::vector<std::vector<std::byte>> pool_;     // buffers of completed sends
