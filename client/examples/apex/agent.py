@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from cartpole import NUM_ACTIONS, OBS_SIZE, CartPoleBatch
+from cartpole import NUM_ACTIONS, OBS_SIZE, CartPole, CartPoleBatch
 
 # 64 units: Debian's python3-torch calls the reference BLAS, where a batch of
 # 512 through 128-unit layers costs ~24 ms a step and 64 units ~5 ms.
@@ -113,6 +113,19 @@ class NStepBuffer:
                 "reward": np.array(out["reward"], dtype=np.float32),
                 "next_obs": np.array(out["next_obs"], dtype=np.float32),
                 "discount": np.array(out["discount"], dtype=np.float32)}
+
+
+def act(env: CartPole, q: FlatWeights, nstep: NStepBuffer, obs: np.ndarray, epsilon: float,
+        rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+    """One epsilon-greedy environment step, its transition into `nstep`: the
+    observation to act on next (a reset one after an episode ends) and
+    whether an episode ended."""
+    action = int(rng.integers(NUM_ACTIONS)) if rng.random() < epsilon else int(q.q_values(obs).argmax())
+    next_obs, reward, terminated, truncated = env.step(action)
+    nstep.step(obs, action, reward, next_obs, terminated, truncated)
+    if terminated or truncated:
+        return env.reset(), True
+    return next_obs, False
 
 
 def initial_priorities(q: FlatWeights, columns: dict[str, np.ndarray]) -> np.ndarray:

@@ -26,8 +26,9 @@ import numpy as np
 from mpi4py import MPI
 
 import perserve
-from agent import Config, DoubleDQN, FlatWeights, NStepBuffer, apex_epsilon, evaluate, initial_priorities, num_weights
-from cartpole import NUM_ACTIONS, CartPole
+from agent import (Config, DoubleDQN, FlatWeights, NStepBuffer, act, apex_epsilon, evaluate, initial_priorities,
+                   num_weights)
+from cartpole import CartPole
 from results import RunLog
 
 
@@ -185,18 +186,9 @@ def run_actor(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
                     break
                 q = FlatWeights(sync.weights[:-1].copy())
                 sync.receive()
-            if rng.random() < epsilon:
-                action = int(rng.integers(NUM_ACTIONS))
-            else:
-                action = int(q.q_values(obs).argmax())
-            next_obs, reward, terminated, truncated = env.step(action)
-            nstep.step(obs, action, reward, next_obs, terminated, truncated)
+            obs, ended = act(env, q, nstep, obs, epsilon, rng)
             steps += 1
-            if terminated or truncated:
-                episodes += 1
-                obs = env.reset()
-            else:
-                obs = next_obs
+            episodes += ended
             if len(nstep) >= config.add_batch:
                 columns = nstep.take()
                 actor.add(columns, priorities=initial_priorities(q, columns))

@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from agent import Config, DoubleDQN, FlatWeights, NStepBuffer, evaluate, num_weights
-from cartpole import NUM_ACTIONS, OBS_SIZE, CartPole
+from agent import Config, DoubleDQN, FlatWeights, NStepBuffer, act, evaluate, num_weights
+from cartpole import OBS_SIZE, CartPole
 from replay import PrioritizedReplay
 from results import RunLog
 
@@ -62,15 +62,9 @@ def main() -> int:
             epsilon = args.epsilon
         else:
             epsilon = max(0.01, 1.0 - 0.99 * steps / args.epsilon_decay_steps)
-        action = int(rng.integers(NUM_ACTIONS)) if rng.random() < epsilon else int(q.q_values(obs).argmax())
-        next_obs, reward, terminated, truncated = env.step(action)
-        nstep.step(obs, action, reward, next_obs, terminated, truncated)
+        obs, ended = act(env, q, nstep, obs, epsilon, rng)
         steps += 1
-        if terminated or truncated:
-            episodes += 1
-            obs = env.reset()
-        else:
-            obs = next_obs
+        episodes += ended
         if steps % args.env_steps_per_update == 0:
             if len(nstep):
                 columns = nstep.take()
