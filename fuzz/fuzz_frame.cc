@@ -109,6 +109,19 @@ void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
       DecodeAndReencode(frame, bytes, &meta);
       return;
     }
+    case MessageKind::kShardSampleRequest: {
+      ShardSampleRequest meta;
+      if (DecodeAndReencode(frame, bytes, &meta).ok()) TakeAndCheck<double>(&bulk, meta.count);
+      return;
+    }
+    case MessageKind::kShardSampleReply: {
+      ShardSampleReply meta;
+      if (DecodeAndReencode(frame, bytes, &meta).ok()) {
+        TakeAndCheck<uint64_t>(&bulk, meta.count);
+        TakeAndCheck<double>(&bulk, meta.count);
+      }
+      return;
+    }
     case MessageKind::kErrorReply: {
       ErrorReply meta;
       if (DecodeAndReencode(frame, bytes, &meta).ok()) {

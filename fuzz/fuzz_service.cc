@@ -88,6 +88,15 @@ void CheckReply(const proto::Frame& frame, int64_t item_bytes) {
       FUZZ_CHECK(frame.bulk.size() == static_cast<uint64_t>(reply.count * (3 * 8 + item_bytes)));
       return;
     }
+    case proto::MessageKind::kShardSampleReply: {
+      proto::ShardSampleReply reply;
+      FUZZ_CHECK(MetaDecodes(frame, &reply));
+      FUZZ_CHECK(reply.count >= 0 && reply.count <= kMaxSampleBatch);
+      FUZZ_CHECK(reply.size >= 0 && reply.size <= kCapacity && reply.total >= 0.0);
+      // Keys, leaves, then the items' columns.
+      FUZZ_CHECK(frame.bulk.size() == static_cast<uint64_t>(reply.count * (2 * 8 + item_bytes)));
+      return;
+    }
     case proto::MessageKind::kUpdateReply: {
       proto::UpdateReply reply;
       FUZZ_CHECK(MetaDecodes(frame, &reply));

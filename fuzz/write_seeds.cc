@@ -65,6 +65,8 @@ Bytes SampleReplyFrame(uint64_t request_id) {
                 std::as_bytes(std::span(probabilities)), std::span(items)});
 }
 
+constexpr double kFractions[2] = {0.25, 0.75};
+
 std::map<std::string, Bytes> FrameSeeds() {
   return {
       {"add", AddFrame(1, 0, 4, false)},
@@ -74,6 +76,8 @@ std::map<std::string, Bytes> FrameSeeds() {
       {"sample_reply", SampleReplyFrame(3)},
       {"update", UpdateFrame(4, {0, 5}, {2.0, 0.25})},
       {"update_reply", Frame(MessageKind::kUpdateReply, 4, proto::UpdateReply{1, 1})},
+      {"shard_sample", Frame(MessageKind::kShardSampleRequest, 7, proto::ShardSampleRequest{2, true},
+                             {std::as_bytes(std::span(kFractions))})},
       {"close", Frame(MessageKind::kCloseRequest, 5, proto::Empty{})},
       {"close_reply", Frame(MessageKind::kCloseReply, 5, proto::Empty{})},
       {"error_reply", Frame(MessageKind::kErrorReply, 6,
@@ -94,6 +98,9 @@ std::map<std::string, Bytes> ServiceSeeds() {
   AppendServiceRecord(kActor, AddFrame(2, 8, 4, true), &session);
   AppendServiceRecord(kLearner | kReadRepliesBit | kStepBit, UpdateFrame(2, {0, 3, 9}, {1.5, 0.1, 4.0}), &session);
   AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{16, 1.0}), &session);
+  AppendServiceRecord(kLearner, Frame(MessageKind::kShardSampleRequest, 5, proto::ShardSampleRequest{2, true},
+                                      {std::as_bytes(std::span(kFractions))}),
+                      &session);
   AppendServiceRecord(kActor | kStepBit, Frame(MessageKind::kCloseRequest, 3, proto::Empty{}), &session);
   AppendServiceRecord(kLearner | kReadRepliesBit, Frame(MessageKind::kCloseRequest, 4, proto::Empty{}), &session);
   seeds["session"] = session;

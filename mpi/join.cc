@@ -1,5 +1,6 @@
 #include "mpi/join.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,27 @@ Status CheckJoinEntry(int rank, int32_t role, int32_t version) {
   }
   if (role < static_cast<int32_t>(proto::Role::kServer) || role > static_cast<int32_t>(proto::Role::kBystander)) {
     return Status::InvalidArgument(fmt::format("rank {} joined with an unknown role {}", rank, role));
+  }
+  return Status::Ok();
+}
+
+Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<Schema>& schemas,
+                         const std::vector<double>& alphas) {
+  for (size_t s = 1; s < ranks.size(); ++s) {
+    const std::string first = schemas[0].ToString(), theirs = schemas[s].ToString();
+    if (theirs != first) {
+      return Status::FailedPrecondition(fmt::format(
+          "the server ranks are shards of one replay and must serve one schema: server rank {} has {}, server "
+          "rank {} has {}",
+          ranks[0], first, ranks[s], theirs));
+    }
+    // Bit equality: the same flag value parses to the same double everywhere.
+    if (std::memcmp(&alphas[s], &alphas[0], sizeof(double)) != 0) {
+      return Status::FailedPrecondition(fmt::format(
+          "the server ranks are shards of one replay and must use one --alpha: server rank {} has {}, server rank "
+          "{} has {}",
+          ranks[0], alphas[0], ranks[s], alphas[s]));
+    }
   }
   return Status::Ok();
 }
@@ -127,7 +149,7 @@ Status WaitSaying(MPI_Request* request, const char* what, Hellos* hellos, const 
   }
 }
 
-Status JoinUnguarded(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm,
+Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server, Communicator* comm,
                      JoinResult* result, const JoinLog& log) {
   MPI_Request pending = MPI_REQUEST_NULL;
   PERSERVE_RETURN_IF_ERROR(comm->BeginDuplicate(parent, &pending));  // initializes MPI if needed
@@ -157,11 +179,14 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const Schema* server_sch
     return Status::FailedPrecondition("no rank joined as a perserve server: launch perserve-server in the job");
   }
 
-  // Each server broadcasts its schema; everyone takes part in every broadcast.
+  // Each server broadcasts its schema, alpha and capacity; everyone takes
+  // part in every broadcast.
+  std::vector<Schema> schemas;
+  std::vector<double> alphas;
   for (size_t s = 0; s < result->server_ranks.size(); ++s) {
     const int root = result->server_ranks[s];
     std::string bytes;
-    if (root == comm->rank()) bytes = proto::SerializeSchema(*server_schema);
+    if (root == comm->rank()) bytes = proto::SerializeSchema(server->schema);
     uint64_t size = bytes.size();
     PERSERVE_RETURN_IF_ERROR(Check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, comm->get()), "MPI_Bcast (schema size)"));
     // Checked before anything is allocated; all ranks got the same size, so
@@ -176,25 +201,45 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const Schema* server_sch
       return Status::InvalidArgument(fmt::format("server rank {} sent a schema that does not decode: {}", root,
                                                  decoded.message()));
     }
-    for (size_t c = 0; c < clients.size(); ++c) {
-      if (c % result->server_ranks.size() != s) continue;
-      if (clients[c] == comm->rank()) {
-        result->server_rank = root;
-        result->schema = schema;
-      }
-      if (root == comm->rank()) result->client_ranks.push_back(clients[c]);
+    double info[2] = {0.0, 0.0};  // alpha, capacity (exact in a double up to 2^53)
+    if (root == comm->rank()) info[0] = server->alpha, info[1] = static_cast<double>(server->capacity);
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Bcast(info, 2, MPI_DOUBLE, root, comm->get()), "MPI_Bcast (alpha, capacity)"));
+    schemas.push_back(std::move(schema));
+    alphas.push_back(info[0]);
+    result->capacities.push_back(static_cast<int64_t>(info[1]));
+  }
+  PERSERVE_RETURN_IF_ERROR(CheckServersAgree(result->server_ranks, schemas, alphas));
+  result->schema = schemas[0];
+  result->alpha = alphas[0];
+
+  // Actors round-robin over the servers; learners to every server.
+  const int shards = static_cast<int>(result->server_ranks.size());
+  int actors_dealt = 0;
+  for (int rank : clients) {
+    const bool learner = result->roles[rank] == proto::Role::kLearner;
+    const int own = learner ? -1 : actors_dealt++ % shards;
+    for (int s = 0; s < shards; ++s) {
+      if (!learner && s != own) continue;
+      if (rank == comm->rank()) result->servers.push_back(result->server_ranks[s]);
+      if (result->server_ranks[s] == comm->rank()) result->client_ranks.push_back(rank);
     }
-    if (root == comm->rank()) result->schema = schema;
+  }
+  // A server lists its actors first, then the learners.
+  std::stable_partition(result->client_ranks.begin(), result->client_ranks.end(),
+                        [result](int rank) { return result->roles[rank] != proto::Role::kLearner; });
+  if (!result->servers.empty()) result->server_rank = result->servers.front();
+  for (int s = 0; s < shards; ++s) {
+    if (result->server_ranks[s] == comm->rank()) result->shard = s;
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result,
+Status Join(MPI_Comm parent, proto::Role role, const ServerInfo* server, Communicator* comm, JoinResult* result,
             const JoinLog& log) {
-  if (role == proto::Role::kServer && server_schema == nullptr) {
-    return Status::InvalidArgument("a server rank joins with its schema");
+  if (role == proto::Role::kServer && server == nullptr) {
+    return Status::InvalidArgument("a server rank joins with its schema, alpha and capacity");
   }
   const JoinLog say = log ? log : JoinLog([](const std::string& message) {
     int world_rank = -1;  // MPI is initialized by the time a join waits
@@ -202,7 +247,7 @@ Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Comm
     std::fprintf(stderr, "perserve rank %d: %s\n", world_rank, message.c_str());
   });
   try {
-    return JoinUnguarded(parent, role, server_schema, comm, result, say);
+    return JoinUnguarded(parent, role, server, comm, result, say);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted("out of memory in the join");
   } catch (const std::exception& e) {
@@ -234,6 +279,28 @@ std::string DescribeRoles(const JoinResult& joined) {
     text += fmt::format("{} at {}", name, RanksPhrase(ranks));
   }
   return text.empty() ? "no clients" : text;
+}
+
+}  // namespace perserve::mpi
+
+namespace perserve::mpi {
+
+std::string DescribeShard(const JoinResult& joined, std::string* warning) {
+  warning->clear();
+  if (joined.server_ranks.size() <= 1) return "";
+  const bool has_actor = std::any_of(joined.client_ranks.begin(), joined.client_ranks.end(),
+                                     [&](int rank) { return joined.roles[rank] != proto::Role::kLearner; });
+  int64_t global = 0;
+  for (int64_t capacity : joined.capacities) global += capacity;
+  if (!has_actor) {
+    *warning = fmt::format("shard {} (rank {}) has no actor: with {} actors dealt round-robin over {} servers it will "
+                           "stay empty and serve no part of any sample; start no more servers than actors",
+                           joined.shard, joined.server_ranks[joined.shard],
+                           std::count(joined.roles.begin(), joined.roles.end(), proto::Role::kActor),
+                           joined.server_ranks.size());
+  }
+  return fmt::format("shard {} of {} (servers at {}; {} items in all)", joined.shard, joined.server_ranks.size(),
+                     RanksPhrase(joined.server_ranks), global);
 }
 
 }  // namespace perserve::mpi

@@ -8,11 +8,15 @@
 //      hello first, names the ranks that have not joined yet);
 //   3. every rank checks that all versions match and that there is at least
 //      one server; all ranks see the same table, so all agree on failure;
-//   4. each server rank, in rank order, broadcasts its schema (size, bytes).
+//   4. each server rank, in rank order, broadcasts its schema (size, bytes),
+//      its alpha and its capacity; all servers must agree on schema and alpha
+//      (every rank refuses the join otherwise, naming the ranks).
 //
-// Clients (actors and learners, in rank order) are dealt to the servers
-// round-robin; each learns its server's rank and schema, each server the
-// ranks of its clients. No configuration is needed to find anyone.
+// Placement: the servers are shards of one replay. Actors (in rank order) are
+// dealt to the servers round-robin, one server each; every learner talks to
+// every server. Each learns its servers' ranks and the schema, each server
+// the ranks of its clients (its actors and all learners). No configuration is
+// needed to find anyone.
 #pragma once
 
 #include <mpi.h>
@@ -29,19 +33,30 @@
 
 namespace perserve::mpi {
 
+// What a server rank brings to the join.
+struct ServerInfo {
+  Schema schema;
+  double alpha = 0.6;
+  int64_t capacity = 0;
+};
+
 struct JoinResult {
   proto::Role role = proto::Role::kBystander;
-  std::vector<int> server_ranks;
-  int server_rank = -1;           // a client's server
-  Schema schema;                  // a client's server's schema (a server's own)
-  std::vector<int> client_ranks;  // a server's clients
-  std::vector<proto::Role> roles; // every rank's role, by rank
+  std::vector<int> server_ranks;   // every server, in rank order (shard s is server_ranks[s])
+  std::vector<int64_t> capacities; // each server's capacity, by shard
+  double alpha = 0.0;              // the servers' alpha
+  std::vector<int> servers;        // the ranks this rank talks to: an actor's one, a learner's all, a server's none
+  int server_rank = -1;            // a client's first server (an actor's only one)
+  int shard = -1;                  // a server's index among the servers
+  Schema schema;                   // the servers' schema
+  std::vector<int> client_ranks;   // a server's clients: its actors, then every learner
+  std::vector<proto::Role> roles;  // every rank's role, by rank
 };
 
 // The most bytes a schema may take on the wire (thousands of columns).
 inline constexpr uint64_t kMaxSchemaBytes = uint64_t{1} << 20;
 
-// Collective over `parent`. A server passes its schema; others pass nullptr.
+// Collective over `parent`. A server passes what it serves; others nullptr.
 // On success `comm` holds the duplicated communicator all later messages use.
 // Everything a peer sends is range-checked before use (roles, versions,
 // schema lengths and contents), and nothing throws: every rank sees the same
@@ -49,12 +64,22 @@ inline constexpr uint64_t kMaxSchemaBytes = uint64_t{1} << 20;
 // Where a join that waits says so; empty: stderr, prefixed "perserve rank N: ".
 using JoinLog = std::function<void(const std::string&)>;
 
-Status Join(MPI_Comm parent, proto::Role role, const Schema* server_schema, Communicator* comm, JoinResult* result,
+Status Join(MPI_Comm parent, proto::Role role, const ServerInfo* server, Communicator* comm, JoinResult* result,
             const JoinLog& log = {});
 
 // "actors at ranks 1-8, learners at rank 9": a server's clients, or for
 // another rank every client and bystander of the job.
 std::string DescribeRoles(const JoinResult& joined);
+
+// A server's start-up words on the shards: "" with one server, else "shard 1
+// of 2 (servers at ranks 0-1)", and `warning` set when this shard has no
+// actor (it will stay empty and serve no strata).
+std::string DescribeShard(const JoinResult& joined, std::string* warning);
+
+// Where every server must agree (schema, alpha): the first difference from
+// server 0, naming both ranks; OK when they agree.
+Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<Schema>& schemas,
+                         const std::vector<double>& alphas);
 
 // The join's checks on what a peer sent, on their own (tests and fuzzing).
 Status CheckJoinEntry(int rank, int32_t role, int32_t version);

@@ -28,7 +28,9 @@
 namespace perserve::proto {
 
 constexpr uint32_t kMagic = 0x56525350;
-constexpr uint16_t kProtocolVersion = 2;  // 2: timeouts on adds and samples, dropped priorities
+// 2: timeouts on adds and samples, dropped priorities; 3: shards (keys carry
+// their shard, shard samples, servers' alpha and capacity in the join).
+constexpr uint16_t kProtocolVersion = 3;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 constexpr size_t kFrameHeaderBytes = 32;
@@ -45,7 +47,24 @@ enum class MessageKind : uint16_t {
   kCloseRequest = 7,   // Empty; the server replies kCloseReply after everything sent before it
   kCloseReply = 8,     // Empty
   kErrorReply = 9,     // ErrorReply: the request failed and nothing of it was applied
+  kShardSampleRequest = 10,  // ShardSampleRequest; bulk: count doubles, the fractions of the shard's
+                             // total to draw at (a learner's share of a sample over several shards)
+  kShardSampleReply = 11,    // ShardSampleReply; bulk: count uint64 keys, count double leaves, then
+                             // each column in schema order, items in the request's order
 };
+
+// Keys carry their shard: the top kShardKeyBits bits hold the index of the
+// server rank (in rank order among the servers) that issued the key, the rest
+// its sequence number there. With one server every key is its sequence number.
+constexpr int kShardKeyBits = 10;
+constexpr int kShardKeyShift = 64 - kShardKeyBits;
+constexpr int kMaxShards = 1 << kShardKeyBits;
+constexpr uint64_t kLocalKeyMask = (uint64_t{1} << kShardKeyShift) - 1;
+constexpr int ShardOfKey(uint64_t key) { return static_cast<int>(key >> kShardKeyShift); }
+constexpr uint64_t LocalKey(uint64_t key) { return key & kLocalKeyMask; }
+constexpr uint64_t ShardKey(int shard, uint64_t local) {
+  return (static_cast<uint64_t>(shard) << kShardKeyShift) | local;
+}
 
 struct FrameHeader {
   uint32_t magic = kMagic;
@@ -94,6 +113,30 @@ struct SampleReply {
   int64_t count = 0;
   template <class Archive>
   void serialize(Archive& ar) { ar(count); }
+};
+
+// A learner's share of a sample drawn over several shards: `count` items, the
+// i-th at mass fractions[i] * (the shard's total when it draws). count 0 asks
+// only for the shard's state: at once, or with `wait` once the shard holds
+// its --min-size-to-sample items (FAILED_PRECONDITION if it never can).
+struct ShardSampleRequest {
+  int64_t count = 0;
+  bool wait = false;
+  double timeout_seconds = 0.0;  // as SampleRequest's
+  template <class Archive>
+  void serialize(Archive& ar) { ar(count, wait, timeout_seconds); }
+};
+
+// The items drawn (keys, leaf values, columns) and the shard's state when it
+// drew them: what the learner needs for global probabilities and weights.
+struct ShardSampleReply {
+  int64_t count = 0;
+  int64_t size = 0;         // items the shard holds
+  double total = 0.0;       // its tree's total
+  double min_leaf = 0.0;    // its smallest leaf ever set (+inf when none)
+  bool ready = false;       // size >= its --min-size-to-sample
+  template <class Archive>
+  void serialize(Archive& ar) { ar(count, size, total, min_leaf, ready); }
 };
 
 struct UpdateRequest {

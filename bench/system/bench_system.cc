@@ -264,7 +264,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
-      Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined), "join");
+      const perserve::mpi::ServerInfo info{schema, 0.6, capacity};
+      Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
                                                         perserve::service::MpiTransport::ClientRoles(joined));
       Serve(&mpi_transport, schema, capacity, &report);

@@ -178,19 +178,27 @@ int perserve_actor_close(perserve_actor* a) {
   return result;
 }
 
-perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int max_in_flight) {
+perserve_learner* perserve_learner_join_sharded(MPI_Fint comm, int prefetch, int max_in_flight,
+                                                int exact_shard_totals) {
   return Guarded(
       [&]() -> perserve_learner* {
         auto handle = std::make_unique<perserve_learner>();
         perserve::ClientOptions options;
         options.prefetch = prefetch;
         options.max_in_flight = max_in_flight;
+        options.exact_shard_totals = exact_shard_totals != 0;
         if (Report(perserve::LearnerClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
         BindSchema(handle->client->schema(), &handle->schema);
         return handle.release();
       },
       static_cast<perserve_learner*>(nullptr));
 }
+
+perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int max_in_flight) {
+  return perserve_learner_join_sharded(comm, prefetch, max_in_flight, 0);
+}
+
+int perserve_learner_shards(const perserve_learner* l) { return l == nullptr ? -1 : l->client->shards(); }
 
 perserve_learner* perserve_learner_join(MPI_Fint comm) {
   return perserve_learner_join_with(comm, 0, perserve::ClientOptions{}.max_in_flight);

@@ -27,9 +27,12 @@ Status MpiConnection::Join(MPI_Comm parent, proto::Role role) {
   return Status::Ok();
 }
 
-Status MpiConnection::Send(std::vector<std::byte> frame) {
+Status MpiConnection::SendTo(int shard, std::vector<std::byte> frame) {
+  if (shard < 0 || shard >= shard_count()) {
+    return Status::Internal(fmt::format("no shard {} among this client's {} servers", shard, shard_count()));
+  }
   PERSERVE_RETURN_IF_ERROR(sends_.Progress());
-  return sends_.Send(std::move(frame), join_.server_rank, proto::kRequestTag, comm_.get());
+  return sends_.Send(std::move(frame), join_.servers[static_cast<size_t>(shard)], proto::kRequestTag, comm_.get());
 }
 
 Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame) {
@@ -79,7 +82,9 @@ Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) 
 }
 
 Status MpiConnection::ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) {
-  return mpi::ReceiveBytes(comm_.get(), join_.server_rank, proto::kReplyTag, wait, message, received);
+  // Only servers send replies, so with several any source will do.
+  const int source = join_.servers.size() == 1 ? join_.server_rank : MPI_ANY_SOURCE;
+  return mpi::ReceiveBytes(comm_.get(), source, proto::kReplyTag, wait, message, received);
 }
 
 Status MpiConnection::Peers(MPI_Comm* peers) const {
@@ -99,15 +104,20 @@ Status MpiConnection::Peers(MPI_Comm* peers) const {
 }
 
 Status Connection::Close() {
-  const uint64_t id = NextRequestId();
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(proto::MessageKind::kCloseRequest, id, proto::Empty{}, {}, &frame);
-  PERSERVE_RETURN_IF_ERROR(Send(std::move(frame)));
-  std::vector<std::byte> reply;
-  proto::Frame decoded;
-  PERSERVE_RETURN_IF_ERROR(AwaitReply(id, &reply, &decoded));
-  if (decoded.kind() != proto::MessageKind::kCloseReply) {
-    return Status::Internal(fmt::format("close answered with message kind {}", decoded.header.kind));
+  std::vector<uint64_t> ids;
+  for (int shard = 0; shard < shard_count(); ++shard) {
+    ids.push_back(NextRequestId());
+    std::vector<std::byte> frame;
+    proto::EncodeFrame(proto::MessageKind::kCloseRequest, ids.back(), proto::Empty{}, {}, &frame);
+    PERSERVE_RETURN_IF_ERROR(SendTo(shard, std::move(frame)));
+  }
+  for (uint64_t id : ids) {
+    std::vector<std::byte> reply;
+    proto::Frame decoded;
+    PERSERVE_RETURN_IF_ERROR(AwaitReply(id, &reply, &decoded));
+    if (decoded.kind() != proto::MessageKind::kCloseReply) {
+      return Status::Internal(fmt::format("close answered with message kind {}", decoded.header.kind));
+    }
   }
   return DrainSends();
 }

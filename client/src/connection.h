@@ -31,9 +31,18 @@ class Connection {
   // A buffer to encode the next frame into (recycled where the transport can).
   virtual std::vector<std::byte> AcquireBuffer(size_t expected_bytes) = 0;
 
-  // Sends a frame without waiting for it to be received; the buffer is kept
-  // until the send completes.
+  // Sends a frame to the first (an actor's only) server without waiting for
+  // it to be received; the buffer is kept until the send completes.
   virtual Status Send(std::vector<std::byte> frame) = 0;
+
+  // The servers this client talks to: an actor 1, a learner every shard.
+  virtual int shard_count() const { return 1; }
+  // Send() to shard `shard` (0 .. shard_count() - 1). Request ids are unique
+  // over all of them, so replies match by id whichever server sends them.
+  virtual Status SendTo(int shard, std::vector<std::byte> frame) {
+    if (shard != 0) return Status::Internal("this connection has one server");
+    return Send(std::move(frame));
+  }
 
   // Waits for the reply to `request_id`; replies to other requests that
   // arrive first are kept for their own callers. An ErrorReply becomes the
@@ -48,7 +57,8 @@ class Connection {
   // communicator over them (MPI_Comm_create_group, so servers take no part).
   virtual Status Peers(MPI_Comm* peers) const = 0;
 
-  // Sends kCloseRequest and waits for its reply, then for every send.
+  // Sends kCloseRequest to every server and waits for their replies, then
+  // for every send.
   Status Close();
 
  protected:
@@ -76,7 +86,9 @@ class MpiConnection final : public Connection {
 
   const Schema& schema() const override { return join_.schema; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
-  Status Send(std::vector<std::byte> frame) override;
+  Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
+  int shard_count() const override { return static_cast<int>(join_.servers.size()); }
+  Status SendTo(int shard, std::vector<std::byte> frame) override;
   Status Peers(MPI_Comm* peers) const override;
 
  protected:

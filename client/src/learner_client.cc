@@ -1,10 +1,12 @@
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "client/src/connection.h"
 #include "client/src/open_clients.h"
+#include "client/src/shard_sampler.h"
 #include "perserve/client.h"
 
 namespace perserve {
@@ -32,7 +34,18 @@ Status LearnerClient::Join(MPI_Comm comm, const ClientOptions& options, std::uni
 }
 
 LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptions options)
-    : connection_(std::move(connection)), options_(options) {}
+    : connection_(std::move(connection)), options_(options) {
+  if (connection_->shard_count() > 1) {
+    uint64_t seed = options_.shard_seed;
+    if (seed == 0) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      seed = 0x5a4d5eedULL + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(rank + 1);
+    }
+    sampler_ = std::make_unique<client_internal::ShardSampler>(connection_->shard_count(),
+                                                               options_.exact_shard_totals, seed);
+  }
+}
 
 LearnerClient::~LearnerClient() {
   OpenClients::Unregister(this);
@@ -44,6 +57,8 @@ LearnerClient::~LearnerClient() {
 void LearnerClient::CloseAtFinalize() { OpenClients::Report("learner", Close()); }
 
 const Schema& LearnerClient::schema() const { return connection_->schema(); }
+
+int LearnerClient::shards() const { return connection_->shard_count(); }
 
 Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
@@ -79,12 +94,26 @@ Status LearnerClient::RequestSample(int64_t batch_size, double beta, double time
 }
 
 Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds) {
+  if (sampler_ != nullptr) {
+    // One server checks these itself; over several the split needs them first.
+    if (batch_size < 1) return Status::InvalidArgument(fmt::format("batch size {} must be >= 1", batch_size));
+    if (!std::isfinite(beta) || !(beta >= 0.0)) {
+      return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
+    }
+    auto request = std::make_unique<client_internal::ShardedRequest>();
+    request->batch_size = batch_size;
+    request->beta = beta;
+    request->timeout_seconds = timeout_seconds;
+    PERSERVE_RETURN_IF_ERROR(sampler_->Send(connection_.get(), request.get()));
+    pending_samples_.push_back(PendingSample{0, batch_size, beta, std::move(request)});
+    return Status::Ok();
+  }
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
   proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta, timeout_seconds},
                      {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  pending_samples_.push_back(PendingSample{id, batch_size, beta});
+  pending_samples_.push_back(PendingSample{id, batch_size, beta, nullptr});
   return Status::Ok();
 }
 
@@ -96,8 +125,10 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
 }
 
 Status LearnerClient::ReceiveOldest(SampleBatch* batch) {
-  const uint64_t id = pending_samples_.front().id;
+  PendingSample pending = std::move(pending_samples_.front());
   pending_samples_.pop_front();
+  if (pending.sharded != nullptr) return sampler_->Receive(connection_.get(), schema(), pending.sharded.get(), batch);
+  const uint64_t id = pending.id;
   proto::Frame frame;
   PERSERVE_RETURN_IF_ERROR(connection_->AwaitReply(id, &batch->message, &frame));
   proto::SampleReply reply;
@@ -137,24 +168,74 @@ void EncodeUpdate(uint64_t id, std::span<const uint64_t> keys, std::span<const d
 
 }  // namespace
 
+Status LearnerClient::SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities,
+                                 uint64_t* id) {
+  *id = connection_->NextRequestId();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
+  EncodeUpdate(*id, keys, priorities, &frame);
+  return connection_->SendTo(shard, std::move(frame));
+}
+
+Status LearnerClient::SendUpdates(std::span<const uint64_t> keys, std::span<const double> priorities,
+                                  std::vector<uint64_t>* ids) {
+  PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
+  ids->clear();
+  const int shards = connection_->shard_count();
+  if (shards == 1) {  // the server checks the keys' shard
+    ids->emplace_back();
+    return SendUpdate(0, keys, priorities, &ids->back());
+  }
+  // Each key goes to the shard it names; nothing is sent if one names none.
+  std::vector<std::vector<uint64_t>> shard_keys(static_cast<size_t>(shards));
+  std::vector<std::vector<double>> shard_priorities(static_cast<size_t>(shards));
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const int shard = proto::ShardOfKey(keys[j]);
+    if (shard >= shards) {
+      return Status::InvalidArgument(fmt::format("key {:#x} at position {} names shard {}; this job has {} server "
+                                                 "ranks (a key's top {} bits name its shard)",
+                                                 keys[j], j, shard, shards, proto::kShardKeyBits));
+    }
+    shard_keys[static_cast<size_t>(shard)].push_back(keys[j]);
+    shard_priorities[static_cast<size_t>(shard)].push_back(priorities[j]);
+  }
+  for (int shard = 0; shard < shards; ++shard) {
+    if (shard_keys[static_cast<size_t>(shard)].empty()) continue;
+    ids->emplace_back();
+    PERSERVE_RETURN_IF_ERROR(SendUpdate(shard, shard_keys[static_cast<size_t>(shard)],
+                                        shard_priorities[static_cast<size_t>(shard)], &ids->back()));
+  }
+  return Status::Ok();
+}
+
 Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
                                        UpdateResult* result) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
-  PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
-  const uint64_t id = connection_->NextRequestId();
-  std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
-  EncodeUpdate(id, keys, priorities, &frame);
-  PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  std::vector<std::byte> message;
-  proto::Frame reply_frame;
-  PERSERVE_RETURN_IF_ERROR(connection_->AwaitReply(id, &message, &reply_frame));
-  proto::UpdateReply reply;
-  PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(reply_frame, &reply));
-  updates_.applied += reply.applied;
-  updates_.stale += reply.stale;
-  updates_.dropped += reply.dropped;
-  if (result != nullptr) *result = UpdateResult{reply.applied, reply.stale, reply.dropped};
+  std::vector<uint64_t> ids;
+  PERSERVE_RETURN_IF_ERROR(SendUpdates(keys, priorities, &ids));
+  // Every shard's answer is taken; the first refusal is the call's (the
+  // other shards' parts are applied: each shard applies its part whole or not).
+  UpdateResult total;
+  Status first_error;
+  for (uint64_t id : ids) {
+    std::vector<std::byte> message;
+    proto::Frame reply_frame;
+    proto::UpdateReply reply;
+    Status status = connection_->AwaitReply(id, &message, &reply_frame);
+    if (status.ok()) status = proto::DecodeMeta(reply_frame, &reply);
+    if (!status.ok()) {
+      if (first_error.ok()) first_error = status;
+      continue;
+    }
+    total.applied += reply.applied;
+    total.stale += reply.stale;
+    total.dropped += reply.dropped;
+  }
+  updates_.applied += total.applied;
+  updates_.stale += total.stale;
+  updates_.dropped += total.dropped;
+  PERSERVE_RETURN_IF_ERROR(first_error);
+  if (result != nullptr) *result = total;
   return Status::Ok();
 }
 
@@ -162,13 +243,13 @@ Status LearnerClient::SendPriorityUpdate(std::span<const uint64_t> keys, std::sp
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
-  // Back-pressure: at most max_in_flight - 1 unacknowledged before this one.
-  PERSERVE_RETURN_IF_ERROR(CollectUpdates(static_cast<size_t>(options_.max_in_flight - 1)));
-  const uint64_t id = connection_->NextRequestId();
-  std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
-  EncodeUpdate(id, keys, priorities, &frame);
-  PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  pending_updates_.push_back(id);
+  // Back-pressure: at most max_in_flight - 1 unacknowledged before this one
+  // (each is one request a shard it touches).
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(static_cast<size_t>(options_.max_in_flight - 1) *
+                                          static_cast<size_t>(connection_->shard_count())));
+  std::vector<uint64_t> ids;
+  PERSERVE_RETURN_IF_ERROR(SendUpdates(keys, priorities, &ids));
+  pending_updates_.insert(pending_updates_.end(), ids.begin(), ids.end());
   return Status::Ok();
 }
 

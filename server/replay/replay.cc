@@ -136,6 +136,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   // T cancel, and leaf_i >= min_leaf makes the ratio >= 1, so w_i <= 1 exactly
   // and an item holding the minimum gets exactly 1 (no rounding of N / T).
   const double min_leaf = tree_->Min();
+  result->leaves.assign(leaves_.begin(), leaves_.end());
   result->keys.resize(static_cast<size_t>(batch_size));
   result->weights.resize(static_cast<size_t>(batch_size));
   result->probabilities.resize(static_cast<size_t>(batch_size));
@@ -145,6 +146,33 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
     result->weights[i] = std::pow(leaves_[i] / min_leaf, -beta);
   }
   counters_.items_sampled += batch_size;
+  return Status::Ok();
+}
+
+Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
+  for (size_t i = 0; i < fractions.size(); ++i) {
+    if (!(fractions[i] >= 0.0 && fractions[i] < 1.0)) {
+      return Status::InvalidArgument(
+          fmt::format("fraction {} at position {} must be in [0, 1)", fractions[i], i));
+    }
+  }
+  if (size() == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
+  const double total = tree_->Total();
+  const size_t count = fractions.size();
+  leaves_.resize(count);
+  for (size_t i = 0; i < count; ++i) leaves_[i] = fractions[i] * total;  // the masses, then the leaves
+  result->slots.resize(count);
+  PERSERVE_RETURN_IF_ERROR(tree_->FindPrefixSum(leaves_, result->slots));
+  result->leaves.resize(count);
+  PERSERVE_RETURN_IF_ERROR(tree_->Get(result->slots, result->leaves));
+  result->keys.resize(count);
+  result->probabilities.resize(count);
+  result->weights.clear();
+  for (size_t i = 0; i < count; ++i) {
+    result->keys[i] = KeyAtSlot(result->slots[i]);
+    result->probabilities[i] = result->leaves[i] / total;
+  }
+  counters_.items_sampled += static_cast<int64_t>(count);
   return Status::Ok();
 }
 

@@ -69,6 +69,7 @@ struct SampleResult {
   std::vector<double> weights;        // importance-sampling weights, all <= 1
   std::vector<double> probabilities;  // P(i) = leaf / total
   std::vector<int64_t> slots;         // where the items sit in the store
+  std::vector<double> leaves;         // the items' leaf values, (p + eps)^alpha
 };
 
 struct ReplayCounters {
@@ -100,6 +101,14 @@ class Replay {
   // Needs size() > 0 and beta finite and >= 0. On one backend, the same seed
   // and the same calls give the same batches. O(batch_size log capacity).
   Status Sample(int64_t batch_size, double beta, SampleResult* result);
+
+  // Draws one item per fraction: the one at mass fractions[i] * total (a
+  // shard's part of a sample stratified over several replays; the learner
+  // drew the fractions), in the fractions' order. Fills keys, slots, leaves
+  // and probabilities, not weights (the learner computes them over every
+  // shard). Each fraction finite and in [0, 1); needs size() > 0. Takes no
+  // value from the sampling generator.
+  Status SampleAt(std::span<const double> fractions, SampleResult* result);
 
   // Sets the priorities of the items with these keys (repeats: the last
   // applied wins) and says what became of each element in *counts. On an

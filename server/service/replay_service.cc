@@ -113,6 +113,8 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
       return HandleAdd(client, frame, bytes);
     case proto::MessageKind::kSampleRequest:
       return HandleSample(client, frame);
+    case proto::MessageKind::kShardSampleRequest:
+      return HandleShardSample(client, frame);
     case proto::MessageKind::kUpdateRequest:
       return HandleUpdate(client, frame);
     case proto::MessageKind::kCloseRequest:
@@ -178,7 +180,8 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   limiter_.Inserted(request.count, replay_->size());
-  Reply(client, proto::MessageKind::kAddReply, frame.header.request_id, proto::AddReply{first_key, request.count});
+  Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
+        proto::AddReply{proto::ShardKey(options_.shard, first_key), request.count});
 }
 
 ReplayService::Clock::time_point ReplayService::DeadlineAfter(Clock::time_point arrived, double timeout_seconds) {
@@ -191,6 +194,14 @@ int64_t ReplayService::SampleReplyBytes(int64_t batch_size) const {
   const int64_t meta = static_cast<int64_t>(proto::SerializeMeta(proto::SampleReply{batch_size}).size());
   return static_cast<int64_t>(proto::kFrameHeaderBytes) + meta +
          batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
+}
+
+ReplayService::SampleWait ReplayService::WaitFor(const DeferredSample& sample) const {
+  // A probe waits only for the minimum size (it takes nothing from the limiter).
+  if (sample.shard_sample && sample.fractions.empty()) {
+    return replay_->size() < limiter_.options().min_size_to_sample ? SampleWait::kMinSize : SampleWait::kNone;
+  }
+  return WaitFor(sample.client, sample.batch_size);
 }
 
 ReplayService::SampleWait ReplayService::WaitFor(int client, int64_t batch_size) const {
@@ -246,29 +257,101 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
                                                  request.batch_size, reply_bytes));
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  const SampleWait wait = WaitFor(client, request.batch_size);
-  if (deferred_per_client_[client] == 0 && wait == SampleWait::kNone) {
-    return ServeSample(client, frame.header.request_id, request.batch_size, request.beta);
-  }
-  if (Hopeless(wait)) return ReplyError(client, frame.header.request_id, HopelessError(wait, client));
-  if (deferred_per_client_[client] >= options_.max_deferred_samples) {
-    return ReplyError(client, frame.header.request_id,
+  const Clock::time_point now = Clock::now();
+  DeferredSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
+                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}};
+  const SampleWait wait = WaitFor(sample);
+  if (deferred_per_client_[client] == 0 && wait == SampleWait::kNone) return Serve(sample);
+  Defer(std::move(sample), wait);
+}
+
+void ReplayService::Defer(DeferredSample sample, SampleWait wait) {
+  if (Hopeless(wait)) return ReplyError(sample.client, sample.request_id, HopelessError(wait, sample.client));
+  if (deferred_per_client_[sample.client] >= options_.max_deferred_samples) {
+    return ReplyError(sample.client, sample.request_id,
                       Status::ResourceExhausted(fmt::format(
                           "{} sample requests of this client wait already (the most one client may have waiting: "
                           "--max-deferred-samples); receive their replies first",
-                          deferred_per_client_[client])));
+                          deferred_per_client_[sample.client])));
   }
   ++counters_.deferred_samples;
-  ++deferred_per_client_[client];
+  ++deferred_per_client_[sample.client];
+  deferred_.push_back(std::move(sample));
+}
+
+void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
+  ++counters_.sample_requests;
+  proto::ShardSampleRequest request;
+  Status status = proto::DecodeMeta(frame, &request);
+  if (status.ok() && (request.count < 0 || request.count > options_.max_sample_batch)) {
+    status = Status::InvalidArgument(fmt::format("a shard sample of {} items is outside [0, {}]", request.count,
+                                                 options_.max_sample_batch));
+  }
+  if (status.ok() && frame.bulk.size() != static_cast<uint64_t>(request.count) * sizeof(double)) {
+    status = Status::InvalidArgument(fmt::format("a shard sample of {} items must carry {} bulk bytes, got {}",
+                                                 request.count, request.count * sizeof(double), frame.bulk.size()));
+  }
+  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
+    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
+  }
+  if (status.ok() && SampleReplyBytes(request.count) > std::numeric_limits<int>::max()) {
+    status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
+                                                 "message limit",
+                                                 request.count, SampleReplyBytes(request.count)));
+  }
   const Clock::time_point now = Clock::now();
-  deferred_.push_back({client, frame.header.request_id, request.batch_size, request.beta, now,
-                       DeadlineAfter(now, request.timeout_seconds)});
+  DeferredSample sample{client, frame.header.request_id, request.count, 0.0, now,
+                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}};
+  std::span<const std::byte> bulk = frame.bulk;
+  if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
+  for (size_t i = 0; status.ok() && i < sample.fractions.size(); ++i) {
+    if (!(sample.fractions[i] >= 0.0 && sample.fractions[i] < 1.0)) {
+      status = Status::InvalidArgument(
+          fmt::format("fraction {} at position {} must be in [0, 1)", sample.fractions[i], i));
+    }
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  // A probe without wait answers at once; other requests as samples do.
+  const SampleWait wait = WaitFor(sample);
+  if ((request.count == 0 && !request.wait) || (deferred_per_client_[client] == 0 && wait == SampleWait::kNone)) {
+    return Serve(sample);
+  }
+  Defer(std::move(sample), wait);
+}
+
+void ReplayService::Serve(const DeferredSample& sample) {
+  if (sample.shard_sample) return ServeShardSample(sample.client, sample.request_id, sample.fractions);
+  ServeSample(sample.client, sample.request_id, sample.batch_size, sample.beta);
+}
+
+void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions) {
+  const int64_t count = static_cast<int64_t>(fractions.size());
+  if (count > 0) {
+    const Status status = replay_->SampleAt(fractions, &sample_);
+    if (!status.ok()) return ReplyError(client, request_id, status);
+    limiter_.Sampled(count);
+  } else {
+    sample_.keys.clear();
+    sample_.leaves.clear();
+    sample_.slots.clear();
+  }
+  for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);
+  const proto::ShardSampleReply meta{count, replay_->size(), replay_->tree().Total(), replay_->tree().Min(),
+                                     replay_->size() >= limiter_.options().min_size_to_sample};
+  const size_t column_bytes = static_cast<size_t>(count * replay_->store().schema().ItemBytes());
+  std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
+  const std::span<std::byte> columns = proto::EncodeFrameWithTail(
+      proto::MessageKind::kShardSampleReply, request_id, proto::SerializeMeta(meta),
+      {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))}, column_bytes, &frame);
+  replay_->store().Gather(sample_.slots, columns);
+  Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
 }
 
 void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta) {
   const Status status = replay_->Sample(batch_size, beta, &sample_);
   if (!status.ok()) return ReplyError(client, request_id, status);
   limiter_.Sampled(batch_size);
+  for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);
   const size_t column_bytes = static_cast<size_t>(batch_size * replay_->store().schema().ItemBytes());
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(batch_size)));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(
@@ -292,7 +375,7 @@ void ReplayService::ServeDeferred() {
   ServeDeferredSamples(&samples_blocked);
   if (!adds_blocked || !samples_blocked || deferred_adds_.empty()) return;
   const bool limiter_holds_samples = std::any_of(deferred_.begin(), deferred_.end(), [this](const DeferredSample& d) {
-    return WaitFor(d.client, d.batch_size) == SampleWait::kRateLimiter;
+    return WaitFor(d) == SampleWait::kRateLimiter;
   });
   if (!limiter_holds_samples) return;
   if (counters_.limiter_overrides++ == 0) {
@@ -352,17 +435,17 @@ void ReplayService::ServeDeferredSamples(bool* any_blocked) {
   if (deferred_.empty()) return;
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_.begin(); it != deferred_.end();) {
-    const DeferredSample waiting = *it;
-    if (blocked_[waiting.client] || WaitFor(waiting.client, waiting.batch_size) != SampleWait::kNone) {
-      blocked_[waiting.client] = true;
+    if (blocked_[it->client] || WaitFor(*it) != SampleWait::kNone) {
+      blocked_[it->client] = true;
       *any_blocked = true;
       ++it;
       continue;
     }
+    const DeferredSample waiting = std::move(*it);
     it = deferred_.erase(it);
     --deferred_per_client_[waiting.client];
     try {
-      ServeSample(waiting.client, waiting.request_id, waiting.batch_size, waiting.beta);
+      Serve(waiting);
     } catch (const std::bad_alloc&) {
       ReplyError(waiting.client, waiting.request_id,
                  Status::ResourceExhausted("the server ran out of memory serving this sample"));
@@ -377,7 +460,7 @@ void ReplayService::ExpireDeadlines() {
       ++it;
       continue;
     }
-    const DeferredSample expired = *it;
+    const DeferredSample expired = std::move(*it);
     it = deferred_.erase(it);
     --deferred_per_client_[expired.client];
     ++counters_.deadlines_exceeded;
@@ -385,7 +468,7 @@ void ReplayService::ExpireDeadlines() {
                Status::DeadlineExceeded(fmt::format(
                    "the sample waited {:.3f} s, its timeout, for {}",
                    std::chrono::duration<double>(now - expired.arrived).count(),
-                   Describe(WaitFor(expired.client, expired.batch_size), expired.client))));
+                   Describe(WaitFor(expired), expired.client))));
   }
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     if (it->deadline > now) {
@@ -402,12 +485,12 @@ void ReplayService::ExpireDeadlines() {
 
 void ReplayService::FailHopelessSamples() {
   for (auto it = deferred_.begin(); it != deferred_.end();) {
-    const SampleWait wait = WaitFor(it->client, it->batch_size);
+    const SampleWait wait = WaitFor(*it);
     if (!Hopeless(wait)) {
       ++it;
       continue;
     }
-    const DeferredSample failed = *it;
+    const DeferredSample failed = std::move(*it);
     it = deferred_.erase(it);
     --deferred_per_client_[failed.client];
     ReplyError(failed.client, failed.request_id, HopelessError(wait, failed.client));
@@ -432,6 +515,15 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
     std::vector<uint64_t> keys;
     std::vector<double> priorities;
     status = proto::TakeArray(&bulk, count, &keys);
+    for (size_t j = 0; status.ok() && j < keys.size(); ++j) {
+      if (proto::ShardOfKey(keys[j]) != options_.shard) {
+        status = Status::InvalidArgument(fmt::format("key {:#x} at position {} belongs to shard {}; this server is "
+                                                     "shard {} (a key's top {} bits name its shard)",
+                                                     keys[j], j, proto::ShardOfKey(keys[j]), options_.shard,
+                                                     proto::kShardKeyBits));
+      }
+      keys[j] = proto::LocalKey(keys[j]);
+    }
     if (status.ok()) status = proto::TakeArray(&bulk, count, &priorities);
     if (status.ok()) status = replay_->UpdatePriorities(keys, priorities, &counts);
   }
@@ -532,7 +624,7 @@ std::string ReplayService::DescribeClients() const {
     const DeferredSample& oldest = deferred_.front();
     text += fmt::format(" | waiting samples {} (oldest {:.1f} s, for {})", deferred_.size(),
                         std::chrono::duration<double>(now - oldest.arrived).count(),
-                        Describe(WaitFor(oldest.client, oldest.batch_size), oldest.client));
+                        Describe(WaitFor(oldest), oldest.client));
   } else {
     text += " | waiting samples 0";
   }

@@ -87,6 +87,9 @@ struct ServiceOptions {
   // A receive buffer grown past this by one large message is freed after it,
   // so one huge (even rejected) frame does not pin its size for good.
   int64_t keep_receive_bytes = int64_t{16} << 20;
+  // This server's index among the job's servers: the shard its keys carry
+  // (proto::ShardKey); an update's key of another shard is refused.
+  int shard = 0;
 };
 
 struct ServiceCounters {
@@ -132,6 +135,8 @@ class ReplayService {
     double beta;
     Clock::time_point arrived;
     Clock::time_point deadline;  // Clock::time_point::max(): none
+    bool shard_sample = false;   // a ShardSampleRequest: draws at `fractions` (a probe when empty)
+    std::vector<double> fractions;
   };
   struct DeferredAdd {
     int client;
@@ -153,7 +158,14 @@ class ReplayService {
   void HandleSample(int client, const proto::Frame& frame);
   void HandleUpdate(int client, const proto::Frame& frame);
   void HandleClose(int client, const proto::Frame& frame);
+  void HandleShardSample(int client, const proto::Frame& frame);
+  // Queues a sample that cannot be served now, or refuses it (hopeless, or
+  // too many of the client's waiting).
+  void Defer(DeferredSample sample, SampleWait wait);
   void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
+  void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions);
+  void Serve(const DeferredSample& sample);
+  SampleWait WaitFor(const DeferredSample& sample) const;
   void ServeDeferred();
   void ServeDeferredAdds(bool* any_blocked);
   // Takes a held add out of the queue: stores it (or answers why not) when
@@ -178,7 +190,8 @@ class ReplayService {
   bool HoldAdd(int client, int64_t count) const;
   bool LimiterHolds(int64_t count) const;
   static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
-  // The whole frame a sample of `batch_size` items is answered with.
+  // The whole frame a sample of `batch_size` items is answered with (at most,
+  // for a shard sample's reply).
   int64_t SampleReplyBytes(int64_t batch_size) const;
   void ReplyError(int client, uint64_t request_id, const Status& error);
   template <class Meta>

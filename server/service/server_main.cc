@@ -76,20 +76,27 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   if (!status.ok()) Abort(status.ToString());
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &schema, &comm, &joined,
+  const perserve::mpi::ServerInfo info{schema, flags.alpha, flags.capacity};
+  status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined,
                                [](const std::string& message) { spdlog::warn("{}", message); });
   if (!status.ok()) Abort("join failed: " + status.ToString());
-  spdlog::info("serving {} clients ({}); capacity {}, alpha {}, min size to sample {}, tree on {}, schema {} "
+  std::string shard_warning;
+  const std::string shard = perserve::mpi::DescribeShard(joined, &shard_warning);
+  spdlog::info("serving {} clients ({}); {}capacity {}, alpha {}, min size to sample {}, tree on {}, schema {} "
                "({} bytes an item)",
-               joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), flags.capacity, flags.alpha,
-               flags.service.min_size_to_sample, replay->tree().device_name(), schema.ToString(), schema.ItemBytes());
+               joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
+               flags.capacity, flags.alpha, flags.service.min_size_to_sample, replay->tree().device_name(),
+               schema.ToString(), schema.ItemBytes());
+  if (!shard_warning.empty()) spdlog::warn("{}", shard_warning);
   if (flags.service.samples_per_insert > 0) {
     spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.service.samples_per_insert,
                  flags.service.error_buffer);
   }
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
                                                perserve::service::MpiTransport::ClientRoles(joined));
-  perserve::service::ReplayService service(replay.get(), &transport, flags.service);
+  perserve::service::ServiceOptions service_options = flags.service;
+  service_options.shard = std::max(0, joined.shard);
+  perserve::service::ReplayService service(replay.get(), &transport, service_options);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
   return 0;

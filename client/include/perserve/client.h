@@ -6,6 +6,12 @@
 // and any other rank with JoinAsBystander. The join finds the server and
 // learns the schema; no addresses or configuration are involved.
 //
+// Several server ranks are shards of one replay: each actor is dealt one of
+// them (round-robin in rank order), and each learner talks to all of them:
+// a sample is drawn over the shards as one replay of their union would draw
+// it (see ClientOptions::exact_shard_totals), and each key's update goes to
+// the shard that issued it. The interfaces are the same for any count.
+//
 // The library works on its own duplicate of the communicator with
 // MPI_ERRORS_RETURN, so MPI failures come back as Status values. It calls
 // MPI_Init if nobody has, and never MPI_Finalize: that stays the caller's.
@@ -40,6 +46,8 @@ namespace perserve {
 
 namespace client_internal {
 class Connection;
+class ShardSampler;
+struct ShardedRequest;
 struct TestAccess;  // tests build clients over a loopback Connection
 }
 
@@ -60,6 +68,15 @@ struct ClientOptions {
   // DEADLINE_EXCEEDED and nothing of it stored, reported like any rejected
   // batch (once, by Flush or the next Add). Finite and >= 0.
   double add_timeout_seconds = 0.0;
+  // A learner over several server ranks splits each sample over the shards
+  // by their totals: by default each shard's total from its last reply (no
+  // extra round trip; other learners' updates and actors' adds since then
+  // shift a shard's odds until its next reply); with this set, every shard
+  // is asked for its total first (one more round trip a sample), so every
+  // item is drawn with exactly its share of the current global total.
+  bool exact_shard_totals = false;
+  // Seeds a learner's split over several shards (0: a seed from its rank).
+  uint64_t shard_seed = 0;
 };
 
 // A batch of transitions to add: `size` items; columns[i] points at
@@ -205,6 +222,8 @@ class LearnerClient {
   Status RequestSample(int64_t batch_size, double beta, double timeout_seconds = 0.0);
   Status ReceiveSample(SampleBatch* batch);
   int samples_in_flight() const { return static_cast<int>(pending_samples_.size()); }
+  // The server ranks (shards) this learner samples over.
+  int shards() const;
 
   // New priorities (finite, > 0, checked here) for sampled keys; waits for
   // the answer.
@@ -235,6 +254,7 @@ class LearnerClient {
     uint64_t id;
     int64_t batch_size;
     double beta;
+    std::unique_ptr<client_internal::ShardedRequest> sharded;  // with several servers: the requests to each
   };
   friend struct client_internal::TestAccess;
   LearnerClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
@@ -249,9 +269,14 @@ class LearnerClient {
   // Sends a sample request (no checks: the callers have made them).
   Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds);
   Status TakePendingError();
+  // Sends an update of these keys and priorities to shard `shard`.
+  Status SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities, uint64_t* id);
+  // Sends an update split by the shards its keys name; *ids gets a request id a shard.
+  Status SendUpdates(std::span<const uint64_t> keys, std::span<const double> priorities, std::vector<uint64_t>* ids);
 
   std::unique_ptr<client_internal::Connection> connection_;
   ClientOptions options_;
+  std::unique_ptr<client_internal::ShardSampler> sampler_;  // with several servers
   std::deque<PendingSample> pending_samples_;  // oldest first
   std::deque<uint64_t> pending_updates_;       // request ids, oldest first
   Status update_error_;                        // the first rejection not yet reported

@@ -85,6 +85,12 @@ perserve_learner* perserve_learner_join(MPI_Fint comm);
  * and the bound on perserve_learner_request_sample; max_in_flight: priority
  * updates sent by perserve_learner_send_update before it waits (>= 1). */
 perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int max_in_flight);
+/* The same, and with several server ranks: exact_shard_totals non-zero asks
+ * every shard for its total before each sample (ClientOptions::exact_shard_totals). */
+perserve_learner* perserve_learner_join_sharded(MPI_Fint comm, int prefetch, int max_in_flight,
+                                                int exact_shard_totals);
+/* How many server ranks (shards) the learner samples over. */
+int perserve_learner_shards(const perserve_learner* l);
 const perserve_schema* perserve_learner_schema(const perserve_learner* l);
 int perserve_learner_num_columns(const perserve_learner* l);
 int64_t perserve_learner_column_bytes(const perserve_learner* l, int column);

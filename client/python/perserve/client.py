@@ -238,13 +238,25 @@ class Learner(_Client):
     ``update_priorities`` returns without waiting for the server, its
     acknowledgement is collected in the background, and a rejection raises
     at the learner's next call.
+
+    With several server ranks the learner samples over all of them as one
+    replay (each item with its share of the global total) and sends each
+    key's update to the shard that issued it; ``exact_shard_totals=True``
+    asks every shard for its total before each sample instead of using its
+    last reply's (docs/shards.md).
     """
 
-    def __init__(self, comm: Optional[MPI.Comm] = None, prefetch: int = 2, *, max_in_flight: int = 4) -> None:
+    def __init__(self, comm: Optional[MPI.Comm] = None, prefetch: int = 2, *, max_in_flight: int = 4,
+                 exact_shard_totals: bool = False) -> None:
         self._prefetch = prefetch
-        self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight)
+        self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight, exact_shard_totals)
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
+
+    @property
+    def shards(self) -> int:
+        """How many server ranks (shards) this learner samples over."""
+        return self._handle.shards()
 
     def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> Sample:
         """Draws batch_size items proportional to priority^alpha, with IS

@@ -144,16 +144,18 @@ class Actor : public Guarded<ActorClient> {
 
 class Learner : public Guarded<LearnerClient> {
  public:
-  Learner(int64_t comm, int prefetch, int max_in_flight) {
+  Learner(int64_t comm, int prefetch, int max_in_flight, bool exact_shard_totals) {
     ClientOptions options;
     options.prefetch = prefetch;
     options.max_in_flight = max_in_flight;
+    options.exact_shard_totals = exact_shard_totals;
     py::gil_scoped_release release;
     Check(LearnerClient::Join(CommFromFortran(comm), options, &client_));
   }
 
   py::list schema() const { return SchemaColumns(client_->schema()); }
   std::string schema_string() const { return client_->schema().ToString(); }
+  int shards() const { return client_->shards(); }
 
   py::tuple sample(int64_t batch_size, double beta, double timeout_seconds) {
     SampleBatch batch;
@@ -232,8 +234,10 @@ PYBIND11_MODULE(_perserve, m) {
       .def_property_readonly("rejected_batches", &Actor::rejected_batches);
 
   py::class_<Learner>(m, "Learner")
-      .def(py::init<int64_t, int, int>(), py::arg("comm"), py::arg("prefetch"), py::arg("max_in_flight"))
+      .def(py::init<int64_t, int, int, bool>(), py::arg("comm"), py::arg("prefetch"), py::arg("max_in_flight"),
+           py::arg("exact_shard_totals"))
       .def("schema", &Learner::schema)
+      .def("shards", &Learner::shards)
       .def("schema_string", &Learner::schema_string)
       .def("sample", &Learner::sample, py::arg("batch_size"), py::arg("beta"), py::arg("timeout_seconds"))
       .def("request_sample", &Learner::request_sample, py::arg("batch_size"), py::arg("beta"),

@@ -1,0 +1,210 @@
+#include "client/src/shard_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace perserve::client_internal {
+
+Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
+                       ShardPlan* plan) {
+  const size_t count = shards.size();
+  plan->totals.assign(count, 0.0);
+  plan->total = 0.0;
+  for (size_t s = 0; s < count; ++s) {
+    if (shards[s].ready && shards[s].total > 0.0) plan->totals[s] = shards[s].total;
+    plan->total += plan->totals[s];
+  }
+  if (!(plan->total > 0.0)) {
+    std::string why;
+    for (size_t s = 0; s < count; ++s) {
+      why += fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s,
+                         !shards[s].why_not.empty() ? shards[s].why_not
+                         : shards[s].ready          ? "its total is 0"
+                                                    : fmt::format("holds {} items, not yet its minimum", shards[s].size));
+    }
+    return Status::FailedPrecondition("no shard of the replay can be sampled (" + why + ")");
+  }
+  // Stratum j is [j T / B, (j + 1) T / B): one uniform draw in it, then the
+  // shard whose share of [0, T) holds the draw, and the draw's fraction of
+  // that shard's total.
+  std::vector<double> ends(count);
+  std::partial_sum(plan->totals.begin(), plan->totals.end(), ends.begin());
+  const size_t last = static_cast<size_t>(
+      std::distance(plan->totals.begin(),
+                    std::find_if(plan->totals.rbegin(), plan->totals.rend(), [](double t) { return t > 0.0; }).base()) -
+      1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double below_one = std::nextafter(1.0, 0.0);
+  const size_t batch = static_cast<size_t>(batch_size);
+  std::vector<int> stratum_shard(batch);
+  std::vector<double> stratum_fraction(batch);
+  for (size_t j = 0; j < batch; ++j) {
+    const double u = (static_cast<double>(j) + unit(*rng)) / static_cast<double>(batch) * plan->total;
+    size_t s = 0;
+    while (s < last && !(plan->totals[s] > 0.0 && u < ends[s])) ++s;
+    const double offset = ends[s] - plan->totals[s];
+    stratum_shard[j] = static_cast<int>(s);
+    stratum_fraction[j] = std::clamp((u - offset) / plan->totals[s], 0.0, below_one);
+  }
+  std::vector<size_t> order(batch);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::shuffle(order.begin(), order.end(), *rng);
+  plan->shard_of.resize(batch);
+  plan->fractions.assign(count, {});
+  for (size_t position = 0; position < batch; ++position) {
+    const size_t j = order[position];
+    plan->shard_of[position] = stratum_shard[j];
+    plan->fractions[static_cast<size_t>(stratum_shard[j])].push_back(stratum_fraction[j]);
+  }
+  return Status::Ok();
+}
+
+ShardSampler::ShardSampler(int shards, bool exact_totals, uint64_t seed)
+    : shards_(static_cast<size_t>(shards)),
+      exact_totals_(exact_totals),
+      rng_(seed),
+      messages_(static_cast<size_t>(shards)),
+      frames_(static_cast<size_t>(shards)),
+      replies_(static_cast<size_t>(shards)) {}
+
+Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
+  request->ids.assign(shards_.size(), 0);
+  const bool any_ready = std::any_of(shards_.begin(), shards_.end(),
+                                     [](const ShardState& shard) { return shard.ready && shard.total > 0.0; });
+  if (!exact_totals_ && any_ready) {
+    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
+    return SendPlanned(connection, request);
+  }
+  request->planned = false;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    PERSERVE_RETURN_IF_ERROR(
+        SendOne(connection, static_cast<int>(s), 0, /*wait=*/true, {}, request->timeout_seconds, &request->ids[s]));
+  }
+  return Status::Ok();
+}
+
+Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request) {
+  request->planned = true;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const std::vector<double>& fractions = request->plan.fractions[s];
+    // A shard given no strata is still asked for its state (at once).
+    PERSERVE_RETURN_IF_ERROR(SendOne(connection, static_cast<int>(s), static_cast<int64_t>(fractions.size()),
+                                     /*wait=*/!fractions.empty(), fractions, request->timeout_seconds,
+                                     &request->ids[s]));
+  }
+  return Status::Ok();
+}
+
+Status ShardSampler::SendOne(Connection* connection, int shard, int64_t count, bool wait,
+                             std::span<const double> fractions, double timeout_seconds, uint64_t* id) {
+  *id = connection->NextRequestId();
+  std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
+  proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
+                     proto::ShardSampleRequest{count, wait, timeout_seconds}, {std::as_bytes(fractions)}, &frame);
+  return connection->SendTo(shard, std::move(frame));
+}
+
+Status ShardSampler::Take(Connection* connection, int shard, uint64_t id, std::vector<std::byte>* message,
+                          proto::Frame* frame, proto::ShardSampleReply* reply) {
+  ShardState& state = shards_[static_cast<size_t>(shard)];
+  const Status status = connection->AwaitReply(id, message, frame);
+  if (status.code() == Status::Code::kFailedPrecondition) {  // it can never be ready (no actor left)
+    state.known = true;
+    state.ready = false;
+    state.why_not = status.message();
+  }
+  PERSERVE_RETURN_IF_ERROR(status);
+  if (frame->kind() != proto::MessageKind::kShardSampleReply) {
+    return Status::Internal(fmt::format("shard {} answered a shard sample with message kind {}", shard,
+                                        frame->header.kind));
+  }
+  PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(*frame, reply));
+  state.known = true;
+  state.ready = reply->ready;
+  state.size = reply->size;
+  state.total = reply->total;
+  state.min_leaf = reply->min_leaf;
+  state.why_not.clear();
+  return Status::Ok();
+}
+
+Status ShardSampler::Receive(Connection* connection, const Schema& schema, ShardedRequest* request,
+                             SampleBatch* batch) {
+  const size_t shards = shards_.size();
+  Status first_error;
+  if (!request->planned) {
+    for (size_t s = 0; s < shards; ++s) {
+      const Status taken = Take(connection, static_cast<int>(s), request->ids[s], &messages_[s], &frames_[s],
+                                &replies_[s]);
+      // A shard that can never be ready is left out; another error is the sample's.
+      if (!taken.ok() && taken.code() != Status::Code::kFailedPrecondition && first_error.ok()) first_error = taken;
+    }
+    PERSERVE_RETURN_IF_ERROR(first_error);
+    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
+    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request));
+  }
+  for (size_t s = 0; s < shards; ++s) {
+    const Status taken = Take(connection, static_cast<int>(s), request->ids[s], &messages_[s], &frames_[s],
+                              &replies_[s]);
+    if (!taken.ok() && first_error.ok()) first_error = taken;
+  }
+  PERSERVE_RETURN_IF_ERROR(first_error);
+
+  const ShardPlan& plan = request->plan;
+  const int64_t item_bytes = schema.ItemBytes();
+  for (size_t s = 0; s < shards; ++s) {
+    const size_t count = plan.fractions[s].size();
+    const uint64_t expected = count * (2 * sizeof(uint64_t) + static_cast<uint64_t>(item_bytes));
+    if (replies_[s].count != static_cast<int64_t>(count) || frames_[s].bulk.size() != expected) {
+      return Status::Internal(fmt::format("shard {} answered {} items ({} bulk bytes) to a request for {}", s,
+                                          replies_[s].count, frames_[s].bulk.size(), count));
+    }
+  }
+  // The global minimum leaf: every shard's state is fresh from this sample.
+  double min_leaf = std::numeric_limits<double>::infinity();
+  for (const ShardState& shard : shards_) {
+    if (shard.size > 0) min_leaf = std::min(min_leaf, shard.min_leaf);
+  }
+  const size_t batch_size = static_cast<size_t>(request->batch_size);
+  batch->size = request->batch_size;
+  batch->keys.resize(batch_size);
+  batch->weights.resize(batch_size);
+  batch->probabilities.resize(batch_size);
+  batch->message.resize(batch_size * static_cast<size_t>(item_bytes));
+  std::vector<size_t> next(shards, 0);
+  for (size_t position = 0; position < batch_size; ++position) {
+    const size_t s = static_cast<size_t>(plan.shard_of[position]);
+    const size_t i = next[s]++;
+    const std::byte* bulk = frames_[s].bulk.data();
+    const size_t count = plan.fractions[s].size();
+    double leaf = 0.0;
+    std::memcpy(&batch->keys[position], bulk + i * sizeof(uint64_t), sizeof(uint64_t));
+    std::memcpy(&leaf, bulk + (count + i) * sizeof(uint64_t), sizeof(double));
+    batch->probabilities[position] = plan.totals[s] / plan.total * (leaf / replies_[s].total);
+    batch->weights[position] = std::pow(leaf / min_leaf, -request->beta);
+    // Column after column, each count rows of its item size, as on the wire.
+    const std::byte* source = bulk + 2 * count * sizeof(uint64_t);
+    std::byte* target = batch->message.data();
+    for (const Column& column : schema.columns) {
+      const size_t row = static_cast<size_t>(column.ItemBytes());
+      std::memcpy(target + position * row, source + i * row, row);
+      source += count * row;
+      target += batch_size * row;
+    }
+  }
+  batch->columns.clear();
+  std::span<const std::byte> columns = batch->message;
+  for (const Column& column : schema.columns) {
+    const size_t bytes = batch_size * static_cast<size_t>(column.ItemBytes());
+    batch->columns.push_back(columns.first(bytes));
+    columns = columns.subspan(bytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace perserve::client_internal
