@@ -24,14 +24,14 @@ def load(directory):
     for path in sorted(glob.glob(os.path.join(directory, "run-*.json"))):
         with open(path) as f:
             run = json.load(f)
-        runs[(run["transport"], run["size"], run["actors"])].append(run)
+        runs[(run["transport"], run["size"], run["actors"], run.get("servers", 1))].append(run)
     return runs
 
 
 def summarize(runs):
     rows = []
-    for (transport, size, actors), group in sorted(runs.items()):
-        row = {"transport": transport, "size": size, "actors": actors, "repeats": len(group)}
+    for (transport, size, actors, servers), group in sorted(runs.items()):
+        row = {"transport": transport, "size": size, "actors": actors, "servers": servers, "repeats": len(group)}
         for metric in METRICS + ("latency_median_ms", "latency_p99_ms"):
             if metric.startswith("latency"):
                 values = [r["sample_latency_ms"]["median" if "median" in metric else "p99"] for r in group]
@@ -45,7 +45,7 @@ def summarize(runs):
 
 
 def ratios(rows):
-    by_key = {(r["transport"], r["size"], r["actors"]): r for r in rows}
+    by_key = {(r["transport"], r["size"], r["actors"]): r for r in rows if r["servers"] == 1}
     out = []
     for (transport, size, actors), row in sorted(by_key.items()):
         zmq = by_key.get(("zmq", size, actors))
@@ -55,12 +55,25 @@ def ratios(rows):
     return out
 
 
+def shard_ratios(rows):
+    """Several server ranks against one, same size and actors (MPI)."""
+    one = {(r["size"], r["actors"]): r for r in rows if r["transport"] == "mpi" and r["servers"] == 1}
+    out = []
+    for r in rows:
+        base = one.get((r["size"], r["actors"]))
+        if r["transport"] == "mpi" and r["servers"] > 1 and base:
+            out.append({"size": r["size"], "actors": r["actors"], "servers": r["servers"],
+                        "intake_ratio": r["items_per_s"] / base["items_per_s"],
+                        "samples_ratio": r["samples_per_s"] / base["samples_per_s"]})
+    return out
+
+
 def chart(rows, directory):
     sizes = sorted({r["size"] for r in rows})
     fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
     for column, size in enumerate(sizes):
         for transport, style in (("mpi", "o-"), ("zmq", "s--")):
-            sel = sorted((r for r in rows if r["size"] == size and r["transport"] == transport),
+            sel = sorted((r for r in rows if r["size"] == size and r["transport"] == transport and r["servers"] == 1),
                          key=lambda r: r["actors"])
             if not sel:
                 continue
@@ -76,7 +89,8 @@ def chart(rows, directory):
                 ax.set_title(f"{size} transitions")
                 ax.set_xscale("log", base=2)
                 ax.legend()
-        mpi = sorted((r for r in rows if r["size"] == size and r["transport"] == "mpi"), key=lambda r: r["actors"])
+        mpi = sorted((r for r in rows if r["size"] == size and r["transport"] == "mpi" and r["servers"] == 1),
+                     key=lambda r: r["actors"])
         if mpi:
             axes[0][column].plot([r["actors"] for r in mpi], [r["raw_mpi_mb_per_s"] for r in mpi], ":",
                                  color="gray", label="raw MPI, same message size")
@@ -100,13 +114,21 @@ def main():
         f.write(",".join(keys) + "\n")
         for row in rows:
             f.write(",".join(str(row[k]) for k in keys) + "\n")
-    print(f"{'transport':<10}{'size':<7}{'actors':>7}{'items/s':>12}{'MB/s':>9}{'x raw':>7}{'samples/s':>12}"
-          f"{'lat med ms':>11}{'p99 ms':>9}")
+    print(f"{'transport':<10}{'size':<7}{'actors':>7}{'servers':>8}{'items/s':>12}{'MB/s':>9}{'x raw':>7}"
+          f"{'samples/s':>12}{'lat med ms':>11}{'p99 ms':>9}")
     for r in rows:
-        print(f"{r['transport']:<10}{r['size']:<7}{r['actors']:>7}{r['items_per_s']:>12.0f}{r['intake_mb_per_s']:>9.1f}"
-              f"{r['intake_over_raw_mpi']:>7.3f}{r['samples_per_s']:>12.0f}{r['latency_median_ms']:>11.3f}"
-              f"{r['latency_p99_ms']:>9.3f}")
+        print(f"{r['transport']:<10}{r['size']:<7}{r['actors']:>7}{r['servers']:>8}{r['items_per_s']:>12.0f}"
+              f"{r['intake_mb_per_s']:>9.1f}{r['intake_over_raw_mpi']:>7.3f}{r['samples_per_s']:>12.0f}"
+              f"{r['latency_median_ms']:>11.3f}{r['latency_p99_ms']:>9.3f}")
     print()
+    shards = shard_ratios(rows)
+    for r in shards:
+        print(f"{r['size']:<6} {r['actors']} actors, {r['servers']} servers over 1: intake {r['intake_ratio']:.2f}x, "
+              f"samples {r['samples_ratio']:.2f}x")
+    if shards:
+        with open(os.path.join(directory, "shards.json"), "w") as f:
+            json.dump(shards, f, indent=2)
+        print()
     for r in ratios(rows):
         print(f"MPI/ZeroMQ {r['size']:<6} {r['actors']} actors: intake {r['mpi_over_zmq_intake']:.2f}x, "
               f"samples {r['mpi_over_zmq_samples']:.2f}x")

@@ -4,15 +4,18 @@
 # and the charts.
 # Usage: scripts/bench-scaling.sh [out-dir]   (default bench-results/scaling)
 # Environment: ACTORS="1 2 4 8" SIZES="small atari" TRANSPORTS="mpi zmq"
+#              SERVERS="1" (server ranks, shards of one replay: e.g. "1 2 4";
+#              more than one runs over MPI only)
 #              REPEATS=3 SECONDS_PER_RUN=3 RAW_SECONDS=1
-# Writes <out-dir>/run-<transport>-<size>-<actors>a-<repeat>.json (one per
-# run), scaling.csv (medians with ranges) and PNG charts.
+# Writes <out-dir>/run-<transport>-<size>-<actors>a[-<servers>s]-<repeat>.json
+# (one per run), scaling.csv (medians with ranges) and PNG charts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir=${1:-bench-results/scaling}
 actors_list=${ACTORS:-1 2 4 8}
 sizes=${SIZES:-small atari}
 transports=${TRANSPORTS:-mpi zmq}
+servers_list=${SERVERS:-1}
 repeats=${REPEATS:-3}
 seconds=${SECONDS_PER_RUN:-3}
 raw_seconds=${RAW_SECONDS:-1}
@@ -24,10 +27,15 @@ for repeat in $(seq 1 "$repeats"); do
   for size in $sizes; do
     for actors in $actors_list; do
       for transport in $transports; do
-        out="$out_dir/run-$transport-$size-${actors}a-$repeat.json"
-        echo "== $transport $size $actors actors (repeat $repeat)"
-        mpirun -np $((actors + 2)) build/bench/perserve_bench_system --transport "$transport" --size "$size" \
-          --seconds "$seconds" --raw-seconds "$raw_seconds" --out "$out" | sed 's/^/   /'
+        for servers in $servers_list; do
+          [ "$servers" = 1 ] || [ "$transport" = mpi ] || continue
+          suffix=$([ "$servers" = 1 ] || echo "-${servers}s")
+          out="$out_dir/run-$transport-$size-${actors}a$suffix-$repeat.json"
+          echo "== $transport $size $actors actors, $servers servers (repeat $repeat)"
+          mpirun -np $((actors + servers + 1)) build/bench/perserve_bench_system --transport "$transport" \
+            --size "$size" --servers "$servers" --seconds "$seconds" --raw-seconds "$raw_seconds" --out "$out" |
+            sed 's/^/   /'
+        done
       done
     done
   done

@@ -1,14 +1,17 @@
 // perserve_bench_system: the replay rank under load, as an MPI job launched
 // by scripts/bench-scaling.sh (or by hand):
 //
-//   mpirun -np <actors + 2> perserve_bench_system --transport mpi|zmq --size small|atari
+//   mpirun -np <servers + actors + 1> perserve_bench_system --transport mpi|zmq --size small|atari
+//                                                           [--servers K]
 //
-// Rank 0 is the replay server, the last rank one learner, the ranks between
-// actors. Two phases in one run:
+// Ranks 0..K-1 are the replay servers (K = 1 unless --servers; several are
+// shards of one replay, MPI only), the last rank one learner, the ranks
+// between actors. Two phases in one run:
 //   1. raw MPI: every actor streams messages of exactly an intake batch's size
-//      (50 transitions with priorities) to rank 0 with 4 sends in flight, the
-//      bound the client library keeps; rank 0 only receives. That is the
-//      ceiling for intake between these ranks.
+//      (50 transitions with priorities) to its server (actor i to server
+//      i mod K, the join's placement) with 4 sends in flight, the bound the
+//      client library keeps; the servers only receive. That is the ceiling
+//      for intake between these ranks.
 //   2. the replay: actors add batches of 50 with priorities, the learner
 //      samples 512 and updates 512 priorities in a loop, for --seconds, over
 //      the chosen transport: the perserve client library over MPI, or the same
@@ -76,15 +79,17 @@ struct Report {
   double raw_bytes = 0, raw_seconds = 0;
 };
 
-// Phase 1. Returns (on rank 0) bytes received and the seconds it took.
-void RawMpi(int rank, int size, int64_t message_bytes, double seconds, Report* report) {
+// Phase 1. Returns (on each server) bytes received and the seconds it took.
+void RawMpi(int rank, int size, int servers, int64_t message_bytes, double seconds, Report* report) {
   std::vector<std::byte> buffer(message_bytes, std::byte{7});
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
-  if (rank == 0) {
+  const int actors = size - servers - 1;
+  if (rank < servers) {
     int ends = 0;
     double bytes = 0;
-    while (ends < size - 2) {
+    const int my_actors = actors / servers + (rank < actors % servers ? 1 : 0);
+    while (ends < my_actors) {
       MPI_Status status;
       MPI_Message message;
       MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &message, &status);
@@ -100,18 +105,22 @@ void RawMpi(int rank, int size, int64_t message_bytes, double seconds, Report* r
     report->raw_bytes = bytes;
     report->raw_seconds = SecondsSince(start);
   } else if (rank < size - 1) {
+    const int server = (rank - servers) % servers;
     std::vector<std::vector<std::byte>> buffers(kInFlight, buffer);
     MPI_Request requests[kInFlight];
     std::fill(std::begin(requests), std::end(requests), MPI_REQUEST_NULL);
     for (int64_t i = 0; SecondsSince(start) < seconds; ++i) {
       const int slot = static_cast<int>(i % kInFlight);
       MPI_Wait(&requests[slot], MPI_STATUS_IGNORE);
-      MPI_Isend(buffers[slot].data(), static_cast<int>(message_bytes), MPI_BYTE, 0, kRawTag, MPI_COMM_WORLD,
+      MPI_Isend(buffers[slot].data(), static_cast<int>(message_bytes), MPI_BYTE, server, kRawTag, MPI_COMM_WORLD,
                 &requests[slot]);
     }
     MPI_Waitall(kInFlight, requests, MPI_STATUSES_IGNORE);
-    MPI_Send(nullptr, 0, MPI_BYTE, 0, kRawEndTag, MPI_COMM_WORLD);
+    MPI_Send(nullptr, 0, MPI_BYTE, server, kRawEndTag, MPI_COMM_WORLD);
   }
+  // The servers receive any tag above: nobody may start the join (whose
+  // hellos go to rank 0) before they are done.
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 void FillBatch(const Schema& schema, std::mt19937_64& rng, std::vector<std::vector<std::byte>>* columns,
@@ -173,7 +182,7 @@ void MpiLearner(double seconds, Report* report) {
   Latencies(std::move(millis), report);
 }
 
-void Serve(service::Transport* transport, const Schema& schema, int64_t capacity, Report* report) {
+void Serve(service::Transport* transport, const Schema& schema, int64_t capacity, int shard, Report* report) {
   std::unique_ptr<replay::Replay> replay;
   // Prefaulted: the run measures the steady state of a filled ring, not the
   // kernel zeroing fresh pages while it fills for the first time.
@@ -181,6 +190,7 @@ void Serve(service::Transport* transport, const Schema& schema, int64_t capacity
         "replay");
   service::ServiceOptions options;
   options.stats_interval_seconds = 0;
+  options.shard = shard;
   service::ReplayService service(replay.get(), transport, options);
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
@@ -233,11 +243,14 @@ int main(int argc, char** argv) {
   CLI::App app{"perserve system benchmark: intake, sampling and raw MPI bandwidth in one MPI job"};
   std::string transport = "mpi", size_name = "small", out, endpoint;
   double seconds = 5.0, raw_seconds = 2.0;
+  int servers = 1;
   app.add_option("--transport", transport, "mpi or zmq")->check(CLI::IsMember({"mpi", "zmq"}))->capture_default_str();
   app.add_option("--size", size_name, "small (~128 B) or atari (~56 KB) transitions")
       ->check(CLI::IsMember({"small", "atari"}))->capture_default_str();
   app.add_option("--seconds", seconds, "replay phase length")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--raw-seconds", raw_seconds, "raw MPI phase length")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--servers", servers, "server ranks (shards of one replay; MPI only)")->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--endpoint", endpoint, "ZeroMQ endpoint (default ipc:// in /tmp, one node)");
   app.add_option("--out", out, "JSON result file (rank 0)");
@@ -248,27 +261,28 @@ int main(int argc, char** argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 3) Die("needs at least 3 ranks: a server, an actor, a learner");
-  const int actors = size - 2;
+  if (size < servers + 2) Die(fmt::format("needs at least {} ranks: {} servers, an actor, a learner", servers + 2, servers));
+  if (servers > 1 && transport != "mpi") Die("several servers need --transport mpi");
+  const int actors = size - servers - 1;
   const perserve::Schema schema = SchemaFor(size_name);
   // Enough slots for the run without letting Atari frames eat the machine.
   const int64_t capacity = size_name == "atari" ? int64_t{1} << 15 : int64_t{1} << 21;
   const int64_t message_bytes = static_cast<int64_t>(perserve::proto::kFrameHeaderBytes) + 9 +
                                 kIntakeBatch * (schema.ItemBytes() + 8);
   Report report;
-  report.role = rank == 0 ? 0 : (rank == size - 1 ? 2 : 1);
+  report.role = rank < servers ? 0 : (rank == size - 1 ? 2 : 1);
 
-  RawMpi(rank, size, message_bytes, raw_seconds, &report);
+  RawMpi(rank, size, servers, message_bytes, raw_seconds, &report);
 
   if (transport == "mpi") {
-    if (rank == 0) {
+    if (rank < servers) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
       const perserve::mpi::ServerInfo info{schema, 0.6, capacity};
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
                                                         perserve::service::MpiTransport::ClientRoles(joined));
-      Serve(&mpi_transport, schema, capacity, &report);
+      Serve(&mpi_transport, schema, capacity, joined.shard, &report);
     } else if (rank == size - 1) {
       MpiLearner(seconds, &report);
     } else {
@@ -288,7 +302,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       zmq_transport = std::make_unique<ZmqTransport>(&context, name, actors + 1);
       MPI_Barrier(MPI_COMM_WORLD);  // bound before anyone connects
-      Serve(zmq_transport.get(), schema, capacity, &report);
+      Serve(zmq_transport.get(), schema, capacity, 0, &report);
     } else {
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == size - 1) {
@@ -303,31 +317,36 @@ int main(int argc, char** argv) {
   std::vector<Report> reports(rank == 0 ? size : 0);
   MPI_Gather(&report, sizeof(Report), MPI_BYTE, reports.data(), sizeof(Report), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    double items = 0, actor_seconds = 0;
-    for (int r = 1; r < size - 1; ++r) {
+    double items = 0, actor_seconds = 0, raw_bytes = 0, raw_seconds_max = 0;
+    for (int r = servers; r < size - 1; ++r) {
       items += reports[r].items;
       actor_seconds = std::max(actor_seconds, reports[r].seconds);
+    }
+    for (int r = 0; r < servers; ++r) {
+      raw_bytes += reports[r].raw_bytes;
+      raw_seconds_max = std::max(raw_seconds_max, reports[r].raw_seconds);
     }
     const Report& learner = reports[size - 1];
     const double item_bytes = static_cast<double>(schema.ItemBytes());
     const double items_per_s = items / actor_seconds;
     const double intake_mb_s = items_per_s * item_bytes / 1e6;
-    const double raw_mb_s = report.raw_bytes / report.raw_seconds / 1e6;
+    const double raw_mb_s = raw_bytes / raw_seconds_max / 1e6;
     // Compare like with like: the raw figure counts whole messages, so scale intake to message bytes.
     const double intake_message_mb_s = items_per_s / kIntakeBatch * static_cast<double>(message_bytes) / 1e6;
     const std::string json = fmt::format(
-        "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, \"actors\": {}, "
+        "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, \"servers\": {}, "
+        "\"actors\": {}, "
         "\"seconds\": {:.3f}, \"items_in\": {:.0f}, \"items_per_s\": {:.1f}, \"intake_mb_per_s\": {:.2f}, "
         "\"samples_per_s\": {:.1f}, \"updates_per_s\": {:.1f}, \"sample_latency_ms\": {{\"median\": {:.4f}, "
         "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}}}\n",
-        transport, size_name, schema.ItemBytes(), message_bytes, actors, actor_seconds, items, items_per_s,
+        transport, size_name, schema.ItemBytes(), message_bytes, servers, actors, actor_seconds, items, items_per_s,
         intake_mb_s, learner.samples / learner.seconds, learner.updates / learner.seconds,
         learner.latency_median_ms, learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s);
-    fmt::print("transport {} | {} transitions ({} B) | {} actors\n"
+    fmt::print("transport {} | {} servers | {} transitions ({} B) | {} actors\n"
                "  intake        {:>12.0f} items/s  {:>9.1f} MB/s  ({:.2f}x raw MPI: {:.1f} MB/s in {}-byte messages)\n"
                "  learner       {:>12.0f} samples/s, {:.0f} updates/s, sample of {} latency median {:.3f} ms, p99 "
                "{:.3f} ms\n",
-               transport, size_name, schema.ItemBytes(), actors, items_per_s, intake_mb_s,
+               transport, servers, size_name, schema.ItemBytes(), actors, items_per_s, intake_mb_s,
                intake_message_mb_s / raw_mb_s, raw_mb_s, message_bytes, learner.samples / learner.seconds,
                learner.updates / learner.seconds, kSampleBatch, learner.latency_median_ms, learner.latency_p99_ms);
     if (!out.empty()) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs scripts/slurm/*.sbatch end to end on a single-node Slurm that this test
-# stands up and tears down: slurmctld and three slurmd (n1, n2, n3, all on
+# stands up and tears down: slurmctld and four slurmd (n1..n4, all on
 # localhost, each with its own spool and TmpFS so PMIx directories do not
-# collide), partitions "gpu" (n1, n3) and "cpu" (n2), auth/none. The job
+# collide), partitions "gpu" (n1, n3, n4: the het job's two replay ranks and
+# its learner, components of a het job never share a node) and "cpu" (n2),
+# auth/none. The job
 # scripts run as written except for the #SBATCH resource counts, shrunk to
 # this tiny cluster, and --gpus, dropped (no GPUs here).
 #
@@ -30,7 +32,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir -p "$dir"/{state,log,spool/n1,spool/n2,spool/n3,tmp/n1,tmp/n2,tmp/n3,jobs}
+mkdir -p "$dir"/{state,log,spool/n1,spool/n2,spool/n3,spool/n4,tmp/n1,tmp/n2,tmp/n3,tmp/n4,jobs}
 cpus=$(nproc)  # slurmd drains a node that claims more CPUs than the host has
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=perservetest
@@ -61,15 +63,16 @@ AccountingStorageType=accounting_storage/none
 NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17001 CPUs=$cpus RealMemory=2000
 NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17002 CPUs=$cpus RealMemory=2000
 NodeName=n3 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17003 CPUs=$cpus RealMemory=2000
-PartitionName=gpu Nodes=n1,n3 MaxTime=INFINITE State=UP OverSubscribe=FORCE
+NodeName=n4 NodeHostname=localhost NodeAddr=127.0.0.1 Port=17004 CPUs=$cpus RealMemory=2000
+PartitionName=gpu Nodes=n1,n3,n4 MaxTime=INFINITE State=UP OverSubscribe=FORCE
 PartitionName=cpu Nodes=n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
-PartitionName=all Nodes=n[1-3] MaxTime=INFINITE State=UP OverSubscribe=FORCE
+PartitionName=all Nodes=n[1-4] MaxTime=INFINITE State=UP OverSubscribe=FORCE
 CONF
 export SLURM_CONF=$dir/slurm.conf
 slurmctld -D >"$dir/log/slurmctld.out" 2>&1 &
 pids+=($!)
 sleep 2
-for node in n1 n2 n3; do
+for node in n1 n2 n3 n4; do
   slurmd -D -N "$node" >"$dir/log/slurmd-$node.out" 2>&1 &
   pids+=($!)
 done
@@ -101,9 +104,9 @@ diagnose() {  # what Slurm and the processes say about jobs that did not end
   ps -eo pid,stat,wchan:24,etime,args | grep -E 'perserve|slurmstepd|srun' | grep -v grep | sed 's/^/   ps: /' | cut -c1-200
   for log in "$dir"/log/slurmd-*.log; do echo "   $(basename "$log"):"; tail -n 6 "$log" | sed 's/^/     /'; done
 }
-run_job() {  # run_job NAME SCRIPT: submits a shrunk copy, waits, checks its output
-  local name=$1 script=$2 copy="$dir/jobs/$1.sbatch" out="$dir/jobs/$1.out"
-  sed -e 's/ --gpus=1//' \
+run_job() {  # run_job NAME SCRIPT [REGEX]: submits a shrunk copy, waits, checks its output (and REGEX in it)
+  local name=$1 script=$2 expect=${3:-} copy="$dir/jobs/$1.sbatch" out="$dir/jobs/$1.out"
+  sed -e 's/ --gpus=1//' -e 's/ --gpus-per-node=1//' \
       -e 's/--nodes=2 --ntasks=8/--nodes=1 --ntasks=2/' \
       -e 's/^#SBATCH --nodes=2$/#SBATCH --nodes=3 --partition=all/' \
       -e 's/^#SBATCH --ntasks=10$/#SBATCH --ntasks=4/' \
@@ -131,8 +134,10 @@ run_job() {  # run_job NAME SCRIPT: submits a shrunk copy, waits, checks its out
   grep -q "final: .* 0 errors" "$out" 2>/dev/null || { echo "   no clean server summary"; failures=$((failures + 1)); }
   grep -q "learner\] done" "$out" 2>/dev/null || { echo "   the learner did not finish"; failures=$((failures + 1)); }
   grep -q "actor\] sent" "$out" 2>/dev/null || { echo "   no actor finished"; failures=$((failures + 1)); }
+  [ -z "$expect" ] || grep -qE "$expect" "$out" 2>/dev/null || { echo "   no line matches: $expect"; failures=$((failures + 1)); }
 }
-run_job hetjob "$repo/scripts/slurm/perserve-hetjob.sbatch"
+# The het job's two replay ranks, one a node, are shards of one replay.
+run_job hetjob "$repo/scripts/slurm/perserve-hetjob.sbatch" "shard 1 of 2 \(servers at ranks 0-1"
 run_job single "$repo/scripts/slurm/perserve-single.sbatch"
 if [ "$failures" -ne 0 ]; then
   echo "slurm job scripts: $failures checks failed"
