@@ -132,11 +132,12 @@ struct ShardSampleRequest {
 struct ShardSampleReply {
   int64_t count = 0;
   int64_t size = 0;         // items the shard holds
+  int64_t items_added = 0;  // items it ever stored
   double total = 0.0;       // its tree's total
   double min_leaf = 0.0;    // its smallest leaf ever set (+inf when none)
   bool ready = false;       // size >= its --min-size-to-sample
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, size, total, min_leaf, ready); }
+  void serialize(Archive& ar) { ar(count, size, items_added, total, min_leaf, ready); }
 };
 
 struct UpdateRequest {

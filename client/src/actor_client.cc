@@ -84,12 +84,24 @@ Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priori
   return Status::Ok();
 }
 
-Status ActorClient::CollectOldest() {
+Status ActorClient::CanAdd(bool* ready) {
+  if (closed_) return Status::FailedPrecondition("the actor is closed");
+  bool collected = true;
+  while (!in_flight_.empty() && collected) PERSERVE_RETURN_IF_ERROR(CollectOldest(/*wait=*/false, &collected));
+  *ready = static_cast<int>(in_flight_.size()) < options_.max_in_flight;
+  return Status::Ok();
+}
+
+Status ActorClient::CollectOldest(bool wait, bool* collected) {
   const uint64_t id = in_flight_.front();
-  in_flight_.pop_front();
   std::vector<std::byte> message;
   proto::Frame frame;
-  Status status = connection_->AwaitReply(id, &message, &frame);
+  bool arrived = true;
+  Status status = wait ? connection_->AwaitReply(id, &message, &frame)
+                       : connection_->PollReply(id, &arrived, &message, &frame);
+  if (collected != nullptr) *collected = arrived;
+  if (!arrived) return status;  // OK unless the poll itself failed
+  in_flight_.pop_front();
   proto::AddReply reply;
   if (status.ok()) status = proto::DecodeMeta(frame, &reply);
   if (status.ok()) {

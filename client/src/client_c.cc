@@ -157,6 +157,16 @@ int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* 
   });
 }
 
+int perserve_actor_can_add(perserve_actor* a, int* ready) {
+  if (a == nullptr || ready == nullptr) return Fail("actor handle or ready is NULL");
+  return Guarded([&] {
+    bool can = false;
+    const int code = Report(a->client->CanAdd(&can));
+    *ready = can ? 1 : 0;
+    return code;
+  });
+}
+
 int perserve_actor_flush(perserve_actor* a) {
   if (a == nullptr) return Fail("actor handle is NULL");
   return Guarded([&] { return Report(a->client->Flush()); });
@@ -199,6 +209,19 @@ perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int ma
 }
 
 int perserve_learner_shards(const perserve_learner* l) { return l == nullptr ? -1 : l->client->shards(); }
+
+int perserve_learner_info(perserve_learner* l, int64_t* size, int64_t* items_added, double* total) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] {
+    perserve::ReplayInfo info;
+    const int code = Report(l->client->Info(&info));
+    if (code != 0) return code;
+    if (size != nullptr) *size = info.size;
+    if (items_added != nullptr) *items_added = info.items_added;
+    if (total != nullptr) *total = info.total;
+    return 0;
+  });
+}
 
 perserve_learner* perserve_learner_join(MPI_Fint comm) {
   return perserve_learner_join_with(comm, 0, perserve::ClientOptions{}.max_in_flight);

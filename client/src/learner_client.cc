@@ -60,6 +60,38 @@ const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
 int LearnerClient::shards() const { return connection_->shard_count(); }
 
+Status LearnerClient::Info(ReplayInfo* info) {
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  const int shards = connection_->shard_count();
+  std::vector<uint64_t> ids(static_cast<size_t>(shards));
+  for (int shard = 0; shard < shards; ++shard) {
+    PERSERVE_RETURN_IF_ERROR(client_internal::SendShardSample(connection_.get(), shard, {}, /*wait=*/false, 0.0,
+                                                              &ids[static_cast<size_t>(shard)]));
+  }
+  ReplayInfo sum;
+  sum.shards = shards;
+  Status first_error;
+  for (uint64_t id : ids) {  // every answer is taken, even after an error
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    proto::ShardSampleReply reply;
+    Status status = connection_->AwaitReply(id, &message, &frame);
+    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
+    if (!status.ok()) {
+      if (first_error.ok()) first_error = status;
+      continue;
+    }
+    sum.size += reply.size;
+    sum.items_added += reply.items_added;
+    sum.total += reply.total;
+    sum.shards_ready += reply.ready ? 1 : 0;
+  }
+  PERSERVE_RETURN_IF_ERROR(first_error);
+  *info = sum;
+  return Status::Ok();
+}
+
 Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));

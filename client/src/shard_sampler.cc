@@ -82,8 +82,8 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   }
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    PERSERVE_RETURN_IF_ERROR(
-        SendOne(connection, static_cast<int>(s), 0, /*wait=*/true, {}, request->timeout_seconds, &request->ids[s]));
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true,
+                                             request->timeout_seconds, &request->ids[s]));
   }
   return Status::Ok();
 }
@@ -93,19 +93,20 @@ Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
     // A shard given no strata is still asked for its state (at once).
-    PERSERVE_RETURN_IF_ERROR(SendOne(connection, static_cast<int>(s), static_cast<int64_t>(fractions.size()),
-                                     /*wait=*/!fractions.empty(), fractions, request->timeout_seconds,
-                                     &request->ids[s]));
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), fractions,
+                                             /*wait=*/!fractions.empty(), request->timeout_seconds,
+                                             &request->ids[s]));
   }
   return Status::Ok();
 }
 
-Status ShardSampler::SendOne(Connection* connection, int shard, int64_t count, bool wait,
-                             std::span<const double> fractions, double timeout_seconds, uint64_t* id) {
+Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
+                       double timeout_seconds, uint64_t* id) {
   *id = connection->NextRequestId();
   std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
   proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
-                     proto::ShardSampleRequest{count, wait, timeout_seconds}, {std::as_bytes(fractions)}, &frame);
+                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds},
+                     {std::as_bytes(fractions)}, &frame);
   return connection->SendTo(shard, std::move(frame));
 }
 

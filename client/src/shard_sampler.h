@@ -61,6 +61,11 @@ struct ShardPlan {
 Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
                        ShardPlan* plan);
 
+// Sends shard `shard` a ShardSampleRequest: draw at `fractions` (none: only
+// report its state, at once or with `wait` once it is ready); *id its request id.
+Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
+                       double timeout_seconds, uint64_t* id);
+
 // One sample request over the shards, from its sending to its reply.
 struct ShardedRequest {
   int64_t batch_size = 0;
@@ -88,8 +93,6 @@ class ShardSampler {
 
  private:
   Status SendPlanned(Connection* connection, ShardedRequest* request);
-  Status SendOne(Connection* connection, int shard, int64_t count, bool wait, std::span<const double> fractions,
-                 double timeout_seconds, uint64_t* id);
   // Takes shard `shard`'s reply to `id`, updating its state; *frame and
   // *message hold it on success.
   Status Take(Connection* connection, int shard, uint64_t id, std::vector<std::byte>* message,

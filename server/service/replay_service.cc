@@ -336,7 +336,11 @@ void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<
     sample_.slots.clear();
   }
   for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);
-  const proto::ShardSampleReply meta{count, replay_->size(), replay_->tree().Total(), replay_->tree().Min(),
+  const proto::ShardSampleReply meta{count,
+                                     replay_->size(),
+                                     replay_->counters().items_added,
+                                     replay_->tree().Total(),
+                                     replay_->tree().Min(),
                                      replay_->size() >= limiter_.options().min_size_to_sample};
   const size_t column_bytes = static_cast<size_t>(count * replay_->store().schema().ItemBytes());
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));

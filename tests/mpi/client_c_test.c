@@ -181,8 +181,10 @@ static double now_seconds(void) {
 }
 
 static int run_learner(void) {
-  perserve_learner* learner = perserve_learner_join_with(MPI_Comm_c2f(MPI_COMM_WORLD), 2, 4);
+  /* Exact shard totals: nothing to ask with one server, but the flag is taken. */
+  perserve_learner* learner = perserve_learner_join_sharded(MPI_Comm_c2f(MPI_COMM_WORLD), 2, 4, 1);
   CHECK(learner != NULL);
+  CHECK(perserve_learner_shards(learner) == 1);
   CHECK(strcmp(perserve_schema_string(perserve_learner_schema(learner)), "id:int64:;x:float32:2") == 0);
   enum { kBatch = 32 };
   uint64_t keys[kBatch];

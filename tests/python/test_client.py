@@ -245,6 +245,55 @@ def test_peers_broadcast_weights_without_the_server(client, role):
         comm.Free()
 
 
+def test_weight_broadcast_rounds_never_block_and_end_with_stop(client, role, peers):
+    source = np.arange(500, dtype=np.float32) if role == "learner" else None
+    weights = perserve.WeightBroadcast(peers, source=source)
+    assert np.array_equal(weights.weights, np.arange(500, dtype=np.float32))  # the first, to everyone
+    assert weights.is_source == (role == "learner")
+    if role == "learner":
+        sent = 0
+        for k in range(1, 200):
+            sent += weights.publish(np.full(500, k, dtype=np.float32))  # False while a round travels
+        assert sent >= 1
+        peers.Barrier()  # the actor polls only now: rounds wait for it, the learner did not
+        weights.close()
+        assert weights.stopped
+        with pytest.raises(RuntimeError, match="closed"):
+            weights.publish(np.zeros(500, np.float32))
+        peers.send(sent, dest=0)
+    else:
+        peers.Barrier()
+        newest = weights.wait()                 # at least the first round
+        while not weights.stopped:
+            newest = weights.wait()
+        sent = peers.recv(source=1)
+        assert weights.rounds == sent + 1       # every published round, then the stop
+        assert newest[0] == newest[-1] and newest[0] >= 1  # a round is whole: one k throughout
+        assert weights.poll() is None
+        with pytest.raises(RuntimeError, match="only the peer that passed source weights"):
+            weights.publish(np.zeros(500, np.float32))
+
+
+def test_info_counts_the_replay_and_add_need_not_block(client, role, peers):
+    if role == "actor":
+        client.flush()
+    peers.Barrier()  # every earlier add is stored
+    if role == "learner":
+        before = client.info()
+        assert isinstance(before, perserve.ReplayInfo)
+        assert before.shards == 1 and before.shards_ready == 1
+        assert before.items_added >= N_ITEMS and 0 < before.size <= before.items_added and before.total > 0
+    peers.Barrier()
+    if role == "actor":
+        # Nothing in flight: sent at once. (Held back by a rate limiter, it
+        # would return False and send nothing: test_rate_limited_add below.)
+        assert client.add(batch(np.arange(20)), block=False) is True
+        client.flush()
+    peers.Barrier()
+    if role == "learner":
+        assert client.info().items_added == before.items_added + 20
+
+
 def test_close_is_idempotent_and_final(client, role):
     client.close()
     client.close()

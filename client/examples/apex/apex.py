@@ -7,27 +7,28 @@ last rank), all with this file (`python3 -m mpi4py apex.py`).
 
 Actor i acts epsilon-greedily with eps_i = 0.4^(1 + 7 i / (N - 1)) from its
 NumPy copy of the network, makes 3-step transitions and their initial
-priorities (|TD| under that copy) and adds them 50 at a time. The learner
-samples 512 (prefetching), takes a double-DQN step, sends |TD| back as
-priorities, and every `--sync-every` steps broadcasts its weights over the
-peers communicator (every rank but the server's). Each broadcast is an
-MPI_Ibcast that actors keep posted and test once per environment step, so
-neither side waits for the other; after it, an MPI_Ireduce brings the
-actors' environment step counts to the learner. A stop flag in the last
-broadcast ends the actors. The learner evaluates the greedy policy (20
+priorities (|TD| under that copy) and adds them 50 at a time (without
+blocking: an actor the server's rate limiter holds back keeps taking weight
+rounds). The learner samples 512 (prefetching), takes a double-DQN step,
+sends |TD| back as priorities, and every `--sync-every` steps publishes its
+weights with perserve.WeightBroadcast over the peers communicator (every rank
+but the server's): rounds of MPI_Ibcast that actors poll once per
+environment step, so neither side waits for the other; the last round tells
+the actors to stop. The learner counts environment steps as the transitions
+the replay received (Learner.info), evaluates the greedy policy (20
 episodes) every 2 s and stops when the mean reaches 475 or time is up.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 import perserve
-from agent import (Config, DoubleDQN, FlatWeights, NStepBuffer, act, apex_epsilon, evaluate, initial_priorities,
-                   num_weights)
+from agent import Config, DoubleDQN, FlatWeights, NStepBuffer, act, apex_epsilon, evaluate, initial_priorities, num_weights
 from cartpole import CartPole
 from results import RunLog
 
@@ -46,120 +47,38 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-class WeightSync:
-    """The learner's weights to the actors and the actors' step counts back,
-    over the peers communicator, without blocking either side. Round k is an
-    Ibcast of [weights..., stop] from the learner, then an Ireduce (sum) of
-    [env steps, episodes] to it; every peer posts the rounds in that order.
-    An actor posts round k's Ireduce (with its counts then) and round k+1's
-    Ibcast once round k's Ibcast has arrived."""
-
-    def __init__(self, peers: MPI.Comm, root: int) -> None:
-        self.peers, self.root = peers, root
-        self.weights = np.zeros(num_weights() + 1, dtype=np.float32)  # the last element: stop
-        self.totals = np.zeros(2, dtype=np.int64)
-        self.env_steps = 0  # the actors' sum at the last completed round
-        self.history: list[tuple[float, int]] = []  # (seconds the round was posted, env steps)
-        self.requests: list[MPI.Request] = []
-        self._sends: list[tuple[MPI.Request, np.ndarray]] = []  # an actor's Ireduces still in flight
-
-    # The learner's side.
-    def broadcast(self, seconds: float) -> None:
-        self._zeros = np.zeros(2, dtype=np.int64)
-        self.requests = [self.peers.Ibcast(self.weights, root=self.root),
-                         self.peers.Ireduce(self._zeros, self.totals, op=MPI.SUM, root=self.root)]
-        self._posted_at = seconds
-
-    def round_done(self) -> bool:
-        if MPI.Request.Testall(self.requests):
-            self._completed()
-            return True
-        return False
-
-    def wait(self) -> None:
-        MPI.Request.Waitall(self.requests)
-        self._completed()
-
-    def _completed(self) -> None:
-        if self.env_steps != int(self.totals[0]) or not self.history:
-            self.env_steps = int(self.totals[0])
-            self.history.append((self._posted_at, self.env_steps))
-
-    def env_steps_at(self, seconds: float) -> int:
-        """The actors' steps at that time, interpolated between the rounds'
-        counts (each taken as the actors received the round's weights, just
-        after the learner posted it)."""
-        times, steps = zip(*self.history)
-        return int(np.interp(seconds, times, steps))
-
-    # An actor's side.
-    def receive(self) -> None:
-        self.requests = [self.peers.Ibcast(self.weights, root=self.root)]
-
-    def arrived(self) -> bool:
-        return self.requests[0].Test()
-
-    def wait_arrived(self) -> None:
-        self.requests[0].Wait()
-
-    def report(self, steps: int, episodes: int) -> None:
-        counts = np.array([steps, episodes], dtype=np.int64)  # a buffer per send: in use until it completes
-        self._sends = [(r, c) for r, c in self._sends if not r.Test()]
-        self._sends.append((self.peers.Ireduce(counts, None, op=MPI.SUM, root=self.root), counts))
-
-    def finish(self) -> None:
-        MPI.Request.Waitall([r for r, _ in self._sends])
-
-
-def complete_round(sync: WeightSync, learner: perserve.Learner, batch_size: int, beta: float) -> None:
-    """Waits for the round in flight. An actor the server's rate limiter holds
-    in `add` sees no round until the learner samples again: sample (and drop)
-    meanwhile."""
-    while not sync.round_done():
-        try:
-            learner.sample(batch_size, beta=beta, timeout=1.0)
-        except (perserve.FailedPreconditionError, perserve.DeadlineExceededError):
-            pass  # no actor is left to add (they have all seen the round), or none was held
-
-
 def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
     actors = comm.size - 2
     log = RunLog(args.out, config.solved_return, agent="apex", actors=actors, seed=args.seed,
                  batch_size=args.batch_size, sync_every=args.sync_every, n_step=config.n_step,
                  samples_per_insert=args.samples_per_insert)
     dqn = DoubleDQN(config, args.seed)
-    eval_weights = np.zeros(num_weights(), dtype=np.float32)
+    flat = np.zeros(num_weights(), dtype=np.float32)
     with perserve.Learner(comm, prefetch=2) as learner:
         peers = learner.peers()
-        sync = WeightSync(peers, root=peers.rank)
-        dqn.flat_weights(sync.weights)
+        weights = perserve.WeightBroadcast(peers, source=dqn.flat_weights(flat))  # every actor leaves with them
         log.restart()  # the clock starts when the actors can act
-        sync.broadcast(0.0)  # round 0: the actors' first weights
-        next_eval = 0.0
+        next_eval, next_sync = 0.0, args.sync_every
         solved = False
         while not solved and log.seconds() < args.seconds:
             batch = learner.sample(args.batch_size, beta=config.priority_beta, timeout=60.0)
             td = dqn.train(batch.columns, batch.weights)
             learner.update_priorities(batch.keys, td)
-            if dqn.steps % args.sync_every == 0 and sync.round_done():
-                dqn.flat_weights(sync.weights)
-                sync.broadcast(log.seconds())
+            # A round starts once the last one has left; until then, train on.
+            if dqn.steps >= next_sync and weights.publish(dqn.flat_weights(flat)):
+                next_sync = dqn.steps + args.sync_every
             if log.seconds() >= next_eval:
                 seconds = log.seconds()
-                sync.round_done()
-                mean = evaluate(FlatWeights(dqn.flat_weights(eval_weights)), config.eval_episodes,
+                env_steps = learner.info().items_added  # a transition per environment step
+                mean = evaluate(FlatWeights(dqn.flat_weights(flat)), config.eval_episodes,
                                 seed=args.seed * 1000 + len(log.evaluations))
-                solved = log.record(mean, sync.env_steps, dqn.steps, seconds)
+                solved = log.record(mean, env_steps, dqn.steps, seconds)
                 next_eval = log.seconds() + config.eval_every_seconds
-        complete_round(sync, learner, args.batch_size, config.priority_beta)
-        sync.weights[-1] = 1.0  # stop
-        sync.broadcast(log.seconds())
-        complete_round(sync, learner, args.batch_size, config.priority_beta)
-        for point in log.evaluations:  # exact counts only at rounds: interpolate between them
-            point["env_steps"] = sync.env_steps_at(point["seconds"])  # log.solved_at is one of them
+        weights.close()  # the last round tells the actors to stop
+        env_steps = learner.info().items_added
         updates = learner.flush()
         peers.Free()
-    results = log.write(env_steps=int(sync.totals[0]), episodes=int(sync.totals[1]), learner_steps=dqn.steps,
+    results = log.write(env_steps=env_steps, learner_steps=dqn.steps, weight_rounds=weights.rounds,
                         priority_updates_applied=updates.applied, priority_updates_stale=updates.stale)
     print(f"learner: solved={results['solved']} seconds_to_solve={results['seconds_to_solve']} "
           f"env_steps_to_solve={results['env_steps_to_solve']} best={results['best_greedy_return']} "
@@ -174,28 +93,32 @@ def run_actor(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
     nstep = NStepBuffer(config.n_step, config.gamma)
     with perserve.Actor(comm) as actor:
         peers = actor.peers()
-        sync = WeightSync(peers, root=peers.size - 1)
-        sync.receive()
-        sync.wait_arrived()  # the first weights
+        weights = perserve.WeightBroadcast(peers)  # the learner's first weights
+        q = FlatWeights(weights.weights)
         obs = env.reset()
-        steps = episodes = 0
-        while True:
-            if sync.arrived():  # a round's weights (or the stop)
-                sync.report(steps, episodes)
-                if sync.weights[-1] != 0.0:
-                    break
-                q = FlatWeights(sync.weights[:-1].copy())
-                sync.receive()
+        steps = episodes = held = 0
+        while not weights.stopped:
+            if weights.poll() is not None and not weights.stopped:  # the newest round's weights
+                q = FlatWeights(weights.weights)
             obs, ended = act(env, q, nstep, obs, epsilon, rng)
             steps += 1
             episodes += ended
             if len(nstep) >= config.add_batch:
                 columns = nstep.take()
-                actor.add(columns, priorities=initial_priorities(q, columns))
-        sync.finish()
+                # The server's rate limiter may hold this actor back: wait for
+                # it here, still taking weight rounds (and the stop).
+                while not actor.add(columns, priorities=initial_priorities(q, columns), block=False):
+                    held += 1
+                    if weights.poll() is not None and not weights.stopped:
+                        q = FlatWeights(weights.weights)
+                    if weights.stopped:
+                        break
+                    time.sleep(0.001)
+        weights.close()
         actor.flush()
         peers.Free()
-    print(f"actor {index}: epsilon={epsilon:.4f} env_steps={steps} episodes={episodes}", flush=True)
+    print(f"actor {index}: epsilon={epsilon:.4f} env_steps={steps} episodes={episodes} "
+          f"rounds={weights.rounds} held={held}", flush=True)
 
 
 def main() -> int:

@@ -112,6 +112,15 @@ struct SampleBatch {
   std::vector<std::byte> message;     // owns the bytes `columns` point into
 };
 
+// What the replay holds, over all its server ranks (LearnerClient::Info).
+struct ReplayInfo {
+  int64_t size = 0;         // items stored
+  int64_t items_added = 0;  // items ever stored (acknowledged adds)
+  double total = 0.0;       // sum of the leaves, priority^alpha
+  int shards = 0;           // server ranks
+  int shards_ready = 0;     // those holding their --min-size-to-sample
+};
+
 struct UpdateResult {
   int64_t applied = 0;
   int64_t stale = 0;    // keys whose items had been overwritten: dropped by the server
@@ -150,6 +159,12 @@ class ActorClient {
   Status Add(const ColumnSpans& batch, std::span<const double> priorities = {});
   Status Add(const BatchView& batch, std::span<const double> priorities = {});
 
+  // Takes the acknowledgements that have arrived, without waiting, and sets
+  // *ready to whether an Add would send at once (fewer than max_in_flight
+  // batches unacknowledged). An actor whose adds the server's rate limiter
+  // holds back can go on (receive weights, act) instead of waiting in Add.
+  Status CanAdd(bool* ready);
+
   // Waits until every batch sent has been acknowledged. Every rejected batch
   // is reported exactly once, by one Flush or Add, as a count with the first
   // error: when several were rejected since the last report, the status has
@@ -179,7 +194,9 @@ class ActorClient {
   ActorClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
   // Close() from the MPI_Finalize hook, saying so on stderr.
   void CloseAtFinalize();
-  Status CollectOldest();
+  // Takes the oldest batch's acknowledgement: waits for it, or with `wait`
+  // false sets *collected false when it has not arrived.
+  Status CollectOldest(bool wait = true, bool* collected = nullptr);
   // The rejections not yet reported as one status (OK if none), cleared.
   Status TakePendingError(bool instead_of_send);
 
@@ -224,6 +241,9 @@ class LearnerClient {
   int samples_in_flight() const { return static_cast<int>(pending_samples_.size()); }
   // The server ranks (shards) this learner samples over.
   int shards() const;
+  // Asks every server rank for its state (one round trip, answered at once
+  // whatever the replay holds): sizes, items ever added, totals.
+  Status Info(ReplayInfo* info);
 
   // New priorities (finite, > 0, checked here) for sampled keys; waits for
   // the answer.

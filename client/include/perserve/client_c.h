@@ -69,6 +69,11 @@ int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns,
  * and what it was given, and sends nothing. */
 int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                                const double* priorities);
+/* *ready = 1 when perserve_actor_add would send at once (fewer than
+ * max_in_flight batches unacknowledged; acknowledgements that arrived are
+ * taken, nothing waits), else 0: an actor the rate limiter holds back can go
+ * on acting instead of waiting in add. */
+int perserve_actor_can_add(perserve_actor* a, int* ready);
 /* Every batch the server rejected is reported once: a count with the first
  * error ("3 earlier batches were rejected; the first: ..."). */
 int perserve_actor_flush(perserve_actor* a);
@@ -91,6 +96,10 @@ perserve_learner* perserve_learner_join_sharded(MPI_Fint comm, int prefetch, int
                                                 int exact_shard_totals);
 /* How many server ranks (shards) the learner samples over. */
 int perserve_learner_shards(const perserve_learner* l);
+/* The replay's state over all its server ranks, asked now (one round trip,
+ * answered at once): items stored, items ever added, the sum of the leaves.
+ * Any output may be NULL. */
+int perserve_learner_info(perserve_learner* l, int64_t* size, int64_t* items_added, double* total);
 const perserve_schema* perserve_learner_schema(const perserve_learner* l);
 int perserve_learner_num_columns(const perserve_learner* l);
 int64_t perserve_learner_column_bytes(const perserve_learner* l, int column);

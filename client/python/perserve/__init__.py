@@ -13,13 +13,15 @@
 Run under mpirun beside perserve-server, with ``python3 -m mpi4py script.py``
 so that an uncaught exception on one rank aborts the whole job.
 """
-from .client import Actor, Bystander, Column, Learner, Sample, UpdateResult, join_bystander
+from .client import Actor, Bystander, Column, Learner, ReplayInfo, Sample, UpdateResult, join_bystander
+from .weights import WeightBroadcast
 from .errors import (Error, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      OutOfRangeError, ResourceExhaustedError, UnavailableError, UnimplementedError,
                      DeadlineExceededError)
 
 __all__ = [
-    "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample", "UpdateResult",
+    "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample", "UpdateResult", "ReplayInfo",
+    "WeightBroadcast",
     "Error", "InvalidArgumentError", "OutOfRangeError", "FailedPreconditionError", "UnavailableError",
     "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError", "DeadlineExceededError",
 ]

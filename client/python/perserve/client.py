@@ -59,6 +59,15 @@ class UpdateResult(NamedTuple):
     dropped: int  # bad priorities the server dropped (perserve-server --drop-bad-priorities)
 
 
+class ReplayInfo(NamedTuple):
+    """What the replay holds, over all its server ranks (Learner.info)."""
+    size: int          # items stored
+    items_added: int   # items ever stored (every actor's acknowledged adds)
+    total: float       # sum of the leaves, priority^alpha
+    shards: int        # server ranks
+    shards_ready: int  # those holding their --min-size-to-sample
+
+
 class Column(NamedTuple):
     """One column of the replay's schema: what each item holds."""
     name: str
@@ -175,17 +184,24 @@ class Actor(_Client):
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
-    def add(self, columns: Mapping[str, Any], priorities: Any = None) -> None:
+    def add(self, columns: Mapping[str, Any], priorities: Any = None, *, block: bool = True) -> bool:
         """Adds n transitions: ``columns`` maps every column name to an array
         of shape ``(n,) + column.shape`` and the column's dtype; priorities
-        None (the server's running maximum) or n floats, finite and >= 0."""
+        None (the server's running maximum) or n floats, finite and >= 0.
+        Waits while ``max_in_flight`` batches are unacknowledged; with
+        ``block=False`` it does not: it sends nothing and returns False
+        (the server's rate limiter is holding the actor back: act, take new
+        weights, and add again later). Returns True when the batch was sent."""
         handle = self._live()
         size, arrays = _check_columns(self._schema, columns)
         if priorities is not None:
             priorities = np.ascontiguousarray(priorities, dtype=np.float64)
             if priorities.shape != (size,):
                 raise InvalidArgumentError(f"{priorities.size} priorities for {size} items; nothing was sent")
+        if not block and not handle.can_add():
+            return False
         handle.add(size, arrays, priorities)
+        return True
 
     def flush(self) -> None:
         """Waits until every batch is acknowledged; raises for batches the
@@ -252,6 +268,12 @@ class Learner(_Client):
         self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight, exact_shard_totals)
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
+
+    def info(self) -> "ReplayInfo":
+        """The replay's state now, over all its server ranks (one round trip,
+        answered at once): items stored, items ever added, the sum of the
+        leaves, server ranks, and those holding their minimum size."""
+        return ReplayInfo(*self._live().info())
 
     @property
     def shards(self) -> int:

@@ -137,6 +137,11 @@ class Actor : public Guarded<ActorClient> {
 
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
+  bool can_add() {
+    bool ready = false;
+    Locked([&] { return client_->CanAdd(&ready); });
+    return ready;
+  }
   int64_t items_acknowledged() const { return client_->items_acknowledged(); }
   int64_t rejected_batches() const { return client_->rejected_batches(); }
 
@@ -156,6 +161,11 @@ class Learner : public Guarded<LearnerClient> {
   py::list schema() const { return SchemaColumns(client_->schema()); }
   std::string schema_string() const { return client_->schema().ToString(); }
   int shards() const { return client_->shards(); }
+  py::tuple info() {
+    ReplayInfo info;
+    Locked([&] { return client_->Info(&info); });
+    return py::make_tuple(info.size, info.items_added, info.total, info.shards, info.shards_ready);
+  }
 
   py::tuple sample(int64_t batch_size, double beta, double timeout_seconds) {
     SampleBatch batch;
@@ -228,6 +238,7 @@ PYBIND11_MODULE(_perserve, m) {
       .def("schema_string", &Actor::schema_string)
       .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"))
       .def("flush", &Actor::flush)
+      .def("can_add", &Actor::can_add)
       .def("close", &Actor::close)
       .def("peers", &Actor::peers)
       .def_property_readonly("items_acknowledged", &Actor::items_acknowledged)
@@ -238,6 +249,7 @@ PYBIND11_MODULE(_perserve, m) {
            py::arg("exact_shard_totals"))
       .def("schema", &Learner::schema)
       .def("shards", &Learner::shards)
+      .def("info", &Learner::info)
       .def("schema_string", &Learner::schema_string)
       .def("sample", &Learner::sample, py::arg("batch_size"), py::arg("beta"), py::arg("timeout_seconds"))
       .def("request_sample", &Learner::request_sample, py::arg("batch_size"), py::arg("beta"),
