@@ -105,6 +105,9 @@ static int run_actor(void) {
   CHECK(strstr(perserve_client_last_error(), "column \"x\": expected 8 bytes") != NULL);
   CHECK(strstr(perserve_client_last_error(), "given 4 bytes") != NULL);
   CHECK(perserve_actor_flush(actor) == 0);
+  int ready = 0; /* nothing in flight after a flush: an add would send at once */
+  CHECK(perserve_actor_can_add(actor, &ready) == 0 && ready == 1);
+  CHECK(perserve_actor_can_add(actor, NULL) != 0);
 
   /* Over the capacity (64): only the server knows; flush reports it. */
   enum { kBig = 65 };
@@ -198,6 +201,10 @@ static int run_learner(void) {
    * this rank: the alarm ends it instead. */
   MPI_Fint first_peers;
   CHECK(perserve_learner_peers(learner, &first_peers) == 0);
+  int64_t size = -1, added = -1;
+  double total = -1.0;
+  CHECK(perserve_learner_info(learner, &size, &added, &total) == 0); /* answered at once, empty or not */
+  CHECK(size == 0 && added == 0 && total == 0.0);
   CHECK(perserve_learner_sample_timeout(learner, 8, 0.5, -1.0, keys, NULL, NULL) != 0);
   CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
   signal(SIGALRM, on_alarm);
