@@ -122,6 +122,16 @@ void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
       }
       return;
     }
+    case MessageKind::kCheckpointRequest: {
+      Empty meta;
+      DecodeAndReencode(frame, bytes, &meta);
+      return;
+    }
+    case MessageKind::kCheckpointReply: {
+      CheckpointReply meta;
+      DecodeAndReencode(frame, bytes, &meta);
+      return;
+    }
     case MessageKind::kErrorReply: {
       ErrorReply meta;
       if (DecodeAndReencode(frame, bytes, &meta).ok()) {

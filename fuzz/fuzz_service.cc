@@ -97,6 +97,9 @@ void CheckReply(const proto::Frame& frame, int64_t item_bytes) {
       FUZZ_CHECK(frame.bulk.size() == static_cast<uint64_t>(reply.count * (2 * 8 + item_bytes)));
       return;
     }
+    case proto::MessageKind::kCheckpointReply:
+      FUZZ_CHECK(false && "a checkpoint reply from a server without --checkpoint-dir");
+      return;
     case proto::MessageKind::kUpdateReply: {
       proto::UpdateReply reply;
       FUZZ_CHECK(MetaDecodes(frame, &reply));

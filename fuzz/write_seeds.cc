@@ -78,6 +78,7 @@ std::map<std::string, Bytes> FrameSeeds() {
       {"update_reply", Frame(MessageKind::kUpdateReply, 4, proto::UpdateReply{1, 1})},
       {"shard_sample", Frame(MessageKind::kShardSampleRequest, 7, proto::ShardSampleRequest{2, true},
                              {std::as_bytes(std::span(kFractions))})},
+      {"checkpoint", Frame(MessageKind::kCheckpointRequest, 8, proto::Empty{})},
       {"close", Frame(MessageKind::kCloseRequest, 5, proto::Empty{})},
       {"close_reply", Frame(MessageKind::kCloseReply, 5, proto::Empty{})},
       {"error_reply", Frame(MessageKind::kErrorReply, 6,

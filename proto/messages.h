@@ -51,6 +51,8 @@ enum class MessageKind : uint16_t {
                              // total to draw at (a learner's share of a sample over several shards)
   kShardSampleReply = 11,    // ShardSampleReply; bulk: count uint64 keys, count double leaves, then
                              // each column in schema order, items in the request's order
+  kCheckpointRequest = 12,   // Empty; answered once a checkpoint begun after it is durable
+  kCheckpointReply = 13,     // CheckpointReply
 };
 
 // Keys carry their shard: the top kShardKeyBits bits hold the index of the
@@ -152,6 +154,12 @@ struct UpdateReply {
   int64_t dropped = 0;  // bad priorities dropped under --drop-bad-priorities
   template <class Archive>
   void serialize(Archive& ar) { ar(applied, stale, dropped); }
+};
+
+struct CheckpointReply {
+  std::string path;  // the checkpoint's directory on the server's file system
+  template <class Archive>
+  void serialize(Archive& ar) { ar(path); }
 };
 
 struct ErrorReply {

@@ -210,6 +210,25 @@ perserve_learner* perserve_learner_join_with(MPI_Fint comm, int prefetch, int ma
 
 int perserve_learner_shards(const perserve_learner* l) { return l == nullptr ? -1 : l->client->shards(); }
 
+int perserve_learner_checkpoint(perserve_learner* l, char* paths, size_t capacity) {
+  if (l == nullptr || paths == nullptr) return Fail("learner handle or paths is NULL");
+  return Guarded([&] {
+    std::vector<std::string> written;
+    const int code = Report(l->client->Checkpoint(&written));
+    if (code != 0) return code;
+    std::string joined;
+    for (const std::string& path : written) joined += (joined.empty() ? "" : "\n") + path;
+    if (joined.size() + 1 > capacity) {
+      SetLastError(Code::kOutOfRange, ("the checkpoint paths take " + std::to_string(joined.size() + 1) +
+                                       " bytes; " + std::to_string(capacity) + " given")
+                                          .c_str());
+      return 1;
+    }
+    std::memcpy(paths, joined.c_str(), joined.size() + 1);
+    return 0;
+  });
+}
+
 int perserve_learner_info(perserve_learner* l, int64_t* size, int64_t* items_added, double* total) {
   if (l == nullptr) return Fail("learner handle is NULL");
   return Guarded([&] {

@@ -60,6 +60,31 @@ const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
 int LearnerClient::shards() const { return connection_->shard_count(); }
 
+Status LearnerClient::Checkpoint(std::vector<std::string>* paths) {
+  if (closed_) return Status::FailedPrecondition("the learner is closed");
+  PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
+  const int shards = connection_->shard_count();
+  std::vector<uint64_t> ids;
+  for (int shard = 0; shard < shards; ++shard) {
+    ids.push_back(connection_->NextRequestId());
+    std::vector<std::byte> frame;
+    proto::EncodeFrame(proto::MessageKind::kCheckpointRequest, ids.back(), proto::Empty{}, {}, &frame);
+    PERSERVE_RETURN_IF_ERROR(connection_->SendTo(shard, std::move(frame)));
+  }
+  paths->clear();
+  Status first_error;
+  for (uint64_t id : ids) {  // every answer is taken, even after an error
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    proto::CheckpointReply reply;
+    Status status = connection_->AwaitReply(id, &message, &frame);
+    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
+    if (!status.ok() && first_error.ok()) first_error = status;
+    paths->push_back(status.ok() ? reply.path : "");
+  }
+  return first_error;
+}
+
 Status LearnerClient::Info(ReplayInfo* info) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));

@@ -23,6 +23,14 @@ struct EpisodeSummary {
   double mean_length = 0.0;
 };
 
+// One stream's episode in progress, carried from batch to batch.
+struct EpisodeCarry {
+  double return_sum = 0.0;
+  uint8_t return_done = 0;
+  double length_sum = 0.0;
+  uint8_t length_done = 0;
+};
+
 class EpisodeTracker {
  public:
   // Tracking is on only if `reward` and `done` name scalar columns of `schema`.
@@ -37,13 +45,15 @@ class EpisodeTracker {
   // Completed episodes since the last call, and resets the tally.
   EpisodeSummary TakeInterval();
 
+  // Each stream's episode in progress (what a checkpoint keeps), and setting
+  // them back (ignored unless there are as many streams).
+  const std::vector<EpisodeCarry>& carries() const { return carries_; }
+  void RestoreCarries(const std::vector<EpisodeCarry>& carries) {
+    if (carries.size() == carries_.size()) carries_ = carries;
+  }
+
  private:
-  struct Carry {
-    double return_sum = 0.0;
-    uint8_t return_done = 0;
-    double length_sum = 0.0;
-    uint8_t length_done = 0;
-  };
+  using Carry = EpisodeCarry;
 
   const Schema& schema_;
   int reward_column_ = -1;

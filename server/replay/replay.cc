@@ -149,6 +149,37 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   return Status::Ok();
 }
 
+ReplayState Replay::State() const {
+  return ReplayState{next_key_, max_priority_, options_.seed, samples_drawn_, counters_};
+}
+
+Status Replay::RestoreItems(uint64_t first_key, int64_t count, std::span<const std::byte> columns,
+                            std::span<const double> leaves) {
+  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
+  if (leaves.size() != static_cast<size_t>(count)) {
+    return Status::InvalidArgument(fmt::format("{} items but {} leaves", count, leaves.size()));
+  }
+  const uint64_t capacity = static_cast<uint64_t>(options_.capacity);
+  const int64_t first_slot = static_cast<int64_t>(first_key % capacity);
+  slots_.resize(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
+  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves));
+  store_.Write(first_slot, count, columns);
+  return Status::Ok();
+}
+
+Status Replay::RestoreState(const ReplayState& state) {
+  if (!(state.max_priority > 0.0) || !std::isfinite(state.max_priority)) {
+    return Status::InvalidArgument(fmt::format("a max priority of {}", state.max_priority));
+  }
+  next_key_ = state.next_key;
+  max_priority_ = state.max_priority;
+  options_.seed = state.seed;
+  samples_drawn_ = state.samples_drawn;
+  counters_ = state.counters;
+  return Status::Ok();
+}
+
 Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
   for (size_t i = 0; i < fractions.size(); ++i) {
     if (!(fractions[i] >= 0.0 && fractions[i] < 1.0)) {

@@ -80,11 +80,21 @@ struct ReplayCounters {
   int64_t priorities_dropped = 0;  // bad priorities dropped under drop_bad_priorities
 };
 
+// What a checkpoint keeps of a Replay beside its items (see Replay::State).
+struct ReplayState {
+  uint64_t next_key = 0;
+  double max_priority = 1.0;
+  uint64_t seed = 0;
+  uint64_t samples_drawn = 0;  // the sampling generator's counter
+  ReplayCounters counters;
+};
+
 class Replay {
  public:
   static Status Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay);
 
   int64_t capacity() const { return options_.capacity; }
+  double alpha() const { return options_.alpha; }
   int64_t size() const { return static_cast<int64_t>(std::min<uint64_t>(next_key_, options_.capacity)); }
   uint64_t next_key() const { return next_key_; }
   double max_priority() const { return max_priority_; }
@@ -109,6 +119,22 @@ class Replay {
   // shard). Each fraction finite and in [0, 1); needs size() > 0. Takes no
   // value from the sampling generator.
   Status SampleAt(std::span<const double> fractions, SampleResult* result);
+
+  // The state a checkpoint saves beside the items: keys, max priority, the
+  // sampling generator (seed and counter: the samples after a restore are
+  // those this replay would have drawn), the counters.
+  ReplayState State() const;
+  // The key of the oldest item held (next_key() - size()).
+  uint64_t oldest_key() const { return next_key_ - static_cast<uint64_t>(size()); }
+
+  // Restoring from a checkpoint, into a replay just created with the same
+  // schema and capacity: RestoreItems for every held item (the keys
+  // state.next_key - size .. state.next_key - 1, in any chunks; bulk column
+  // after column, leaves the tree values as saved), then RestoreState. The
+  // tree is rebuilt from the same leaves, so every node is bit-identical.
+  Status RestoreItems(uint64_t first_key, int64_t count, std::span<const std::byte> columns,
+                      std::span<const double> leaves);
+  Status RestoreState(const ReplayState& state);
 
   // Sets the priorities of the items with these keys (repeats: the last
   // applied wins) and says what became of each element in *counts. On an

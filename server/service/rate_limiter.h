@@ -32,6 +32,15 @@ struct RateLimiterOptions {
   int64_t min_size_to_sample = 1;   // M
 };
 
+// What a checkpoint keeps of a RateLimiter.
+struct RateLimiterState {
+  int64_t inserted = 0;
+  int64_t sampled = 0;
+  bool observed = false;
+  double lowest = 0.0;
+  double highest = 0.0;
+};
+
 class RateLimiter {
  public:
   // R and E finite and >= 0, M >= 1.
@@ -57,6 +66,15 @@ class RateLimiter {
   double highest_offset() const { return observed_ ? highest_ : 0.0; }
   // "samples per insert 4 +- 200 items: offset now -12, seen [-180, 196]".
   std::string Describe() const;
+
+  RateLimiterState State() const { return {inserted_, sampled_, observed_, lowest_, highest_}; }
+  void Restore(const RateLimiterState& state) {
+    inserted_ = state.inserted;
+    sampled_ = state.sampled;
+    observed_ = state.observed;
+    lowest_ = state.lowest;
+    highest_ = state.highest;
+  }
 
  private:
   void Observe();

@@ -1,5 +1,6 @@
 #include "service/replay_service.h"
 
+#include <csignal>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -29,6 +30,18 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
     open_actors_ += role != ClientRole::kLearner;
     open_learners_ += role != ClientRole::kActor;
   }
+  if (!options_.checkpoint_dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointWriter>(options_.checkpoint_dir, options_.shard, options_.shards);
+    if (options_.checkpoint_every_seconds > 0) {
+      next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(options_.checkpoint_every_seconds));
+    }
+  }
+}
+
+void ReplayService::Restore(const CheckpointState& state) {
+  limiter_.Restore(state.limiter);
+  episodes_.RestoreCarries(state.episodes);
 }
 
 Status ReplayService::Run() {
@@ -73,6 +86,7 @@ Status ReplayService::Step(bool* handled) {
   }
   if (clients > 0) next_client_ = (next_client_ + 1) % clients;
   ServeDeferred();
+  StepCheckpoint();
   return Status::Ok();
 }
 
@@ -108,6 +122,9 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
                                                         proto::kRequestTag)));
   }
   if (!decoded.ok()) return ReplyError(client, RequestIdOf(bytes), decoded);
+  if (stopping_ && frame.kind() != proto::MessageKind::kCloseRequest) {
+    return ReplyError(client, frame.header.request_id, StoppedError());
+  }
   switch (frame.kind()) {
     case proto::MessageKind::kAddRequest:
       return HandleAdd(client, frame, bytes);
@@ -119,6 +136,8 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
       return HandleUpdate(client, frame);
     case proto::MessageKind::kCloseRequest:
       return HandleClose(client, frame);
+    case proto::MessageKind::kCheckpointRequest:
+      return HandleCheckpoint(client, frame);
     default:
       return ReplyError(client, frame.header.request_id,
                         Status::Unimplemented(fmt::format("unknown message kind {}", frame.header.kind)));
@@ -175,6 +194,12 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
     std::span<const std::byte> rest = frame.bulk.subspan(columns.size());
     std::vector<double> priorities;
     status = proto::TakeArray(&rest, request.has_priorities ? static_cast<size_t>(request.count) : 0, &priorities);
+    // A checkpoint being written keeps the rows this add overwrites: it
+    // writes them first (an error there abandons the checkpoint, not the add).
+    if (status.ok() && checkpoints_ != nullptr) {
+      const Status kept = checkpoints_->BeforeAdd(*replay_, request.count);
+      if (!kept.ok()) CheckpointEnded(kept);
+    }
     if (status.ok()) status = replay_->Add(request.count, columns, priorities, &first_key);
     if (status.ok()) episodes_.Observe(client, request.count, columns);
   }
@@ -560,6 +585,124 @@ void ReplayService::FinishClose(int client, uint64_t request_id) {
   spdlog::debug("{} closed; {} still open", transport_->ClientName(client), open_clients_);
   Reply(client, proto::MessageKind::kCloseReply, request_id, proto::Empty{});
   if (open_actors_ == 0) FailHopelessSamples();
+}
+
+void ReplayService::HandleCheckpoint(int client, const proto::Frame& frame) {
+  proto::Empty meta;
+  Status status = proto::DecodeMeta(frame, &meta);
+  if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a checkpoint request carries no bulk data");
+  if (status.ok() && checkpoints_ == nullptr) {
+    status = Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  next_checkpoint_waiters_.emplace_back(client, frame.header.request_id);
+  (void)RequestCheckpoint("asked by " + transport_->ClientName(client));
+}
+
+Status ReplayService::RequestCheckpoint(const std::string& reason) {
+  if (checkpoints_ == nullptr) {
+    return Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
+  }
+  if (!checkpoint_wanted_) checkpoint_reason_ = reason;
+  checkpoint_wanted_ = true;
+  if (!checkpoints_->active()) BeginCheckpoint();
+  return Status::Ok();
+}
+
+void ReplayService::BeginCheckpoint() {
+  checkpoint_wanted_ = false;
+  checkpoint_waiters_ = std::move(next_checkpoint_waiters_);
+  next_checkpoint_waiters_.clear();
+  CheckpointState state;
+  state.schema = replay_->store().schema().ToString();
+  state.capacity = replay_->capacity();
+  state.alpha = replay_->alpha();
+  state.shard = options_.shard;
+  state.shards = options_.shards;
+  state.replay = replay_->State();
+  state.limiter = limiter_.State();
+  state.episodes = episodes_.carries();
+  const Status begun = checkpoints_->Begin(*replay_, std::move(state));
+  if (!begun.ok()) return CheckpointEnded(begun);
+  spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added)", checkpoints_->path(), checkpoint_reason_,
+               replay_->size(), replay_->counters().items_added);
+}
+
+void ReplayService::StepCheckpoint() {
+  if (options_.take_signal) {
+    const int signal = options_.take_signal();
+    if (signal == SIGUSR1 || signal == SIGTERM) {
+      const bool term = signal == SIGTERM;
+      stop_after_checkpoint_ |= term;
+      const Status asked = RequestCheckpoint(term ? "SIGTERM: then the server stops" : "SIGUSR1");
+      if (!asked.ok()) {
+        spdlog::warn("{}: {}", term ? "SIGTERM" : "SIGUSR1", asked.message());
+        if (term) return StopServing();
+      }
+    }
+  }
+  if (checkpoints_ == nullptr) return;
+  if (Clock::now() >= next_periodic_checkpoint_) {
+    next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(options_.checkpoint_every_seconds));
+    (void)RequestCheckpoint(fmt::format("every {} s", options_.checkpoint_every_seconds));
+  }
+  if (!checkpoints_->active()) return;
+  bool done = false;
+  const Status stepped = checkpoints_->Step(*replay_, options_.checkpoint_slice, &done);
+  if (!stepped.ok()) return CheckpointEnded(stepped);
+  if (done) CheckpointEnded(Status::Ok());
+}
+
+void ReplayService::CheckpointEnded(const Status& error) {
+  if (error.ok()) {
+    spdlog::info("checkpoint: {} is complete: {:.1f} MB in {:.2f} s, the longest pass writing it {:.1f} ms",
+                 checkpoints_->last_path(), checkpoints_->last_bytes() / 1e6,
+                 checkpoints_->last_duration().count() / 1e6, checkpoints_->longest_step().count() / 1e3);
+  } else {
+    spdlog::error("checkpoint: not written: {}; the previous one ({}) is kept", error.ToString(),
+                  checkpoints_->last_path().empty() ? "none" : checkpoints_->last_path());
+  }
+  for (const auto& [client, request_id] : std::exchange(checkpoint_waiters_, {})) {
+    if (error.ok()) {
+      Reply(client, proto::MessageKind::kCheckpointReply, request_id,
+            proto::CheckpointReply{checkpoints_->last_path()});
+    } else {
+      ReplyError(client, request_id, error);
+    }
+  }
+  if (stop_after_checkpoint_) return StopServing();
+  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
+}
+
+Status ReplayService::StoppedError() const {
+  const std::string where = checkpoints_ != nullptr && !checkpoints_->last_path().empty()
+                                ? "; its last checkpoint: " + checkpoints_->last_path()
+                                : "";
+  return Status::Unavailable("the server has stopped serving (SIGTERM)" + where);
+}
+
+void ReplayService::StopServing() {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_deadline_ = Clock::now() + kStopGrace;
+  const Status stopping = StoppedError();
+  for (const DeferredSample& waiting : std::exchange(deferred_, {})) ReplyError(waiting.client, waiting.request_id, stopping);
+  for (const DeferredAdd& held : std::exchange(deferred_adds_, {})) ReplyError(held.client, held.request_id, stopping);
+  for (const auto& [client, request_id] : std::exchange(next_checkpoint_waiters_, {})) {
+    ReplyError(client, request_id, stopping);
+  }
+  for (int& count : deferred_per_client_) count = 0;
+  for (int& count : deferred_adds_per_client_) count = 0;
+  for (int client = 0; client < static_cast<int>(pending_close_.size()); ++client) {
+    if (pending_close_[client]) FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
+  }
+  spdlog::info("SIGTERM: no longer serving; every request is answered UNAVAILABLE until the {} open clients "
+               "close, or for {} s{}",
+               open_clients_, kStopGrace.count(),
+               checkpoints_ != nullptr && !checkpoints_->last_path().empty()
+                   ? "; restore with --restore " + options_.checkpoint_dir
+                   : "");
 }
 
 void ReplayService::ReplyError(int client, uint64_t request_id, const Status& error) {

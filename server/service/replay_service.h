@@ -49,6 +49,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +58,7 @@
 #include "proto/codec.h"
 #include "replay/episode_tracker.h"
 #include "replay/replay.h"
+#include "service/checkpoint.h"
 #include "service/rate_limiter.h"
 #include "service/transport.h"
 
@@ -90,6 +93,16 @@ struct ServiceOptions {
   // This server's index among the job's servers: the shard its keys carry
   // (proto::ShardKey); an update's key of another shard is refused.
   int shard = 0;
+  int shards = 1;
+  // Checkpoints (service/checkpoint.h): under this directory (empty: none),
+  // every this many seconds (0: only when asked), writing for about
+  // checkpoint_slice per pass of the loop.
+  std::string checkpoint_dir{};
+  double checkpoint_every_seconds = 0.0;
+  std::chrono::microseconds checkpoint_slice{2000};
+  // Polled each pass: SIGUSR1 asks for a checkpoint, SIGTERM for one and
+  // then the end of serving; 0: nothing. Empty: never polled.
+  std::function<int()> take_signal{};
 };
 
 struct ServiceCounters {
@@ -116,7 +129,16 @@ class ReplayService {
   // samples if the replay has grown enough. Sets *handled if any message was.
   Status Step(bool* handled);
 
-  bool done() const { return open_clients_ == 0; }
+  // Every client has closed, or after SIGTERM they have had their grace
+  // period (kStopGrace) to see UNAVAILABLE and close.
+  bool done() const { return open_clients_ == 0 || (stopping_ && Clock::now() >= stop_deadline_); }
+  // After a restore: the rate limiter's and the episodes' saved state.
+  void Restore(const CheckpointState& state);
+  // Starts a checkpoint now (the reason goes to the log); FAILED_PRECONDITION
+  // without a checkpoint directory. One already being written: the next
+  // begins when it ends.
+  Status RequestCheckpoint(const std::string& reason);
+  const CheckpointWriter* checkpoints() const { return checkpoints_.get(); }
   const ServiceCounters& counters() const { return counters_; }
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end (also used for the stats lines).
@@ -158,6 +180,18 @@ class ReplayService {
   void HandleSample(int client, const proto::Frame& frame);
   void HandleUpdate(int client, const proto::Frame& frame);
   void HandleClose(int client, const proto::Frame& frame);
+  void HandleCheckpoint(int client, const proto::Frame& frame);
+  // Begins a checkpoint for the waiters queued for the next one.
+  void BeginCheckpoint();
+  // Each pass: signals, the periodic timer, and a slice of the one being written.
+  void StepCheckpoint();
+  // Answers the waiters of the checkpoint that ended (its path, or `error`).
+  void CheckpointEnded(const Status& error);
+  // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
+  // closes), until every client has closed or kStopGrace has passed.
+  void StopServing();
+  Status StoppedError() const;
+  static constexpr std::chrono::seconds kStopGrace{10};
   void HandleShardSample(int client, const proto::Frame& frame);
   // Queues a sample that cannot be served now, or refuses it (hopeless, or
   // too many of the client's waiting).
@@ -220,6 +254,16 @@ class ReplayService {
   replay::EpisodeTracker episodes_;
   std::vector<std::byte> receive_buffer_;
   replay::SampleResult sample_;
+  // Checkpoints: the writer (null without a directory), who waits for the one
+  // being written and for the next, and what happens when it ends.
+  std::unique_ptr<CheckpointWriter> checkpoints_;
+  std::vector<std::pair<int, uint64_t>> checkpoint_waiters_, next_checkpoint_waiters_;
+  bool checkpoint_wanted_ = false;       // the next one should begin
+  bool stop_after_checkpoint_ = false;   // SIGTERM
+  bool stopping_ = false;
+  Clock::time_point stop_deadline_;
+  std::string checkpoint_reason_;
+  Clock::time_point next_periodic_checkpoint_ = Clock::time_point::max();
 
   Clock::time_point stats_since_ = Clock::now();
   replay::ReplayCounters replay_at_last_stats_;

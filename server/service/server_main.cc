@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -31,6 +33,7 @@ struct Flags {
   double priority_eps = 0.0;
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
+  std::string restore;
   // The service loop's flags bind straight to its options; the minimum size
   // defaults to 1000 here (capped to the capacity unless given).
   perserve::service::ServiceOptions service = [] {
@@ -50,6 +53,10 @@ uint64_t ShardSeed(uint64_t seed, int world_rank) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
+
+// The last SIGUSR1 or SIGTERM, taken by the service loop each pass.
+std::atomic<int> pending_signal{0};
+void OnSignal(int signal) { pending_signal.store(signal); }
 
 // Ends the whole job with a message: every other rank is waiting in the join.
 [[noreturn]] void Abort(const std::string& message) {
@@ -96,7 +103,25 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
                                                perserve::service::MpiTransport::ClientRoles(joined));
   perserve::service::ServiceOptions service_options = flags.service;
   service_options.shard = std::max(0, joined.shard);
+  service_options.shards = static_cast<int>(joined.server_ranks.size());
+  service_options.take_signal = [] { return pending_signal.exchange(0); };
+  // Restored after the join (the shard is known then); clients' requests
+  // wait in MPI meanwhile. A checkpoint that does not fit or is damaged ends
+  // the job before anything is served.
+  perserve::service::CheckpointState restored;
+  if (!flags.restore.empty()) {
+    std::string loaded;
+    const auto started = std::chrono::steady_clock::now();
+    status = perserve::service::LoadCheckpoint(flags.restore, service_options.shard, service_options.shards,
+                                               replay.get(), &restored, &loaded);
+    if (!status.ok()) Abort("--restore " + flags.restore + ": " + status.ToString());
+    spdlog::info("restored {}: {} items, next key {}, in {:.2f} s", loaded, replay->size(), replay->next_key(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
+  if (!flags.restore.empty()) service.Restore(restored);
+  std::signal(SIGUSR1, OnSignal);
+  std::signal(SIGTERM, OnSignal);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
   return 0;
@@ -168,6 +193,15 @@ int main(int argc, char** argv) {
                  "rate limiter: how many sampled items the ratio may stray either way (needs 2 E >= an add's "
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--checkpoint-dir", flags.service.checkpoint_dir,
+                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1 and SIGTERM, and "
+                 "with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
+  app.add_option("--checkpoint-every", flags.service.checkpoint_every_seconds,
+                 "seconds between checkpoints (0: only when asked); needs --checkpoint-dir")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--restore", flags.restore,
+                 "start from a checkpoint: a checkpoint directory, or a --checkpoint-dir (its newest complete one "
+                 "for this shard); the schema and capacity flags must match it");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {
@@ -183,6 +217,9 @@ int main(int argc, char** argv) {
   } else if (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.capacity) {
     Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
                       flags.service.min_size_to_sample, flags.capacity));
+  }
+  if (flags.service.checkpoint_every_seconds > 0 && flags.service.checkpoint_dir.empty()) {
+    Abort("--checkpoint-every needs --checkpoint-dir");
   }
   if (const perserve::Status s = perserve::service::RateLimiter::Validate(
           {flags.service.samples_per_insert, flags.service.error_buffer, flags.service.min_size_to_sample});

@@ -42,6 +42,13 @@ class TransitionStore {
   // must hold slots.size() * schema().ItemBytes() bytes.
   void Gather(std::span<const int64_t> slots, std::span<std::byte> out) const;
 
+  // Column `column`'s bytes of slots first_slot .. first_slot + count - 1, in
+  // place (no wrap: first_slot + count <= capacity). For checkpoints.
+  std::span<const std::byte> Rows(int column, int64_t first_slot, int64_t count) const {
+    const ColumnArray& array = columns_[static_cast<size_t>(column)];
+    return {array.data.get() + first_slot * array.item_bytes, static_cast<size_t>(count * array.item_bytes)};
+  }
+
  private:
   struct ColumnArray {
     int64_t item_bytes;

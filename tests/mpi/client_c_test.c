@@ -205,6 +205,10 @@ static int run_learner(void) {
   double total = -1.0;
   CHECK(perserve_learner_info(learner, &size, &added, &total) == 0); /* answered at once, empty or not */
   CHECK(size == 0 && added == 0 && total == 0.0);
+  char paths[256];
+  CHECK(perserve_learner_checkpoint(learner, paths, sizeof paths) != 0); /* no --checkpoint-dir */
+  CHECK(perserve_client_last_error_code() == PERSERVE_FAILED_PRECONDITION);
+  CHECK(strstr(perserve_client_last_error(), "--checkpoint-dir") != NULL);
   CHECK(perserve_learner_sample_timeout(learner, 8, 0.5, -1.0, keys, NULL, NULL) != 0);
   CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
   signal(SIGALRM, on_alarm);

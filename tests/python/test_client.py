@@ -292,6 +292,9 @@ def test_info_counts_the_replay_and_add_need_not_block(client, role, peers):
     peers.Barrier()
     if role == "learner":
         assert client.info().items_added == before.items_added + 20
+        # This server runs without --checkpoint-dir (tests/mpi/checkpoint_jobs.py writes them).
+        with pytest.raises(perserve.FailedPreconditionError, match="--checkpoint-dir"):
+            client.checkpoint()
 
 
 def test_close_is_idempotent_and_final(client, role):

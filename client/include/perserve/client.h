@@ -37,6 +37,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "perserve/schema.h"
@@ -244,6 +245,11 @@ class LearnerClient {
   // Asks every server rank for its state (one round trip, answered at once
   // whatever the replay holds): sizes, items ever added, totals.
   Status Info(ReplayInfo* info);
+  // Asks every server rank for a checkpoint and waits until each is durable
+  // (the servers keep serving meanwhile); *paths gets each checkpoint's
+  // directory, by shard. FAILED_PRECONDITION from a server started without
+  // --checkpoint-dir; a write that fails (disk full, ...) is its error.
+  Status Checkpoint(std::vector<std::string>* paths);
 
   // New priorities (finite, > 0, checked here) for sampled keys; waits for
   // the answer.

@@ -100,6 +100,10 @@ int perserve_learner_shards(const perserve_learner* l);
  * answered at once): items stored, items ever added, the sum of the leaves.
  * Any output may be NULL. */
 int perserve_learner_info(perserve_learner* l, int64_t* size, int64_t* items_added, double* total);
+/* Asks every server rank for a checkpoint and waits until each is durable.
+ * paths: capacity bytes for the checkpoints' directories, one a line, by shard
+ * (NUL-terminated; OUT_OF_RANGE if they do not fit). */
+int perserve_learner_checkpoint(perserve_learner* l, char* paths, size_t capacity);
 const perserve_schema* perserve_learner_schema(const perserve_learner* l);
 int perserve_learner_num_columns(const perserve_learner* l);
 int64_t perserve_learner_column_bytes(const perserve_learner* l, int column);

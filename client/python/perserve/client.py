@@ -275,6 +275,12 @@ class Learner(_Client):
         leaves, server ranks, and those holding their minimum size."""
         return ReplayInfo(*self._live().info())
 
+    def checkpoint(self) -> list:
+        """Asks every server rank for a checkpoint and returns, once each is
+        durable, their directories (one a shard). The servers keep serving
+        meanwhile. FailedPreconditionError without --checkpoint-dir."""
+        return self._live().checkpoint()
+
     @property
     def shards(self) -> int:
         """How many server ranks (shards) this learner samples over."""

@@ -161,6 +161,11 @@ class Learner : public Guarded<LearnerClient> {
   py::list schema() const { return SchemaColumns(client_->schema()); }
   std::string schema_string() const { return client_->schema().ToString(); }
   int shards() const { return client_->shards(); }
+  std::vector<std::string> checkpoint() {
+    std::vector<std::string> paths;
+    Locked([&] { return client_->Checkpoint(&paths); });
+    return paths;
+  }
   py::tuple info() {
     ReplayInfo info;
     Locked([&] { return client_->Info(&info); });
@@ -250,6 +255,7 @@ PYBIND11_MODULE(_perserve, m) {
       .def("schema", &Learner::schema)
       .def("shards", &Learner::shards)
       .def("info", &Learner::info)
+      .def("checkpoint", &Learner::checkpoint)
       .def("schema_string", &Learner::schema_string)
       .def("sample", &Learner::sample, py::arg("batch_size"), py::arg("beta"), py::arg("timeout_seconds"))
       .def("request_sample", &Learner::request_sample, py::arg("batch_size"), py::arg("beta"),

@@ -1,0 +1,481 @@
+#include "service/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <cereal/archives/binary.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "proto/bounded_input_archive.h"
+
+namespace perserve::service {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
+constexpr int64_t kSliceBytes = int64_t{1} << 20;  // bytes a slice writes (over every column), about
+constexpr const char* kManifest = "MANIFEST";
+
+Status Errno(const std::string& what) {
+  const int error = errno;
+  const std::string text = fmt::format("{}: {}", what, std::strerror(error));
+  return error == ENOSPC || error == EDQUOT ? Status::ResourceExhausted(text) : Status::Unavailable(text);
+}
+
+Status FsyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + path);
+  const int synced = ::fsync(fd);
+  const Status status = synced == 0 ? Status::Ok() : Errno("fsync " + path);
+  ::close(fd);
+  return status;
+}
+
+// checkpoint-000012 -> 12; -1 for anything else (a .partial included).
+int64_t CheckpointNumber(const std::string& name) {
+  constexpr std::string_view prefix = "checkpoint-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  int64_t number = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    number = number * 10 + (name[i] - '0');
+  }
+  return number;
+}
+
+std::string ColumnFile(size_t column) { return fmt::format("column-{}.bin", column); }
+
+}  // namespace
+
+void Hash64::Update(std::span<const std::byte> bytes) {
+  size_t i = 0;
+  while (carried_ > 0 && carried_ < 8 && i < bytes.size()) carry_[carried_++] = bytes[i++];
+  if (carried_ == 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, carry_, 8);
+    hash_ = (hash_ ^ word) * kFnvPrime;
+    carried_ = 0;
+  }
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, 8);
+    hash_ = (hash_ ^ word) * kFnvPrime;
+  }
+  while (i < bytes.size()) carry_[carried_++] = bytes[i++];
+}
+
+uint64_t Hash64::Finish() const {
+  uint64_t hash = hash_;
+  for (size_t i = 0; i < carried_; ++i) hash = (hash ^ static_cast<uint64_t>(carry_[i])) * kFnvPrime;
+  return hash;
+}
+
+std::string ShardDirectory(const std::string& dir, int shard, int shards) {
+  return (fs::path(dir) / fmt::format("shard-{}-of-{}", shard, shards)).string();
+}
+
+CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards)
+    : shard_dir_(ShardDirectory(dir, shard, shards)), shard_(shard), shards_(shards) {
+  // The newest complete checkpoint already there is the last one.
+  std::error_code error;
+  int64_t newest = -1;
+  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
+    const int64_t number = CheckpointNumber(entry.path().filename().string());
+    if (number > newest && fs::exists(entry.path() / kManifest)) {
+      newest = number;
+      last_path_ = entry.path().string();
+    }
+  }
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (finishing_.valid()) finishing_.wait();
+  if (phase_ != Phase::kIdle) Abandon();
+}
+
+Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState state) {
+  if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
+  began_ = std::chrono::steady_clock::now();
+  std::error_code error;
+  fs::create_directories(shard_dir_, error);
+  if (error) return Status::Unavailable(fmt::format("cannot create {}: {}", shard_dir_, error.message()));
+  int64_t number = 0;
+  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() > 8 && name.ends_with(".partial")) {
+      fs::remove_all(entry.path(), error);  // a write cut short earlier: never complete
+      name.resize(name.size() - 8);
+    }
+    number = std::max(number, CheckpointNumber(name) + 1);
+  }
+  path_ = (fs::path(shard_dir_) / fmt::format("checkpoint-{:06}", number)).string();
+  partial_ = path_ + ".partial";
+  if (!fs::create_directory(partial_, error) || error) {
+    return Status::Unavailable(fmt::format("cannot create {}: {}", partial_, error ? error.message() : "exists"));
+  }
+  phase_ = Phase::kItems;
+  parts_.clear();
+  parts_.emplace_back("state.bin");
+  parts_.emplace_back("leaves.bin");
+  for (size_t c = 0; c < replay.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
+  for (Part& part : parts_) {
+    const std::string file = (fs::path(partial_) / part.name).string();
+    part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (part.fd < 0) {
+      const Status status = Errno("create " + file);
+      Abandon();
+      return status;
+    }
+  }
+  oldest_key_ = replay.oldest_key();
+  next_key_ = replay.next_key();
+  size_ = replay.size();
+  capacity_ = replay.capacity();
+  written_ = 0;
+  leaves_written_ = 0;
+  // The leaves as they are now (priority updates change them, not the rows).
+  std::vector<int64_t> slots(static_cast<size_t>(size_));
+  for (int64_t r = 0; r < size_; ++r) slots[r] = static_cast<int64_t>((oldest_key_ + r) % capacity_);
+  leaves_.resize(static_cast<size_t>(size_));
+  Status status = replay.tree().Get(slots, leaves_);
+  // The small state goes first, whole.
+  state.size = size_;
+  std::ostringstream bytes;
+  {
+    cereal::BinaryOutputArchive archive(bytes);
+    archive(state);
+  }
+  const std::string encoded = bytes.str();
+  if (status.ok()) status = Append(&parts_[0], std::as_bytes(std::span(encoded.data(), encoded.size())));
+  longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
+  part->hash.Update(bytes);
+  part->bytes += static_cast<int64_t>(bytes.size());
+  while (!bytes.empty()) {
+    const ssize_t wrote = ::write(part->fd, bytes.data(), bytes.size());
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return Errno(fmt::format("write {}/{}", partial_, part->name));
+    bytes = bytes.subspan(static_cast<size_t>(wrote));
+  }
+  return Status::Ok();
+}
+
+Status CheckpointWriter::WriteItems(const replay::Replay& replay, int64_t until) {
+  const store::TransitionStore& store = replay.store();
+  const int64_t rows_per_slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, store.schema().ItemBytes()));
+  while (written_ < until) {
+    const int64_t slot = static_cast<int64_t>((oldest_key_ + written_) % capacity_);
+    const int64_t rows = std::min({until - written_, rows_per_slice, capacity_ - slot});  // no wrap in a slice
+    for (size_t c = 0; c < store.schema().columns.size(); ++c) {
+      PERSERVE_RETURN_IF_ERROR(Append(&parts_[2 + c], store.Rows(static_cast<int>(c), slot, rows)));
+    }
+    written_ += rows;
+  }
+  return Status::Ok();
+}
+
+Status CheckpointWriter::BeforeAdd(const replay::Replay& replay, int64_t count) {
+  if (phase_ != Phase::kItems) return Status::Ok();
+  // The add overwrites the items with keys next - capacity .. next + count - 1
+  // - capacity (those below the snapshot's oldest were never in it).
+  const int64_t overwritten_end = static_cast<int64_t>(replay.next_key() + static_cast<uint64_t>(count)) - capacity_ -
+                                  static_cast<int64_t>(oldest_key_);
+  if (overwritten_end <= written_) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = WriteItems(replay, std::min(overwritten_end, size_));
+  longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - start));
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microseconds budget, bool* done) {
+  *done = false;
+  if (phase_ == Phase::kIdle) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status status;
+  do {
+    if (phase_ == Phase::kItems) {
+      const int64_t rows_per_slice =
+          std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, replay.store().schema().ItemBytes()));
+      status = WriteItems(replay, std::min(size_, written_ + rows_per_slice));
+      if (status.ok() && written_ == size_) phase_ = Phase::kLeaves;
+    } else if (phase_ == Phase::kLeaves) {
+      const size_t count = std::min(leaves_.size() - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
+      status = Append(&parts_[1], std::as_bytes(std::span(leaves_.data() + leaves_written_, count)));
+      leaves_written_ += count;
+      if (status.ok() && leaves_written_ == leaves_.size()) {
+        phase_ = Phase::kFinishing;
+        finishing_ = std::async(std::launch::async, [this] { return Finish(); });
+      }
+    } else if (finishing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      status = finishing_.get();
+      if (status.ok()) {
+        last_path_ = path_;
+        last_duration_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                               began_);
+        last_bytes_ = 0;
+        for (const Part& part : parts_) last_bytes_ += part.bytes;
+        parts_.clear();
+        leaves_.clear();
+        leaves_.shrink_to_fit();
+        phase_ = Phase::kIdle;
+        *done = true;
+      }
+      break;
+    } else {
+      break;  // the helper thread still syncs
+    }
+  } while (status.ok() && std::chrono::steady_clock::now() - start < budget);
+  longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - start));
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+Status CheckpointWriter::Finish() {
+  std::ostringstream manifest;
+  manifest << "perserve-checkpoint " << kCheckpointFormat << "\n"
+           << "shard " << shard_ << " of " << shards_ << "\n";
+  for (Part& part : parts_) {
+    if (::fsync(part.fd) != 0) return Errno(fmt::format("fsync {}/{}", partial_, part.name));
+    ::close(part.fd);
+    part.fd = -1;
+    manifest << fmt::format("part {} {} {:016x}\n", part.name, part.bytes, part.hash.Finish());
+  }
+  manifest << "end\n";
+  const std::string text = manifest.str();
+  const std::string file = (fs::path(partial_) / kManifest).string();
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create " + file);
+  const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool synced = wrote && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) return Errno("write " + file);
+  PERSERVE_RETURN_IF_ERROR(FsyncPath(partial_));
+  if (::rename(partial_.c_str(), path_.c_str()) != 0) return Errno(fmt::format("rename {} to {}", partial_, path_));
+  PERSERVE_RETURN_IF_ERROR(FsyncPath(shard_dir_));
+  // The new one is durable: the older ones go.
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
+    const int64_t number = CheckpointNumber(entry.path().filename().string());
+    if (number >= 0 && entry.path().string() != path_) fs::remove_all(entry.path(), error);
+  }
+  return Status::Ok();
+}
+
+void CheckpointWriter::Abandon() {
+  if (finishing_.valid()) finishing_.wait();
+  for (Part& part : parts_) {
+    if (part.fd >= 0) ::close(part.fd);
+    part.fd = -1;
+  }
+  parts_.clear();
+  leaves_.clear();
+  std::error_code error;
+  if (!partial_.empty()) fs::remove_all(partial_, error);
+  phase_ = Phase::kIdle;
+}
+
+namespace {
+
+struct ManifestPart {
+  int64_t bytes = 0;
+  uint64_t hash = 0;
+};
+
+Status ReadManifest(const std::string& dir, int shard, int shards, std::map<std::string, ManifestPart>* parts) {
+  std::ifstream in(fs::path(dir) / kManifest);
+  if (!in) return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
+  std::string line, word;
+  int32_t format = 0;
+  if (!std::getline(in, line) || std::sscanf(line.c_str(), "perserve-checkpoint %d", &format) != 1) {
+    return Status::InvalidArgument(fmt::format("{}/{}: not a perserve checkpoint manifest", dir, kManifest));
+  }
+  if (format != kCheckpointFormat) {
+    return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads format {}", dir,
+                                                  format, kCheckpointFormat));
+  }
+  int their_shard = -1, their_shards = -1;
+  if (!std::getline(in, line) || std::sscanf(line.c_str(), "shard %d of %d", &their_shard, &their_shards) != 2) {
+    return Status::InvalidArgument(fmt::format("{}/{}: no shard line", dir, kManifest));
+  }
+  if (their_shards != shards || their_shard != shard) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} is shard {} of {} server ranks; this is shard {} of {}: restore with the same number of server ranks",
+        dir, their_shard, their_shards, shard, shards));
+  }
+  bool ended = false;
+  while (std::getline(in, line)) {
+    if (line == "end") {
+      ended = true;
+      break;
+    }
+    std::istringstream fields(line);
+    std::string tag, name, hash;
+    ManifestPart part;
+    if (!(fields >> tag >> name >> part.bytes >> hash) || tag != "part" || part.bytes < 0 || hash.size() != 16) {
+      return Status::InvalidArgument(fmt::format("{}/{}: a bad line \"{}\"", dir, kManifest, line));
+    }
+    part.hash = std::stoull(hash, nullptr, 16);
+    (*parts)[name] = part;
+  }
+  if (!ended) return Status::InvalidArgument(fmt::format("{}/{} is cut short (no end line)", dir, kManifest));
+  return Status::Ok();
+}
+
+// Reads a part whole and checks it against its manifest line.
+Status ReadPart(const std::string& dir, const std::string& name, const std::map<std::string, ManifestPart>& parts,
+                std::string* bytes) {
+  const auto found = parts.find(name);
+  if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}: the manifest lists no {}", dir, name));
+  const fs::path file = fs::path(dir) / name;
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (error || static_cast<int64_t>(size) != found->second.bytes) {
+    return Status::InvalidArgument(fmt::format("{}: {} bytes, the manifest says {} (truncated or damaged)",
+                                               file.string(), error ? 0 : size, found->second.bytes));
+  }
+  std::ifstream in(file, std::ios::binary);
+  bytes->resize(size);
+  if (!in.read(bytes->data(), static_cast<std::streamsize>(size))) {
+    return Status::Unavailable(fmt::format("cannot read {}", file.string()));
+  }
+  Hash64 hash;
+  hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
+  if (hash.Finish() != found->second.hash) {
+    return Status::InvalidArgument(fmt::format("{}: its hash does not match the manifest (damaged)", file.string()));
+  }
+  return Status::Ok();
+}
+
+Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::string* dir) {
+  std::error_code error;
+  if (fs::exists(fs::path(path) / kManifest, error)) {
+    *dir = path;
+    return Status::Ok();
+  }
+  const std::string shard_dir = ShardDirectory(path, shard, shards);
+  int64_t newest = -1;
+  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
+    const int64_t number = CheckpointNumber(entry.path().filename().string());
+    if (number > newest && fs::exists(entry.path() / kManifest)) {
+      newest = number;
+      *dir = entry.path().string();
+    }
+  }
+  if (newest >= 0) return Status::Ok();
+  std::vector<std::string> others;
+  for (const auto& entry : fs::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("shard-")) others.push_back(name);
+  }
+  if (!others.empty()) {
+    std::sort(others.begin(), others.end());
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds no checkpoint for shard {} of {} server ranks (it has {}): restore with the same number of "
+        "server ranks",
+        path, shard, shards, fmt::join(others, ", ")));
+  }
+  return Status::NotFound(fmt::format("no complete checkpoint in {}", path));
+}
+
+}  // namespace
+
+Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
+                      CheckpointState* state, std::string* loaded) {
+  std::string dir;
+  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
+  std::map<std::string, ManifestPart> parts;
+  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts));
+  std::string bytes;
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "state.bin", parts, &bytes));
+  try {
+    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    archive(*state);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}/state.bin does not decode: {}", dir, e.what()));
+  }
+  const Schema& schema = replay->store().schema();
+  if (state->schema != schema.ToString() || state->capacity != replay->capacity()) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds a replay of schema {} and capacity {}; this server has schema {} and capacity {} (--column, "
+        "--capacity)",
+        dir, state->schema, state->capacity, schema.ToString(), replay->capacity()));
+  }
+  if (state->size < 0 || state->size > state->capacity ||
+      state->replay.next_key < static_cast<uint64_t>(state->size)) {
+    return Status::InvalidArgument(fmt::format("{}/state.bin: {} items and next key {} do not fit", dir,
+                                               state->size, state->replay.next_key));
+  }
+  std::string leaf_bytes;
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "leaves.bin", parts, &leaf_bytes));
+  if (leaf_bytes.size() != static_cast<size_t>(state->size) * sizeof(double)) {
+    return Status::InvalidArgument(fmt::format("{}/leaves.bin holds {} bytes for {} items", dir, leaf_bytes.size(),
+                                               state->size));
+  }
+  std::vector<double> leaves(static_cast<size_t>(state->size));
+  std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
+  // The columns, in chunks of rows: each file checked whole first (size),
+  // its hash as it is read.
+  const size_t columns = schema.columns.size();
+  std::vector<std::ifstream> files(columns);
+  std::vector<Hash64> hashes(columns);
+  for (size_t c = 0; c < columns; ++c) {
+    const auto found = parts.find(ColumnFile(c));
+    const fs::path file = fs::path(dir) / ColumnFile(c);
+    std::error_code error;
+    const uintmax_t size = fs::file_size(file, error);
+    const int64_t expected = state->size * schema.columns[c].ItemBytes();
+    if (found == parts.end() || error || static_cast<int64_t>(size) != expected || found->second.bytes != expected) {
+      return Status::InvalidArgument(fmt::format("{}: {} bytes, {} expected for {} items (truncated or damaged)",
+                                                 file.string(), error ? 0 : size, expected, state->size));
+    }
+    files[c].open(file, std::ios::binary);
+    if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}", file.string()));
+  }
+  const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, schema.ItemBytes()));
+  std::vector<std::byte> chunk;
+  for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, state->size - row);
+    chunk.resize(static_cast<size_t>(rows * schema.ItemBytes()));
+    std::byte* out = chunk.data();
+    for (size_t c = 0; c < columns; ++c) {
+      const std::streamsize length = static_cast<std::streamsize>(rows * schema.columns[c].ItemBytes());
+      if (!files[c].read(reinterpret_cast<char*>(out), length)) {
+        return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
+      }
+      hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
+      out += length;
+    }
+    PERSERVE_RETURN_IF_ERROR(replay->RestoreItems(oldest + static_cast<uint64_t>(row), rows, chunk,
+                                                  std::span(leaves).subspan(static_cast<size_t>(row),
+                                                                            static_cast<size_t>(rows))));
+  }
+  for (size_t c = 0; c < columns; ++c) {
+    if (hashes[c].Finish() != parts.at(ColumnFile(c)).hash) {
+      return Status::InvalidArgument(
+          fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, ColumnFile(c)));
+    }
+  }
+  PERSERVE_RETURN_IF_ERROR(replay->RestoreState(state->replay));
+  *loaded = dir;
+  return Status::Ok();
+}
+
+}  // namespace perserve::service
