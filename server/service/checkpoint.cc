@@ -84,8 +84,11 @@ std::string ShardDirectory(const std::string& dir, int shard, int shards) {
   return (fs::path(dir) / fmt::format("shard-{}-of-{}", shard, shards)).string();
 }
 
-CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards)
-    : shard_dir_(ShardDirectory(dir, shard, shards)), shard_(shard), shards_(shards) {
+CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, int64_t capacity)
+    : shard_dir_(ShardDirectory(dir, shard, shards)),
+      shard_(shard),
+      shards_(shards),
+      leaves_(static_cast<size_t>(std::max<int64_t>(0, capacity))) {
   // The newest complete checkpoint already there is the last one.
   std::error_code error;
   int64_t newest = -1;
@@ -143,11 +146,16 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   capacity_ = replay.capacity();
   written_ = 0;
   leaves_written_ = 0;
-  // The leaves as they are now (priority updates change them, not the rows).
-  std::vector<int64_t> slots(static_cast<size_t>(size_));
-  for (int64_t r = 0; r < size_; ++r) slots[r] = static_cast<int64_t>((oldest_key_ + r) % capacity_);
-  leaves_.resize(static_cast<size_t>(size_));
-  Status status = replay.tree().Get(slots, leaves_);
+  // The leaves as they are now (priority updates change them, not the rows),
+  // oldest key first: at most two runs of slots.
+  const int64_t first_slot = static_cast<int64_t>(oldest_key_ % static_cast<uint64_t>(capacity_));
+  const int64_t first_run = std::min(size_, capacity_ - first_slot);
+  if (leaves_.size() < static_cast<size_t>(size_)) leaves_.resize(static_cast<size_t>(capacity_));
+  const std::span<double> leaves = std::span(leaves_).first(static_cast<size_t>(size_));
+  Status status = replay.tree().ReadLeaves(first_slot, leaves.first(static_cast<size_t>(first_run)));
+  if (status.ok() && first_run < size_) {
+    status = replay.tree().ReadLeaves(0, leaves.subspan(static_cast<size_t>(first_run)));
+  }
   // The small state goes first, whole.
   state.size = size_;
   std::ostringstream bytes;
@@ -215,10 +223,10 @@ Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microse
       status = WriteItems(replay, std::min(size_, written_ + rows_per_slice));
       if (status.ok() && written_ == size_) phase_ = Phase::kLeaves;
     } else if (phase_ == Phase::kLeaves) {
-      const size_t count = std::min(leaves_.size() - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
+      const size_t count = std::min(static_cast<size_t>(size_) - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
       status = Append(&parts_[1], std::as_bytes(std::span(leaves_.data() + leaves_written_, count)));
       leaves_written_ += count;
-      if (status.ok() && leaves_written_ == leaves_.size()) {
+      if (status.ok() && leaves_written_ == static_cast<size_t>(size_)) {
         phase_ = Phase::kFinishing;
         finishing_ = std::async(std::launch::async, [this] { return Finish(); });
       }
@@ -231,8 +239,6 @@ Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microse
         last_bytes_ = 0;
         for (const Part& part : parts_) last_bytes_ += part.bytes;
         parts_.clear();
-        leaves_.clear();
-        leaves_.shrink_to_fit();
         phase_ = Phase::kIdle;
         *done = true;
       }
@@ -285,7 +291,6 @@ void CheckpointWriter::Abandon() {
     part.fd = -1;
   }
   parts_.clear();
-  leaves_.clear();
   std::error_code error;
   if (!partial_.empty()) fs::remove_all(partial_, error);
   phase_ = Phase::kIdle;

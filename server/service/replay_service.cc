@@ -31,7 +31,8 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
     open_learners_ += role != ClientRole::kActor;
   }
   if (!options_.checkpoint_dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointWriter>(options_.checkpoint_dir, options_.shard, options_.shards);
+    checkpoints_ = std::make_unique<CheckpointWriter>(options_.checkpoint_dir, options_.shard, options_.shards,
+                                                      replay_->capacity());
     if (options_.checkpoint_every_seconds > 0) {
       next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(options_.checkpoint_every_seconds));

@@ -9,6 +9,8 @@
 #include "tree/cpu/cpu_priority_tree.h"
 #include "tree/cuda/cuda_device.h"
 
+#include <vector>
+
 namespace perserve::tree {
 namespace {
 
@@ -53,6 +55,12 @@ Status ParseDevice(std::string_view name, Device* device) {
     return Status::InvalidArgument(fmt::format("unknown device \"{}\"; expected cpu, cuda or auto", name));
   }
   return Status::Ok();
+}
+
+Status PriorityTree::ReadLeaves(int64_t first, std::span<double> values) const {
+  std::vector<int64_t> indices(values.size());
+  for (size_t j = 0; j < indices.size(); ++j) indices[j] = first + static_cast<int64_t>(j);
+  return Get(indices, values);
 }
 
 Status PriorityTree::Create(int64_t capacity, Device device, std::unique_ptr<PriorityTree>* tree) {

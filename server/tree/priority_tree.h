@@ -98,6 +98,10 @@ class PriorityTree {
   // Leaf values for the given indices (0 for never-set leaves).
   virtual Status Get(std::span<const int64_t> indices, std::span<double> values) const = 0;
 
+  // Leaf values first .. first + values.size() - 1 (a range inside the
+  // capacity), for checkpoints. This default gathers them with Get.
+  virtual Status ReadLeaves(int64_t first, std::span<double> values) const;
+
   // Sum of all leaves. O(1).
   virtual double Total() const = 0;
   // Min over the leaves ever set; +inf when none was. O(1).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include <fmt/format.h>
+
 #include "tree/strategy_table.h"
 #include "tree/tree_validation.h"
 
@@ -128,6 +130,16 @@ Status CpuPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64_
 Status CpuPriorityTree::Get(std::span<const int64_t> indices, std::span<double> values) const {
   PERSERVE_RETURN_IF_ERROR(ValidateGetBatch(indices, values, capacity_));
   GatherLeaves(indices, values);
+  return Status::Ok();
+}
+
+Status CpuPriorityTree::ReadLeaves(int64_t first, std::span<double> values) const {
+  const int64_t count = static_cast<int64_t>(values.size());
+  if (first < 0 || count > capacity_ - first) {
+    return Status::OutOfRange(fmt::format("leaves {} .. {} are outside [0, {})", first, first + count, capacity_));
+  }
+  const TreeNode* leaves = nodes_.data() + LeafNode(capacity_, first);
+  for (int64_t j = 0; j < count; ++j) values[j] = leaves[j].sum;
   return Status::Ok();
 }
 

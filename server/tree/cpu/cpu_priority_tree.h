@@ -36,6 +36,7 @@ class CpuPriorityTree final : public PriorityTree {
                 std::span<double> values) const override;
   Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const override;
   Status Get(std::span<const int64_t> indices, std::span<double> values) const override;
+  Status ReadLeaves(int64_t first, std::span<double> values) const override;
   double Total() const override { return nodes_.data()[1].sum; }
   double Min() const override { return nodes_.data()[1].min; }
   Status ReadNodes(std::span<double> sums, std::span<double> mins) const override;
