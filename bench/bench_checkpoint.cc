@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_schemas.h"
 #include "replay/replay.h"
 #include "service/checkpoint.h"
 
@@ -29,16 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using perserve::Schema;
-using perserve::DType;
-
-Schema SchemaFor(const std::string& size) {
-  if (size == "atari") {
-    return Schema{{{"obs", DType::kUInt8, {84, 84, 4}}, {"next_obs", DType::kUInt8, {84, 84, 4}},
-                   {"action", DType::kInt64, {}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
-  }
-  return Schema{{{"obs", DType::kFloat32, {14}}, {"next_obs", DType::kFloat32, {14}}, {"action", DType::kInt64, {}},
-                 {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
-}
+using perserve::bench::SchemaFor;
 
 void Check(const perserve::Status& status, const char* what) {
   if (status.ok()) return;
@@ -123,8 +115,8 @@ int main(int argc, char** argv) {
       "\"write_gb_per_s\": {:.3f}, \"begin_ms\": {:.3f}, \"longest_pass_ms\": {:.3f}, \"longest_add_ms\": {:.3f}, "
       "\"passes\": {}, "
       "\"adds_during\": {}, \"restore_seconds\": {:.3f}}}\n",
-      size_name, capacity, schema.ItemBytes(), gb, total, gb / total, 1e3 * begin, 1e3 * longest_pass, 1e3 * longest_add,
-      passes,
+      size_name, capacity, schema.ItemBytes(), gb, total, gb / total, 1e3 * begin, 1e3 * longest_pass,
+      1e3 * longest_add, passes,
       adds, restore);
   std::fputs(json.c_str(), stdout);
   if (!out.empty()) {

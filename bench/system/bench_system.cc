@@ -31,6 +31,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "bench_schemas.h"
 #include "mpi/join.h"
 #include "perserve/client.h"
 #include "replay/replay.h"
@@ -59,16 +60,6 @@ constexpr int kInFlight = 4;
 
 void Check(const Status& status, const char* what) {
   if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
-
-// ~128 B CartPole-like transitions, or Atari-like ones: two 84x84x4 uint8 frames.
-Schema SchemaFor(const std::string& size) {
-  if (size == "atari") {
-    return Schema{{{"obs", DType::kUInt8, {84, 84, 4}}, {"next_obs", DType::kUInt8, {84, 84, 4}},
-                   {"action", DType::kInt64, {}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
-  }
-  return Schema{{{"obs", DType::kFloat32, {14}}, {"next_obs", DType::kFloat32, {14}}, {"action", DType::kInt64, {}},
-                 {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
 }
 
 // What each rank reports to rank 0 at the end.
@@ -261,7 +252,9 @@ int main(int argc, char** argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < servers + 2) Die(fmt::format("needs at least {} ranks: {} servers, an actor, a learner", servers + 2, servers));
+  if (size < servers + 2) {
+    Die(fmt::format("needs at least {} ranks: {} servers, an actor, a learner", servers + 2, servers));
+  }
   if (servers > 1 && transport != "mpi") Die("several servers need --transport mpi");
   const int actors = size - servers - 1;
   const perserve::Schema schema = SchemaFor(size_name);

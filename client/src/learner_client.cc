@@ -19,6 +19,27 @@ namespace {
 // CollectUpdates' argument when it should only take acknowledgements that have arrived.
 constexpr size_t kNoWait = static_cast<size_t>(-1);
 
+// Waits for the reply to each of `ids` (every one, even after an error, so
+// none is left behind), decodes it as a Meta and hands it to take(index,
+// meta). Returns the first error.
+template <class Meta, class Take>
+Status AwaitEach(Connection* connection, const std::vector<uint64_t>& ids, Take take) {
+  Status first_error;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    Meta reply;
+    Status status = connection->AwaitReply(ids[i], &message, &frame);
+    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
+    if (status.ok()) {
+      take(i, reply);
+    } else if (first_error.ok()) {
+      first_error = status;
+    }
+  }
+  return first_error;
+}
+
 }  // namespace
 
 Status LearnerClient::Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<LearnerClient>* learner) {
@@ -71,18 +92,10 @@ Status LearnerClient::Checkpoint(std::vector<std::string>* paths) {
     proto::EncodeFrame(proto::MessageKind::kCheckpointRequest, ids.back(), proto::Empty{}, {}, &frame);
     PERSERVE_RETURN_IF_ERROR(connection_->SendTo(shard, std::move(frame)));
   }
-  paths->clear();
-  Status first_error;
-  for (uint64_t id : ids) {  // every answer is taken, even after an error
-    std::vector<std::byte> message;
-    proto::Frame frame;
-    proto::CheckpointReply reply;
-    Status status = connection_->AwaitReply(id, &message, &frame);
-    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
-    if (!status.ok() && first_error.ok()) first_error = status;
-    paths->push_back(status.ok() ? reply.path : "");
-  }
-  return first_error;
+  paths->assign(ids.size(), "");
+  return AwaitEach<proto::CheckpointReply>(
+      connection_.get(), ids,
+      [paths](size_t shard, const proto::CheckpointReply& reply) { (*paths)[shard] = reply.path; });
 }
 
 Status LearnerClient::Info(ReplayInfo* info) {
@@ -96,23 +109,13 @@ Status LearnerClient::Info(ReplayInfo* info) {
   }
   ReplayInfo sum;
   sum.shards = shards;
-  Status first_error;
-  for (uint64_t id : ids) {  // every answer is taken, even after an error
-    std::vector<std::byte> message;
-    proto::Frame frame;
-    proto::ShardSampleReply reply;
-    Status status = connection_->AwaitReply(id, &message, &frame);
-    if (status.ok()) status = proto::DecodeMeta(frame, &reply);
-    if (!status.ok()) {
-      if (first_error.ok()) first_error = status;
-      continue;
-    }
-    sum.size += reply.size;
-    sum.items_added += reply.items_added;
-    sum.total += reply.total;
-    sum.shards_ready += reply.ready ? 1 : 0;
-  }
-  PERSERVE_RETURN_IF_ERROR(first_error);
+  PERSERVE_RETURN_IF_ERROR(AwaitEach<proto::ShardSampleReply>(
+      connection_.get(), ids, [&sum](size_t, const proto::ShardSampleReply& reply) {
+        sum.size += reply.size;
+        sum.items_added += reply.items_added;
+        sum.total += reply.total;
+        sum.shards_ready += reply.ready ? 1 : 0;
+      }));
   *info = sum;
   return Status::Ok();
 }
@@ -273,25 +276,16 @@ Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span
   // Every shard's answer is taken; the first refusal is the call's (the
   // other shards' parts are applied: each shard applies its part whole or not).
   UpdateResult total;
-  Status first_error;
-  for (uint64_t id : ids) {
-    std::vector<std::byte> message;
-    proto::Frame reply_frame;
-    proto::UpdateReply reply;
-    Status status = connection_->AwaitReply(id, &message, &reply_frame);
-    if (status.ok()) status = proto::DecodeMeta(reply_frame, &reply);
-    if (!status.ok()) {
-      if (first_error.ok()) first_error = status;
-      continue;
-    }
-    total.applied += reply.applied;
-    total.stale += reply.stale;
-    total.dropped += reply.dropped;
-  }
+  const Status status = AwaitEach<proto::UpdateReply>(
+      connection_.get(), ids, [&total](size_t, const proto::UpdateReply& reply) {
+        total.applied += reply.applied;
+        total.stale += reply.stale;
+        total.dropped += reply.dropped;
+      });
   updates_.applied += total.applied;
   updates_.stale += total.stale;
   updates_.dropped += total.dropped;
-  PERSERVE_RETURN_IF_ERROR(first_error);
+  PERSERVE_RETURN_IF_ERROR(status);
   if (result != nullptr) *result = total;
   return Status::Ok();
 }

@@ -22,10 +22,10 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   if (!(plan->total > 0.0)) {
     std::string why;
     for (size_t s = 0; s < count; ++s) {
-      why += fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s,
-                         !shards[s].why_not.empty() ? shards[s].why_not
-                         : shards[s].ready          ? "its total is 0"
-                                                    : fmt::format("holds {} items, not yet its minimum", shards[s].size));
+      const std::string reason = !shards[s].why_not.empty() ? shards[s].why_not
+                                 : shards[s].ready ? "its total is 0"
+                                                   : fmt::format("holds {} items, not yet its minimum", shards[s].size);
+      why += fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s, reason);
     }
     return Status::FailedPrecondition("no shard of the replay can be sampled (" + why + ")");
   }

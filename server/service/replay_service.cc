@@ -688,7 +688,9 @@ void ReplayService::StopServing() {
   stopping_ = true;
   stop_deadline_ = Clock::now() + kStopGrace;
   const Status stopping = StoppedError();
-  for (const DeferredSample& waiting : std::exchange(deferred_, {})) ReplyError(waiting.client, waiting.request_id, stopping);
+  for (const DeferredSample& waiting : std::exchange(deferred_, {})) {
+    ReplyError(waiting.client, waiting.request_id, stopping);
+  }
   for (const DeferredAdd& held : std::exchange(deferred_adds_, {})) ReplyError(held.client, held.request_id, stopping);
   for (const auto& [client, request_id] : std::exchange(next_checkpoint_waiters_, {})) {
     ReplyError(client, request_id, stopping);
