@@ -6,7 +6,8 @@ the last rank learns, the others but the servers act.
     checkpoint_job.py read SERVERS N  (after --restore) the learner finds N items ever added,
                                       samples only ids that were written; actors add one more batch
     checkpoint_job.py term SERVERS    actors add and the learner samples until the server,
-                                      sent SIGTERM, answers UNAVAILABLE
+                                      sent SIGTERM, answers UNAVAILABLE (or the job is killed)
+Columns besides id (the crash job's large one) are zeros.
 """
 import os
 import sys
@@ -63,6 +64,7 @@ else:
     with perserve.Actor(comm) as actor:
         peers = actor.peers()
         ids = index * 10**6 + np.arange(ITEMS)
+        zeros = {c.name: np.zeros((100,) + c.shape, c.dtype) for c in actor.schema if c.name != "id"}
         if mode == "write":
             for start in range(0, ITEMS, 100):
                 chunk = ids[start:start + 100]
@@ -71,13 +73,13 @@ else:
             peers.Barrier()
         elif mode == "read":
             peers.Barrier()
-            actor.add({"id": ids[:100]})
+            actor.add({"id": ids[:100], **zeros})
             actor.flush()
             peers.Barrier()
         elif mode == "term":
             try:
                 while True:
-                    actor.add({"id": ids[:100]})
+                    actor.add({"id": ids[:100], **zeros})
             except perserve.UnavailableError as stopped:
                 print(f"actor {index}: {stopped.message}", flush=True)
             try:  # the batches still in flight were refused too: close says so
