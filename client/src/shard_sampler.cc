@@ -82,8 +82,11 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   }
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true,
-                                             request->timeout_seconds, &request->ids[s]));
+    // A shard known never to be ready (no actor left) is only asked for its
+    // state: waiting would only fail again, and log on its server each time.
+    const bool wait = shards_[s].why_not.empty();
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, wait, request->timeout_seconds,
+                                             &request->ids[s]));
   }
   return Status::Ok();
 }
@@ -130,7 +133,7 @@ Status ShardSampler::Take(Connection* connection, int shard, uint64_t id, std::v
   state.size = reply->size;
   state.total = reply->total;
   state.min_leaf = reply->min_leaf;
-  state.why_not.clear();
+  if (reply->ready) state.why_not.clear();  // a shard that can never be ready stays so
   return Status::Ok();
 }
 
