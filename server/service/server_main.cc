@@ -120,8 +120,6 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   }
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
   if (!flags.restore.empty()) service.Restore(restored);
-  std::signal(SIGUSR1, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
   return 0;
@@ -244,6 +242,10 @@ int main(int argc, char** argv) {
   }
 
   MPI_Init(&argc, &argv);
+  // Taken from here on (Open MPI's own handlers are set up in MPI_Init): a
+  // SIGTERM during the start-up is acted on at the first pass of the loop.
+  std::signal(SIGUSR1, OnSignal);
+  std::signal(SIGTERM, OnSignal);
   const int code = Serve(flags, schema, options);
   MPI_Finalize();
   return code;

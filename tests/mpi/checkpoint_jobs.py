@@ -7,11 +7,13 @@ checkpoint, answers UNAVAILABLE and ends the job, and that checkpoint restores.
 Usage: checkpoint_jobs.py MPIEXEC SERVER PYTHON CLIENT_SCRIPT WORK_DIR
 """
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 mpiexec, server, python, client, work = sys.argv[1:6]
@@ -27,6 +29,57 @@ def job(servers, actors, mode, *args, server_flags=(), capacity=4000, timeout=12
                "-np", str(actors + 1), python, "-m", "mpi4py", client, mode, str(servers), *map(str, args)]
     run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return run.returncode, run.stdout
+
+
+class Job:
+    """A job whose output is read line by line as it comes (a thread), so a
+    test can act on what it prints and never blocks on a silent one."""
+
+    def __init__(self, command):
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self._queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, pattern, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        return None
+
+    def finish(self, seconds):
+        """Waits for the job's end; (exit status, everything it printed)."""
+        try:
+            self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            self.lines.append(f"(the job did not end within {seconds} s)\n")
+        while True:
+            line = self._queue.get()
+            if line is None:
+                break
+            self.lines.append(line)
+        return self.process.returncode, "".join(self.lines)
+
+    def server_pid(self, marker):
+        """The server rank's own process (mpirun's command line names it too)."""
+        found = subprocess.run(["pgrep", "-f", f"^{server} .*{marker}"], stdout=subprocess.PIPE, text=True).stdout
+        return int(found.split()[0]) if found.split() else None
 
 
 def expect(name, output, *patterns, code=None, rc=0):
@@ -57,20 +110,14 @@ expect("another capacity is refused", out, r"capacity 4000; this server has sche
 
 # SIGTERM: a server that keeps serving until told, the clients until UNAVAILABLE.
 term_dir = os.path.join(work, "term")
-command = [mpiexec, "-np", "1", server, *flags, "--capacity", "4000", "--checkpoint-dir", term_dir, ":",
-           "-np", "2", python, "-m", "mpi4py", client, "term", "1"]
-process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-time.sleep(4)  # joined, adding and sampling
-# The server's own process only (mpirun's command line names it too).
-pids = subprocess.run(["pgrep", "-f", f"^{server} .*{term_dir}"], stdout=subprocess.PIPE, text=True).stdout
-for pid in pids.split():
-    os.kill(int(pid), signal.SIGTERM)
-try:
-    out, _ = process.communicate(timeout=60)
-    rc = process.returncode
-except subprocess.TimeoutExpired:
-    process.kill()
-    out, rc = process.communicate()[0] + "\n(the job did not end within 60 s of SIGTERM)", 1
+term = Job([mpiexec, "-np", "1", server, *flags, "--capacity", "4000", "--checkpoint-dir", term_dir, ":",
+            "-np", "2", python, "-m", "mpi4py", client, "term", "1"])
+if term.wait_for(r"serving 2 clients", 120):
+    time.sleep(1)  # adding and sampling
+    pid = term.server_pid(term_dir)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+rc, out = term.finish(120)
 expect("SIGTERM writes a checkpoint and ends the job", out, r"checkpoint: writing .*\(SIGTERM",
        r"checkpoint: .*term/shard-0-of-1/checkpoint-000000 is complete",
        r"SIGTERM: no longer serving", r"actor 0: .*the server has stopped serving \(SIGTERM\); its last checkpoint",
@@ -88,41 +135,22 @@ else:
 crash_dir = os.path.join(work, "crash")
 big = ["--column", "id:int64", "--column", "obs:uint8:100000", "--capacity", "4000", "--min-size-to-sample", "100",
        "--stats-interval", "0", "--checkpoint-dir", crash_dir]
-command = [mpiexec, "-np", "1", server, *big, ":", "-np", "2", python, "-m", "mpi4py", client, "term", "1"]
-process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-server_pid = None
-lines = []
-
-
-def wait_for(pattern, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            return None
-        lines.append(line)
-        match = re.search(pattern, line)
-        if match:
-            return match
-    return None
-
-
-if wait_for(r"serving 2 clients", 60):
-    time.sleep(3)  # the store fills
-    found = subprocess.run(["pgrep", "-f", f"^{server} .*{crash_dir}"], stdout=subprocess.PIPE, text=True).stdout
-    server_pid = int(found.split()[0]) if found.split() else None
+crash = Job([mpiexec, "-np", "1", server, *big, ":", "-np", "2", python, "-m", "mpi4py", client, "term", "1"])
 first = None
-if server_pid:
-    os.kill(server_pid, signal.SIGUSR1)
-    first = wait_for(r"checkpoint: writing .*checkpoint-000000 .* (\d+) ever added\)", 30)
-    complete = wait_for(r"checkpoint-000000 is complete", 60)
-    os.kill(server_pid, signal.SIGUSR1)
-    second = wait_for(r"checkpoint: writing .*checkpoint-000001", 30)
-    os.kill(server_pid, signal.SIGKILL)  # mid-write
-    if not (first and complete and second):
-        failures.append("crash job: the checkpoints did not begin and end as expected:\n" + "".join(lines))
-process.kill()
-process.communicate()
+if crash.wait_for(r"serving 2 clients", 120):
+    time.sleep(3)  # the store fills
+    pid = crash.server_pid(crash_dir)
+    if pid:
+        os.kill(pid, signal.SIGUSR1)
+        first = crash.wait_for(r"checkpoint: writing .*checkpoint-000000 .* (\d+) ever added\)", 60)
+        complete = crash.wait_for(r"checkpoint-000000 is complete", 120)
+        os.kill(pid, signal.SIGUSR1)
+        second = crash.wait_for(r"checkpoint: writing .*checkpoint-000001", 60)
+        os.kill(pid, signal.SIGKILL)  # mid-write
+        if not (first and complete and second):
+            failures.append("crash job: the checkpoints did not begin and end as expected:\n" + "".join(crash.lines))
+crash.process.kill()
+crash.finish(60)
 left = sorted(os.listdir(os.path.join(crash_dir, "shard-0-of-1"))) if os.path.isdir(crash_dir) else []
 print(f"== after the kill: {left}")
 if left != ["checkpoint-000000", "checkpoint-000001.partial"]:
