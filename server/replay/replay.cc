@@ -180,13 +180,18 @@ Status Replay::RestoreState(const ReplayState& state) {
   return Status::Ok();
 }
 
-Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
+Status CheckFractions(std::span<const double> fractions) {
   for (size_t i = 0; i < fractions.size(); ++i) {
     if (!(fractions[i] >= 0.0 && fractions[i] < 1.0)) {
       return Status::InvalidArgument(
           fmt::format("fraction {} at position {} must be in [0, 1)", fractions[i], i));
     }
   }
+  return Status::Ok();
+}
+
+Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
+  PERSERVE_RETURN_IF_ERROR(CheckFractions(fractions));
   if (size() == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
   const size_t count = fractions.size();

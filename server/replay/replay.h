@@ -64,6 +64,10 @@ struct UpdateCounts {
   int64_t dropped = 0;  // a bad priority under drop_bad_priorities: not applied
 };
 
+// SampleAt's fractions: each finite and in [0, 1) (the first that is not is
+// named). The service checks a request with it before the request waits.
+Status CheckFractions(std::span<const double> fractions);
+
 struct SampleResult {
   std::vector<uint64_t> keys;
   std::vector<double> weights;        // importance-sampling weights, all <= 1

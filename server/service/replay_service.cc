@@ -153,9 +153,7 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
     status = Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]",
                                                  request.count, replay_->capacity()));
   }
-  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
-    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
-  }
+  if (status.ok()) status = CheckTimeout(request.timeout_seconds);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   if (!HoldAdd(client, request.count)) return ApplyAdd(client, frame, request);
   if (deferred_adds_per_client_[client] >= options_.max_deferred_adds) {
@@ -222,6 +220,18 @@ int64_t ReplayService::SampleReplyBytes(int64_t batch_size) const {
          batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
 }
 
+Status ReplayService::CheckTimeout(double timeout_seconds) {
+  if (timeout_seconds >= 0.0) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", timeout_seconds));
+}
+
+Status ReplayService::CheckReplyFits(int64_t count) const {
+  const int64_t reply_bytes = SampleReplyBytes(count);
+  if (reply_bytes <= std::numeric_limits<int>::max()) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "a sample of {} items would be a {}-byte reply, over MPI's 2 GiB message limit", count, reply_bytes));
+}
+
 ReplayService::SampleWait ReplayService::WaitFor(const DeferredSample& sample) const {
   // A probe waits only for the minimum size (it takes nothing from the limiter).
   if (sample.shard_sample && sample.fractions.empty()) {
@@ -273,15 +283,8 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
                                                  options_.max_sample_batch));
   }
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
-  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
-    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
-  }
-  const int64_t reply_bytes = status.ok() ? SampleReplyBytes(request.batch_size) : 0;
-  if (reply_bytes > std::numeric_limits<int>::max()) {
-    status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
-                                                 "message limit",
-                                                 request.batch_size, reply_bytes));
-  }
+  if (status.ok()) status = CheckTimeout(request.timeout_seconds);
+  if (status.ok()) status = CheckReplyFits(request.batch_size);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   const Clock::time_point now = Clock::now();
   DeferredSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
@@ -317,25 +320,14 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("a shard sample of {} items must carry {} bulk bytes, got {}",
                                                  request.count, request.count * sizeof(double), frame.bulk.size()));
   }
-  if (status.ok() && !(request.timeout_seconds >= 0.0)) {
-    status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
-  }
-  if (status.ok() && SampleReplyBytes(request.count) > std::numeric_limits<int>::max()) {
-    status = Status::InvalidArgument(fmt::format("a sample of {} items would be a {}-byte reply, over MPI's 2 GiB "
-                                                 "message limit",
-                                                 request.count, SampleReplyBytes(request.count)));
-  }
+  if (status.ok()) status = CheckTimeout(request.timeout_seconds);
+  if (status.ok()) status = CheckReplyFits(request.count);
   const Clock::time_point now = Clock::now();
   DeferredSample sample{client, frame.header.request_id, request.count, 0.0, now,
                         DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}};
   std::span<const std::byte> bulk = frame.bulk;
   if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
-  for (size_t i = 0; status.ok() && i < sample.fractions.size(); ++i) {
-    if (!(sample.fractions[i] >= 0.0 && sample.fractions[i] < 1.0)) {
-      status = Status::InvalidArgument(
-          fmt::format("fraction {} at position {} must be in [0, 1)", sample.fractions[i], i));
-    }
-  }
+  if (status.ok()) status = replay::CheckFractions(sample.fractions);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   // A probe without wait answers at once; other requests as samples do.
   const SampleWait wait = WaitFor(sample);
@@ -361,36 +353,35 @@ void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<
     sample_.leaves.clear();
     sample_.slots.clear();
   }
-  for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);
   const proto::ShardSampleReply meta{count,
                                      replay_->size(),
                                      replay_->counters().items_added,
                                      replay_->tree().Total(),
                                      replay_->tree().Min(),
                                      replay_->size() >= limiter_.options().min_size_to_sample};
-  const size_t column_bytes = static_cast<size_t>(count * replay_->store().schema().ItemBytes());
-  std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
-  const std::span<std::byte> columns = proto::EncodeFrameWithTail(
-      proto::MessageKind::kShardSampleReply, request_id, proto::SerializeMeta(meta),
-      {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))}, column_bytes, &frame);
-  replay_->store().Gather(sample_.slots, columns);
-  Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
+  SendDrawn(client, request_id, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta),
+            {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))});
 }
 
 void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta) {
   const Status status = replay_->Sample(batch_size, beta, &sample_);
   if (!status.ok()) return ReplyError(client, request_id, status);
   limiter_.Sampled(batch_size);
-  for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);
-  const size_t column_bytes = static_cast<size_t>(batch_size * replay_->store().schema().ItemBytes());
-  std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(batch_size)));
-  const std::span<std::byte> columns = proto::EncodeFrameWithTail(
-      proto::MessageKind::kSampleReply, request_id, proto::SerializeMeta(proto::SampleReply{batch_size}),
-      {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
-       std::as_bytes(std::span(sample_.probabilities))},
-      column_bytes, &frame);
+  SendDrawn(client, request_id, proto::MessageKind::kSampleReply, proto::SerializeMeta(proto::SampleReply{batch_size}),
+            {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
+             std::as_bytes(std::span(sample_.probabilities))});
+}
+
+void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta,
+                              std::initializer_list<std::span<const std::byte>> arrays) {
+  for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);  // in place: `arrays` view them
+  const int64_t count = static_cast<int64_t>(sample_.slots.size());
+  const size_t column_bytes = static_cast<size_t>(count * replay_->store().schema().ItemBytes());
+  std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
+  const std::span<std::byte> columns = proto::EncodeFrameWithTail(kind, request_id, meta, arrays, column_bytes, &frame);
   replay_->store().Gather(sample_.slots, columns);
-  Send(client, request_id, std::move(frame), /*sample_reply=*/true);
+  // A reply without rows (a shard's state) does not count against the client's unread allowance.
+  Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
 }
 
 // Held adds, then deferred samples, each in arrival order; once one of a

@@ -198,6 +198,10 @@ class ReplayService {
   void Defer(DeferredSample sample, SampleWait wait);
   void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
   void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions);
+  // Replies with what sample_ holds: `arrays` (its keys first, which this
+  // tags with the server's shard, in place), then its rows from the store.
+  void SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta,
+                 std::initializer_list<std::span<const std::byte>> arrays);
   void Serve(const DeferredSample& sample);
   SampleWait WaitFor(const DeferredSample& sample) const;
   void ServeDeferred();
@@ -227,6 +231,9 @@ class ReplayService {
   // The whole frame a sample of `batch_size` items is answered with (at most,
   // for a shard sample's reply).
   int64_t SampleReplyBytes(int64_t batch_size) const;
+  // A request's timeout: >= 0 (NaN refused). A sample's reply: within one MPI message.
+  static Status CheckTimeout(double timeout_seconds);
+  Status CheckReplyFits(int64_t count) const;
   void ReplyError(int client, uint64_t request_id, const Status& error);
   template <class Meta>
   void Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
