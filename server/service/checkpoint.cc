@@ -55,6 +55,28 @@ int64_t CheckpointNumber(const std::string& name) {
 
 std::string ColumnFile(size_t column) { return fmt::format("column-{}.bin", column); }
 
+// The newest complete checkpoint (it has its MANIFEST) in a shard's
+// directory; "" when there is none (or no such directory).
+std::string NewestComplete(const std::string& shard_dir) {
+  std::error_code error;
+  int64_t newest = -1;
+  std::string path;
+  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
+    const int64_t number = CheckpointNumber(entry.path().filename().string());
+    if (number > newest && fs::exists(entry.path() / kManifest)) {
+      newest = number;
+      path = entry.path().string();
+    }
+  }
+  return path;
+}
+
+// Rows of `schema` in about kSliceBytes (at least one): what a slice writes
+// and a restore reads at a time.
+int64_t RowsPerSlice(const Schema& schema) {
+  return std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, schema.ItemBytes()));
+}
+
 }  // namespace
 
 void Hash64::Update(std::span<const std::byte> bytes) {
@@ -88,18 +110,8 @@ CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, int64
     : shard_dir_(ShardDirectory(dir, shard, shards)),
       shard_(shard),
       shards_(shards),
-      leaves_(static_cast<size_t>(std::max<int64_t>(0, capacity))) {
-  // The newest complete checkpoint already there is the last one.
-  std::error_code error;
-  int64_t newest = -1;
-  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
-    const int64_t number = CheckpointNumber(entry.path().filename().string());
-    if (number > newest && fs::exists(entry.path() / kManifest)) {
-      newest = number;
-      last_path_ = entry.path().string();
-    }
-  }
-}
+      last_path_(NewestComplete(shard_dir_)),
+      leaves_(static_cast<size_t>(std::max<int64_t>(0, capacity))) {}
 
 CheckpointWriter::~CheckpointWriter() {
   if (finishing_.valid()) finishing_.wait();
@@ -184,7 +196,7 @@ Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
 
 Status CheckpointWriter::WriteItems(const replay::Replay& replay, int64_t until) {
   const store::TransitionStore& store = replay.store();
-  const int64_t rows_per_slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, store.schema().ItemBytes()));
+  const int64_t rows_per_slice = RowsPerSlice(store.schema());
   while (written_ < until) {
     const int64_t slot = static_cast<int64_t>((oldest_key_ + written_) % capacity_);
     const int64_t rows = std::min({until - written_, rows_per_slice, capacity_ - slot});  // no wrap in a slice
@@ -218,9 +230,7 @@ Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microse
   Status status;
   do {
     if (phase_ == Phase::kItems) {
-      const int64_t rows_per_slice =
-          std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, replay.store().schema().ItemBytes()));
-      status = WriteItems(replay, std::min(size_, written_ + rows_per_slice));
+      status = WriteItems(replay, std::min(size_, written_ + RowsPerSlice(replay.store().schema())));
       if (status.ok() && written_ == size_) phase_ = Phase::kLeaves;
     } else if (phase_ == Phase::kLeaves) {
       const size_t count = std::min(static_cast<size_t>(size_) - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
@@ -374,16 +384,8 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
     *dir = path;
     return Status::Ok();
   }
-  const std::string shard_dir = ShardDirectory(path, shard, shards);
-  int64_t newest = -1;
-  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
-    const int64_t number = CheckpointNumber(entry.path().filename().string());
-    if (number > newest && fs::exists(entry.path() / kManifest)) {
-      newest = number;
-      *dir = entry.path().string();
-    }
-  }
-  if (newest >= 0) return Status::Ok();
+  *dir = NewestComplete(ShardDirectory(path, shard, shards));
+  if (!dir->empty()) return Status::Ok();
   std::vector<std::string> others;
   for (const auto& entry : fs::directory_iterator(path, error)) {
     const std::string name = entry.path().filename().string();
@@ -454,7 +456,7 @@ Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Re
     if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}", file.string()));
   }
   const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
-  const int64_t rows_per_chunk = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, schema.ItemBytes()));
+  const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<std::byte> chunk;
   for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
     const int64_t rows = std::min(rows_per_chunk, state->size - row);
