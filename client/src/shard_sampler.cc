@@ -118,7 +118,6 @@ Status ShardSampler::Take(Connection* connection, int shard, uint64_t id, std::v
   ShardState& state = shards_[static_cast<size_t>(shard)];
   const Status status = connection->AwaitReply(id, message, frame);
   if (status.code() == Status::Code::kFailedPrecondition) {  // it can never be ready (no actor left)
-    state.known = true;
     state.ready = false;
     state.why_not = status.message();
   }
@@ -128,7 +127,6 @@ Status ShardSampler::Take(Connection* connection, int shard, uint64_t id, std::v
                                         frame->header.kind));
   }
   PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(*frame, reply));
-  state.known = true;
   state.ready = reply->ready;
   state.size = reply->size;
   state.total = reply->total;

@@ -40,7 +40,6 @@ namespace perserve::client_internal {
 
 // What a shard last said about itself.
 struct ShardState {
-  bool known = false;   // it has answered at least once
   bool ready = false;   // it holds its minimum size (and can ever be drawn from)
   int64_t size = 0;
   double total = 0.0;

@@ -12,7 +12,7 @@ namespace {
 
 ShardState Ready(double total) {
   ShardState state;
-  state.known = state.ready = true;
+  state.ready = true;
   state.size = 100;
   state.total = total;
   state.min_leaf = 1.0;
