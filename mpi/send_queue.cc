@@ -26,23 +26,53 @@ std::vector<std::byte> SendQueue::Acquire(size_t expected_bytes) {
   return buffer;
 }
 
+namespace {
+
+Status CheckMessageBytes(size_t bytes) {
+  if (bytes <= static_cast<size_t>(std::numeric_limits<int>::max())) return Status::Ok();
+  return Status::InvalidArgument("a message of " + std::to_string(bytes) + " bytes exceeds MPI's 2 GiB message limit");
+}
+
+}  // namespace
+
 Status SendQueue::Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm, bool tracked) {
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return Status::InvalidArgument("a message of " + std::to_string(bytes.size()) +
-                                   " bytes exceeds MPI's 2 GiB message limit");
-  }
+  PERSERVE_RETURN_IF_ERROR(CheckMessageBytes(bytes.size()));
   MPI_Request request;
   PERSERVE_RETURN_IF_ERROR(
       Check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, rank, tag, comm, &request), "MPI_Isend"));
+  const auto size = static_cast<int64_t>(bytes.size());
+  Started(request, std::move(bytes), size, rank, tracked, 0);
+  return Status::Ok();
+}
+
+Status SendQueue::SendTyped(std::vector<std::byte> head, MPI_Datatype* type, int64_t bytes, int rank, int tag,
+                            MPI_Comm comm, bool tracked, uint64_t token) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status status = CheckMessageBytes(static_cast<size_t>(bytes));
+  if (status.ok()) status = Check(MPI_Isend(MPI_BOTTOM, 1, *type, rank, tag, comm, &request), "MPI_Isend");
+  MPI_Type_free(type);
+  PERSERVE_RETURN_IF_ERROR(status);
+  Started(request, std::move(head), bytes, rank, tracked, token);
+  return Status::Ok();
+}
+
+void SendQueue::Started(MPI_Request request, std::vector<std::byte> buffer, int64_t bytes, int rank, bool tracked,
+                        uint64_t token) {
   requests_.push_back(request);
-  buffers_.push_back(std::move(bytes));
+  buffers_.push_back(std::move(buffer));
+  bytes_.push_back(bytes);
+  tokens_.push_back(token);
   tracked_ranks_.push_back(tracked ? rank : -1);
   if (tracked) {
     InFlight& in_flight = tracked_[rank];
     ++in_flight.messages;
-    in_flight.bytes += static_cast<int64_t>(buffers_.back().size());
+    in_flight.bytes += bytes;
   }
-  return Status::Ok();
+}
+
+void SendQueue::TakeCompleted(std::vector<uint64_t>* tokens) {
+  tokens->swap(completed_tokens_);
+  completed_tokens_.clear();
 }
 
 SendQueue::InFlight SendQueue::TrackedInFlight(int rank) const {
@@ -68,9 +98,10 @@ Status SendQueue::Progress() {
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
     if (requests_[i] == MPI_REQUEST_NULL) {
+      if (tokens_[i] != 0) completed_tokens_.push_back(tokens_[i]);
       if (tracked_ranks_[i] >= 0) {
         InFlight& in_flight = tracked_[tracked_ranks_[i]];
-        in_flight.bytes -= static_cast<int64_t>(buffers_[i].size());
+        in_flight.bytes -= bytes_[i];
         if (--in_flight.messages == 0) tracked_.erase(tracked_ranks_[i]);
       }
       const size_t capacity = buffers_[i].capacity();
@@ -84,12 +115,16 @@ Status SendQueue::Progress() {
     if (kept != i) {
       requests_[kept] = requests_[i];
       buffers_[kept] = std::move(buffers_[i]);
+      bytes_[kept] = bytes_[i];
+      tokens_[kept] = tokens_[i];
       tracked_ranks_[kept] = tracked_ranks_[i];
     }
     ++kept;
   }
   requests_.resize(kept);
   buffers_.resize(kept);
+  bytes_.resize(kept);
+  tokens_.resize(kept);
   tracked_ranks_.resize(kept);
   return Status::Ok();
 }
@@ -98,8 +133,13 @@ Status SendQueue::Drain() {
   if (requests_.empty()) return Status::Ok();
   const Status status =
       Check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  for (uint64_t token : tokens_) {
+    if (token != 0) completed_tokens_.push_back(token);
+  }
   requests_.clear();
   buffers_.clear();
+  bytes_.clear();
+  tokens_.clear();
   tracked_ranks_.clear();
   tracked_.clear();
   return status;

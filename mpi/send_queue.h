@@ -29,6 +29,16 @@ class SendQueue {
   // Starts sending `bytes` (at most 2 GiB) to `rank` with `tag`; `tracked`
   // sends are counted by TrackedInFlight until they complete.
   Status Send(std::vector<std::byte> bytes, int rank, int tag, MPI_Comm comm, bool tracked = false);
+  // Starts sending one message of `bytes` bytes laid out by `*type` over
+  // absolute addresses (MPI_BOTTOM), for example a frame's head (`head`, kept
+  // until the send completes) and rows that stay where they are. Frees
+  // `*type` (MPI keeps it while the send needs it). Once the send has
+  // completed, TakeCompleted hands out `token`: until then the memory `*type`
+  // names must not change.
+  Status SendTyped(std::vector<std::byte> head, MPI_Datatype* type, int64_t bytes, int rank, int tag, MPI_Comm comm,
+                   bool tracked, uint64_t token);
+  // The tokens of the typed sends completed since the last call.
+  void TakeCompleted(std::vector<uint64_t>* tokens);
   // Releases the buffers of completed sends. Never blocks.
   Status Progress();
   // Waits for every send.
@@ -50,7 +60,14 @@ class SendQueue {
   size_t pooled_bytes() const;
 
  private:
-  std::vector<MPI_Request> requests_;            // parallel to buffers_ and tracked_ranks_
+  // Starts tracking a send begun as `request`.
+  void Started(MPI_Request request, std::vector<std::byte> buffer, int64_t bytes, int rank, bool tracked,
+               uint64_t token);
+
+  std::vector<MPI_Request> requests_;            // parallel to buffers_, bytes_, tokens_ and tracked_ranks_
+  std::vector<int64_t> bytes_;                   // each send's message bytes
+  std::vector<uint64_t> tokens_;                 // a typed send's token, else 0
+  std::vector<uint64_t> completed_tokens_;       // TakeCompleted's answer
   std::vector<int> tracked_ranks_;               // the destination of a tracked send, else -1
   std::unordered_map<int, InFlight> tracked_;    // TrackedInFlight's answers, kept as sends start and complete
   std::vector<std::vector<std::byte>> buffers_;  // a moved vector keeps its heap block

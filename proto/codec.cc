@@ -54,16 +54,21 @@ void EncodeFrameMeta(MessageKind kind, uint64_t request_id, const std::string& m
   EncodeFrameWithTail(kind, request_id, meta, bulk, 0, out);
 }
 
-std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, const std::string& meta,
-                                         std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
-                                         std::vector<std::byte>* out) {
+namespace {
+
+// The frame's header, meta and bulk parts into `out`, followed by `tail_bytes`
+// more bytes of room when `room_for_tail`; the header counts the tail either way.
+std::byte* EncodeFrameParts(MessageKind kind, uint64_t request_id, const std::string& meta,
+                            std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
+                            bool room_for_tail, std::vector<std::byte>* out) {
   FrameHeader header;
   header.kind = static_cast<uint16_t>(kind);
   header.request_id = request_id;
   header.meta_bytes = static_cast<uint32_t>(meta.size());
   for (const auto& part : bulk) header.bulk_bytes += part.size();
+  const size_t head_bytes = kFrameHeaderBytes + meta.size() + header.bulk_bytes;
   header.bulk_bytes += tail_bytes;
-  out->resize(kFrameHeaderBytes + meta.size() + header.bulk_bytes);
+  out->resize(head_bytes + (room_for_tail ? tail_bytes : 0));
   std::byte* cursor = out->data();
   std::memcpy(cursor, &header, kFrameHeaderBytes);
   cursor += kFrameHeaderBytes;
@@ -73,7 +78,21 @@ std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, 
     if (!part.empty()) std::memcpy(cursor, part.data(), part.size());
     cursor += part.size();
   }
-  return std::span<std::byte>(cursor, tail_bytes);
+  return cursor;
+}
+
+}  // namespace
+
+std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, const std::string& meta,
+                                         std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
+                                         std::vector<std::byte>* out) {
+  return {EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, /*room_for_tail=*/true, out), tail_bytes};
+}
+
+void EncodeFrameHead(MessageKind kind, uint64_t request_id, const std::string& meta,
+                     std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
+                     std::vector<std::byte>* out) {
+  EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, /*room_for_tail=*/false, out);
 }
 
 std::string SerializeSchema(const Schema& schema) { return SerializeMeta(schema); }

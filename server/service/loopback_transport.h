@@ -3,6 +3,7 @@
 // replies from its outbox.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <utility>
@@ -28,6 +29,36 @@ class LoopbackTransport final : public Transport {
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
+  // From now on sample replies with rows (SendSampleReplyRows) travel as over
+  // MPI: the rows not copied are read from the store only when the client
+  // receives the reply (Deliver); until then the reply is in flight and
+  // unread, and its token is not handed back.
+  void SendRowsInPlace(bool in_place) { rows_in_place_ = in_place; }
+  // The client receives its oldest reply in flight: its rows are read now,
+  // the reply goes to its outbox, its token back. False when none is.
+  bool Deliver(int client) {
+    const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                 [client](const InFlight& sent) { return sent.client == client; });
+    if (it == in_flight_.end()) return false;
+    std::vector<std::byte> frame = std::move(it->head);
+    size_t copied = 0;
+    for (int column = 0; column < static_cast<int>(it->store->schema().columns.size()); ++column) {
+      for (size_t i = 0; i < it->slots.size(); ++i) {
+        const std::span<const std::byte> row = it->store->Rows(column, it->slots[i], 1);
+        const std::byte* from = row.data();
+        if (it->copy_row[i]) {
+          from = it->copies.data() + copied;
+          copied += row.size();
+        }
+        frame.insert(frame.end(), from, from + row.size());
+      }
+    }
+    outboxes_[client].push_back(std::move(frame));
+    completed_.push_back(it->token);
+    in_flight_.erase(it);
+    return true;
+  }
+  size_t in_flight() const { return in_flight_.size(); }
 
   // Service side.
   int client_count() const override { return static_cast<int>(inboxes_.size()); }
@@ -45,9 +76,36 @@ class LoopbackTransport final : public Transport {
     outboxes_[client].push_back(std::move(frame));
     return Status::Ok();
   }
-  // A reply is unread until the test pops it from the outbox.
+  Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
+                             std::span<const int64_t> slots, std::span<const char> copy_row,
+                             uint64_t* token) override {
+    if (!rows_in_place_) return Transport::SendSampleReplyRows(client, std::move(head), store, slots, copy_row, token);
+    if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
+    InFlight sent{client, std::move(head), &store, {slots.begin(), slots.end()}, {copy_row.begin(), copy_row.end()},
+                  {}, next_token_++};
+    for (int column = 0; column < static_cast<int>(store.schema().columns.size()); ++column) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (!copy_row[i]) continue;
+        const std::span<const std::byte> row = store.Rows(column, slots[i], 1);
+        sent.copies.insert(sent.copies.end(), row.begin(), row.end());  // copied at the send, as MPI's transport does
+      }
+    }
+    *token = sent.token;
+    in_flight_.push_back(std::move(sent));
+    return Status::Ok();
+  }
+  void TakeCompletedRows(std::vector<uint64_t>* tokens) override {
+    tokens->swap(completed_);
+    completed_.clear();
+  }
+  // A reply is unread until the test pops it from the outbox (or while in flight).
   Unread UnreadSampleReplies(int client) const override {
     Unread unread;
+    for (const InFlight& sent : in_flight_) {
+      if (sent.client != client) continue;
+      ++unread.replies;
+      unread.bytes += static_cast<int64_t>(sent.head.size());
+    }
     for (const std::vector<std::byte>& frame : outboxes_[client]) {
       uint16_t kind = 0;
       if (frame.size() >= proto::kFrameHeaderBytes) std::memcpy(&kind, frame.data() + 6, sizeof(kind));
@@ -66,6 +124,19 @@ class LoopbackTransport final : public Transport {
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
   std::vector<ClientRole> roles_;
   bool fail_sends_ = false;
+  struct InFlight {
+    int client;
+    std::vector<std::byte> head;
+    const store::TransitionStore* store;
+    std::vector<int64_t> slots;
+    std::vector<char> copy_row;
+    std::vector<std::byte> copies;  // the copied rows, column after column
+    uint64_t token;
+  };
+  bool rows_in_place_ = false;
+  std::deque<InFlight> in_flight_;
+  std::vector<uint64_t> completed_;
+  uint64_t next_token_ = 1;
 };
 
 }  // namespace perserve::service

@@ -27,6 +27,13 @@ class MpiTransport final : public Transport {
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   Status Send(int client, std::vector<std::byte> frame) override;
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
+  // One message: an MPI hindexed datatype over the head and each row of each
+  // column where it lies in the store (adjacent rows joined into one block),
+  // the rows to copy copied behind the head.
+  Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
+                             std::span<const int64_t> slots, std::span<const char> copy_row,
+                             uint64_t* token) override;
+  void TakeCompletedRows(std::vector<uint64_t>* tokens) override { sends_.TakeCompleted(tokens); }
   Unread UnreadSampleReplies(int client) const override;
   std::string ClientName(int client) const override { return "rank " + std::to_string(client_ranks_[client]); }
   ClientRole Role(int client) const override { return roles_[client]; }
@@ -39,6 +46,10 @@ class MpiTransport final : public Transport {
   std::vector<int> client_ranks_;
   std::vector<ClientRole> roles_;
   mpi::SendQueue sends_;
+  uint64_t next_token_ = 1;
+  // The datatype's blocks, reused across replies.
+  std::vector<int> block_bytes_;
+  std::vector<MPI_Aint> block_addresses_;
 };
 
 }  // namespace perserve::service

@@ -64,6 +64,7 @@ Status ReplayService::Run() {
 
 Status ReplayService::Step(bool* handled) {
   *handled = false;
+  ReleasePins();
   const int clients = static_cast<int>(open_.size());
   for (int visited = 0; visited < clients; ++visited) {
     const int client = (next_client_ + visited) % clients;
@@ -159,9 +160,19 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
   if (deferred_adds_per_client_[client] >= options_.max_deferred_adds) {
     return ReplyError(client, frame.header.request_id,
                       Status::ResourceExhausted(fmt::format(
-                          "{} adds of this client wait already for the rate limiter (the most one client may have "
-                          "waiting: --max-deferred-adds); wait for their acknowledgements",
-                          deferred_adds_per_client_[client])));
+                          "{} adds of this client are held already ({}; the most one client may have waiting: "
+                          "--max-deferred-adds); wait for their acknowledgements",
+                          deferred_adds_per_client_[client], DescribeAddHold())));
+  }
+  if (PinHolds(request.count)) {
+    ++counters_.pinned_adds;
+    if (!pin_hold_logged_) {
+      pin_hold_logged_ = true;
+      spdlog::warn("intake waits: the next slots of the ring hold rows of a sample reply {} has not received yet "
+                   "(sent from the store, they must not change until it has); adds are held until it receives it "
+                   "(logged once; the stats line counts such adds)",
+                   transport_->ClientName(OldestPinnedClient()));
+    }
   }
   ++counters_.deferred_adds;
   ++deferred_adds_per_client_[client];
@@ -172,7 +183,8 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
 }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
-  return deferred_adds_per_client_[client] > 0 || LimiterHolds(count);  // behind its own held adds, or the limiter's
+  // Behind its own held adds, or the limiter's, or rows a learner has yet to receive.
+  return deferred_adds_per_client_[client] > 0 || LimiterHolds(count) || PinHolds(count);
 }
 
 bool ReplayService::LimiterHolds(int64_t count) const {
@@ -376,12 +388,86 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
                               std::initializer_list<std::span<const std::byte>> arrays) {
   for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);  // in place: `arrays` view them
   const int64_t count = static_cast<int64_t>(sample_.slots.size());
-  const size_t column_bytes = static_cast<size_t>(count * replay_->store().schema().ItemBytes());
+  const int64_t row_bytes = replay_->store().schema().ItemBytes();
+  const size_t column_bytes = static_cast<size_t>(count * row_bytes);
+  if (count > 0 && options_.zero_copy_min_row_bytes >= 0 && row_bytes >= options_.zero_copy_min_row_bytes) {
+    // Rows the next adds will soon overwrite are copied into the reply; the
+    // others go from the store and stay pinned while the reply travels.
+    const int64_t capacity = replay_->capacity();
+    const auto head_slot = static_cast<int64_t>(replay_->next_key() % static_cast<uint64_t>(capacity));
+    const int64_t guard = std::max<int64_t>(1, capacity / kCopyGuardDivisor);
+    copy_row_.resize(sample_.slots.size());
+    for (size_t i = 0; i < sample_.slots.size(); ++i) {
+      copy_row_[i] = static_cast<char>((sample_.slots[i] - head_slot + capacity) % capacity < guard);
+    }
+    std::vector<std::byte> head = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
+    proto::EncodeFrameHead(kind, request_id, meta, arrays, column_bytes, &head);
+    uint64_t token = 0;
+    const Status sent =
+        transport_->SendSampleReplyRows(client, std::move(head), replay_->store(), sample_.slots, copy_row_, &token);
+    if (!sent.ok()) {
+      ++counters_.replies_dropped;
+      spdlog::error("the reply to {} request {} was dropped: {}", transport_->ClientName(client), request_id,
+                    sent.ToString());
+      return;
+    }
+    if (token != 0) Pin(token, client);
+    return;
+  }
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(kind, request_id, meta, arrays, column_bytes, &frame);
   replay_->store().Gather(sample_.slots, columns);
   // A reply without rows (a shard's state) does not count against the client's unread allowance.
   Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
+}
+
+void ReplayService::Pin(uint64_t token, int client) {
+  if (pins_.empty()) pins_.assign(static_cast<size_t>(replay_->capacity()), 0);
+  PinnedReply pinned{client, {}};
+  for (size_t i = 0; i < sample_.slots.size(); ++i) {
+    if (copy_row_[i]) continue;
+    ++pins_[static_cast<size_t>(sample_.slots[i])];
+    pinned.slots.push_back(sample_.slots[i]);
+  }
+  pinned_replies_.emplace(token, std::move(pinned));
+  ++counters_.zero_copy_replies;
+}
+
+void ReplayService::ReleasePins() {
+  transport_->TakeCompletedRows(&completed_tokens_);
+  for (const uint64_t token : completed_tokens_) {
+    const auto found = pinned_replies_.find(token);
+    if (found == pinned_replies_.end()) continue;
+    for (const int64_t slot : found->second.slots) --pins_[static_cast<size_t>(slot)];
+    pinned_replies_.erase(found);
+  }
+}
+
+int ReplayService::OldestPinnedClient() const {
+  if (pinned_replies_.empty()) return 0;
+  return std::min_element(pinned_replies_.begin(), pinned_replies_.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; })
+      ->second.client;
+}
+
+std::string ReplayService::DescribeAddHold() const {
+  if (deferred_adds_.empty()) return "nothing holds them";
+  if (PinHolds(deferred_adds_.front().count)) {
+    return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
+                       transport_->ClientName(OldestPinnedClient()));
+  }
+  if (LimiterHolds(deferred_adds_.front().count)) return "the rate limiter holds them: the learners are behind";
+  return "each behind its client's earlier held adds";
+}
+
+bool ReplayService::PinHolds(int64_t count) const {
+  if (pinned_replies_.empty()) return false;
+  const int64_t capacity = replay_->capacity();
+  const auto first = static_cast<int64_t>(replay_->next_key() % static_cast<uint64_t>(capacity));
+  for (int64_t j = 0; j < count; ++j) {
+    if (pins_[static_cast<size_t>((first + j) % capacity)] != 0) return true;
+  }
+  return false;
 }
 
 // Held adds, then deferred samples, each in arrival order; once one of a
@@ -398,7 +484,7 @@ void ReplayService::ServeDeferred() {
   const bool limiter_holds_samples = std::any_of(deferred_.begin(), deferred_.end(), [this](const DeferredSample& d) {
     return WaitFor(d) == SampleWait::kRateLimiter;
   });
-  if (!limiter_holds_samples) return;
+  if (!limiter_holds_samples || PinHolds(deferred_adds_.front().count)) return;
   if (counters_.limiter_overrides++ == 0) {
     spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
                  "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
@@ -441,7 +527,7 @@ void ReplayService::ServeDeferredAdds(bool* any_blocked) {
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     const int client = it->client;
-    if (blocked_[client] || LimiterHolds(it->count)) {
+    if (blocked_[client] || LimiterHolds(it->count) || PinHolds(it->count)) {
       blocked_[client] = true;
       *any_blocked = true;
       ++it;
@@ -739,6 +825,10 @@ std::string ReplayService::Summary() const {
     summary += fmt::format("; rate limiter {}, {} adds held, {} let through", limiter_.Describe(),
                            counters_.deferred_adds, counters_.limiter_overrides);
   }
+  if (counters_.zero_copy_replies > 0) {
+    summary += fmt::format("; {} sample replies sent from the store, {} adds waited for their rows",
+                           counters_.zero_copy_replies, counters_.pinned_adds);
+  }
   return summary;
 }
 
@@ -770,8 +860,9 @@ std::string ReplayService::DescribeClients() const {
     text += " | waiting samples 0";
   }
   if (!deferred_adds_.empty()) {
-    text += fmt::format(" | held adds {} (oldest {:.1f} s)", deferred_adds_.size(),
-                        std::chrono::duration<double>(now - deferred_adds_.front().arrived).count());
+    text += fmt::format(" | held adds {} (oldest {:.1f} s: {})", deferred_adds_.size(),
+                        std::chrono::duration<double>(now - deferred_adds_.front().arrived).count(),
+                        DescribeAddHold());
   }
   if (limiter_.enabled()) text += " | rate limiter " + limiter_.Describe();
   if (!silent.empty()) {

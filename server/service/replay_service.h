@@ -53,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "proto/codec.h"
@@ -100,6 +101,13 @@ struct ServiceOptions {
   std::string checkpoint_dir{};
   double checkpoint_every_seconds = 0.0;
   std::chrono::microseconds checkpoint_slice{2000};
+  // Sample replies whose rows (one item, all columns) are at least this many
+  // bytes go out from the store where the transport can (MPI: a datatype over
+  // the rows, no gather copy); the rows stay pinned until the reply is sent,
+  // and an add that would overwrite them waits for that. Smaller rows are
+  // gathered into the reply: a copy is cheaper than a datatype of many tiny
+  // blocks (docs/performance.md, the crossover). < 0: always gathered.
+  int64_t zero_copy_min_row_bytes = 8192;
   // Polled each pass: SIGUSR1 asks for a checkpoint, SIGTERM for one and
   // then the end of serving; 0: nothing. Empty: never polled.
   std::function<int()> take_signal{};
@@ -116,6 +124,8 @@ struct ServiceCounters {
   int64_t deferred_adds = 0;     // add requests the rate limiter held back
   int64_t deadlines_exceeded = 0;
   int64_t limiter_overrides = 0;  // adds let through so both kinds could not wait on each other
+  int64_t zero_copy_replies = 0;  // sample replies sent from the store
+  int64_t pinned_adds = 0;        // adds held because they would overwrite rows of a reply in flight
 };
 
 class ReplayService {
@@ -227,6 +237,16 @@ class ReplayService {
   // client's held adds, or by the rate limiter (LimiterHolds).
   bool HoldAdd(int client, int64_t count) const;
   bool LimiterHolds(int64_t count) const;
+  // Whether the next `count` slots hold rows of a sample reply still in flight.
+  bool PinHolds(int64_t count) const;
+  // Pins the rows of sample_ that a reply sent from the store did not copy
+  // (copy_row_), and unpins those the transport has finished sending.
+  void Pin(uint64_t token, int client);
+  void ReleasePins();
+  // The client of the oldest reply still pinning rows (0 when none).
+  int OldestPinnedClient() const;
+  // Why the oldest held add waits (the stats line, the refusal of one more).
+  std::string DescribeAddHold() const;
   static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
   // The whole frame a sample of `batch_size` items is answered with (at most,
   // for a shard sample's reply).
@@ -261,6 +281,21 @@ class ReplayService {
   replay::EpisodeTracker episodes_;
   std::vector<std::byte> receive_buffer_;
   replay::SampleResult sample_;
+  // Rows of sample replies in flight (sent from the store): a count per slot
+  // (allocated at the first such reply), and each reply's client and slots.
+  std::vector<uint32_t> pins_;
+  struct PinnedReply {
+    int client;
+    std::vector<int64_t> slots;
+  };
+  std::unordered_map<uint64_t, PinnedReply> pinned_replies_;
+  std::vector<uint64_t> completed_tokens_;
+  std::vector<char> copy_row_;  // SendDrawn's scratch: which rows to copy
+  bool pin_hold_logged_ = false;
+  // Rows within capacity / kCopyGuardDivisor slots ahead of the ring's next
+  // write are copied into a reply sent from the store, so an add waits for a
+  // reply's rows only when the reply is still unread after that many adds.
+  static constexpr int64_t kCopyGuardDivisor = 8;
   // Checkpoints: the writer (null without a directory), who waits for the one
   // being written and for the next, and what happens when it ends.
   std::unique_ptr<CheckpointWriter> checkpoints_;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,8 +182,13 @@ int main(int argc, char** argv) {
                  "sample requests of one client that may wait; one more is refused (RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--max-deferred-adds", flags.service.max_deferred_adds,
-                 "adds of one client the rate limiter may hold; one more is refused (RESOURCE_EXHAUSTED)")
+                 "adds of one client the server may hold (rate limiter, rows of replies in flight); one more is "
+                 "refused (RESOURCE_EXHAUSTED)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--zero-copy-min-row-bytes", flags.service.zero_copy_min_row_bytes,
+                 "sample replies whose rows (all columns of one item) are this many bytes or more are sent from "
+                 "the store without a gather copy (-1: never)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))->capture_default_str();
   app.add_option("--samples-per-insert", flags.service.samples_per_insert,
                  "rate limiter (0: off): sampled items per inserted item the server keeps to, within "
                  "--error-buffer; samples wait while the learners are ahead, adds while the actors are")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "perserve/status.h"
+#include "store/transition_store.h"
 
 namespace perserve::service {
 
@@ -37,6 +38,27 @@ class Transport {
   // Send() for a sample reply, whose delivery the transport tracks until the
   // client has received it (UnreadSampleReplies).
   virtual Status SendSampleReply(int client, std::vector<std::byte> frame) { return Send(client, std::move(frame)); }
+
+  // A sample reply whose rows follow `head` in the same message: `head` is the
+  // frame up to its rows (proto::EncodeFrameHead), then the rows of `slots`,
+  // column after column, as they stand in `store`. A transport that sends
+  // them from the store without copying them first (MpiTransport: one MPI
+  // datatype over the head and the rows) copies only the rows whose
+  // `copy_row` is nonzero and sets *token to a nonzero value: the other rows
+  // must not change until TakeCompletedRows hands the token back. The default
+  // gathers every row behind the head (a copy) and sets *token to 0.
+  virtual Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
+                                     std::span<const int64_t> slots, std::span<const char> copy_row,
+                                     uint64_t* token) {
+    (void)copy_row;
+    *token = 0;
+    const size_t head_bytes = head.size();
+    head.resize(head_bytes + slots.size() * static_cast<size_t>(store.schema().ItemBytes()));
+    store.Gather(slots, std::span(head).subspan(head_bytes));
+    return SendSampleReply(client, std::move(head));
+  }
+  // The tokens of the row sends completed since the last call.
+  virtual void TakeCompletedRows(std::vector<uint64_t>* tokens) { tokens->clear(); }
 
   // The sample replies sent to `client` that it has not received yet, and
   // their bytes: the service holds further samples back past an allowance, so

@@ -11,6 +11,11 @@
 //               the server keeps serving, and nothing rejected is applied.
 //   flood       one actor floods; another actor and the learner stay served
 //               within a stated bound.
+//   overwrite   actors add patterned items into a small ring as fast as they
+//               can while the learner keeps prefetched samples in flight,
+//               sent from the store (--zero-copy-min-row-bytes 0): every row
+//               is whole and belongs to its key, though intake wraps the ring
+//               many times over meanwhile.
 #include <mpi.h>
 
 #include <chrono>
@@ -20,6 +25,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -59,6 +65,26 @@ void AddPatterned(perserve::ActorClient* actor, int64_t first_id, int64_t count,
   }
 }
 
+// Every row of `batch` is whole (its payload and values are its id's) and
+// each key always comes back as the same id.
+void CheckPatternedRows(const perserve::SampleBatch& batch, std::map<uint64_t, int64_t>* id_of_key) {
+  for (int64_t i = 0; i < batch.size; ++i) {
+    int64_t id;
+    std::memcpy(&id, batch.columns[0].data() + 8 * i, 8);
+    for (int b = 0; b < kPayload; ++b) {
+      CHECK(static_cast<uint8_t>(batch.columns[1][i * kPayload + b]) == PayloadByte(id, b), "payload of id {}", id);
+    }
+    for (int e = 0; e < 3; ++e) {
+      double value;
+      std::memcpy(&value, batch.columns[2].data() + (i * 3 + e) * 8, 8);
+      CHECK(value == ValueAt(id, e), "value of id {}", id);
+    }
+    const auto [it, inserted] = id_of_key->emplace(batch.keys[i], id);
+    CHECK(it->second == id, "key {} came back as id {} and as id {}", batch.keys[i], it->second, id);
+    CHECK(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0 + 1e-12, "weight {}", batch.weights[i]);
+  }
+}
+
 int EndToEndActor() {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
@@ -81,20 +107,8 @@ int EndToEndLearner(int64_t total) {
     CHECK(batch.size == 64 && batch.columns.size() == 3, "size {}", batch.size);
     for (int64_t i = 0; i < batch.size; ++i) {
       CHECK(batch.keys[i] < static_cast<uint64_t>(total), "key {} of {}", batch.keys[i], total);
-      int64_t id;
-      std::memcpy(&id, batch.columns[0].data() + 8 * i, 8);
-      for (int b = 0; b < kPayload; ++b) {
-        CHECK(static_cast<uint8_t>(batch.columns[1][i * kPayload + b]) == PayloadByte(id, b), "payload of id {}", id);
-      }
-      for (int e = 0; e < 3; ++e) {
-        double value;
-        std::memcpy(&value, batch.columns[2].data() + (i * 3 + e) * 8, 8);
-        CHECK(value == ValueAt(id, e), "value of id {}", id);
-      }
-      const auto [it, inserted] = id_of_key.emplace(batch.keys[i], id);
-      CHECK(it->second == id, "key {} came back as id {} and as id {}", batch.keys[i], it->second, id);
-      CHECK(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0 + 1e-12, "weight {}", batch.weights[i]);
     }
+    CheckPatternedRows(batch, &id_of_key);
   }
   // New priorities by key class: key % 4 = c gets priority c + 1 (alpha 1 on the server).
   std::vector<uint64_t> keys(total);
@@ -277,6 +291,45 @@ int FloodActor(bool flooder) {
   return 0;
 }
 
+constexpr int64_t kOverwriteItems = 5000;  // each of the two actors: the ring of 256 wraps 39 times
+
+int OverwriteActor() {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  AddPatterned(actor.get(), int64_t{rank} * 1000000, kOverwriteItems, 50);
+  CHECK_OK(actor->Close());
+  CHECK(actor->items_acknowledged() == kOverwriteItems, "acknowledged {}", actor->items_acknowledged());
+  return 0;
+}
+
+// Samples with four requests in flight until every actor has closed (the
+// replay then stops growing), pausing now and then with replies unread.
+int OverwriteLearner() {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  perserve::ClientOptions options;
+  options.prefetch = 4;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  std::map<uint64_t, int64_t> id_of_key;
+  perserve::SampleBatch batch;
+  perserve::ReplayInfo info;
+  int64_t rows = 0;
+  for (int round = 0; round < 100000; ++round) {
+    CHECK_OK(learner->Sample(512, 0.4, &batch));  // 47 KB: over the eager limit, its rows read as it travels
+    CheckPatternedRows(batch, &id_of_key);
+    rows += batch.size;
+    if (round % 16 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // replies stay unread while intake goes on
+      CHECK_OK(learner->Info(&info));
+      if (info.items_added == 2 * kOverwriteItems) break;
+    }
+  }
+  CHECK(info.items_added == 2 * kOverwriteItems, "the actors added {} items", info.items_added);
+  fmt::print("[rank {}] overwrite: {} rows checked, {} keys, while {} items went through a ring of 256\n", rank, rows,
+             id_of_key.size(), info.items_added);
+  CHECK_OK(learner->Close());
+  return 0;
+}
+
 int FloodLearner() {
   std::unique_ptr<perserve::LearnerClient> learner;
   CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
@@ -312,6 +365,8 @@ int main(int argc, char** argv) {
   if (scenario == "flood" && role == "flooder") code = FloodActor(true);
   if (scenario == "flood" && role == "actor") code = FloodActor(false);
   if (scenario == "flood" && role == "learner") code = FloodLearner();
+  if (scenario == "overwrite" && role == "actor") code = OverwriteActor();
+  if (scenario == "overwrite" && role == "learner") code = OverwriteLearner();
   if (code == 2) fmt::print(stderr, "usage: mpi_test_client <scenario> <role>\n");
   MPI_Finalize();
   return code;
