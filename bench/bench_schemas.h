@@ -1,8 +1,12 @@
-// The transitions the benchmarks move: ~128 B CartPole-like ones ("small")
-// or Atari-like ones ("atari": two 84x84x4 uint8 frames).
+// The transitions the benchmarks move: ~128 B CartPole-like ones ("small"),
+// Atari-like ones ("atari": two 84x84x4 uint8 frames), and between them
+// vector observations of about 1, 4 and 16 KB per transition ("1k", "4k",
+// "16k": two float32 vectors of 128, 512, 2048), where copying and sending
+// rows in place cross over.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "perserve/schema.h"
 
@@ -13,8 +17,19 @@ inline Schema SchemaFor(const std::string& size) {
     return Schema{{{"obs", DType::kUInt8, {84, 84, 4}}, {"next_obs", DType::kUInt8, {84, 84, 4}},
                    {"action", DType::kInt64, {}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
   }
+  if (size == "1k" || size == "4k" || size == "16k") {
+    const int64_t floats = size == "1k" ? 128 : size == "4k" ? 512 : 2048;
+    return Schema{{{"obs", DType::kFloat32, {floats}}, {"next_obs", DType::kFloat32, {floats}},
+                   {"action", DType::kInt64, {}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+  }
   return Schema{{{"obs", DType::kFloat32, {14}}, {"next_obs", DType::kFloat32, {14}}, {"action", DType::kInt64, {}},
                  {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+}
+
+// The sizes SchemaFor knows, for a command line's check.
+inline const std::vector<std::string>& SchemaSizes() {
+  static const std::vector<std::string> sizes{"small", "1k", "4k", "16k", "atari"};
+  return sizes;
 }
 
 }  // namespace perserve::bench
