@@ -41,12 +41,13 @@ inline Schema ServiceSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag"
 struct ServiceRecord {
   int client = 0;
   bool reply_tag = false;
+  bool columns_tag = false;  // an add's columns apart (proto::kAddColumnsTag): raw bytes, no frame
   bool read_replies_first = false;
   bool step_after = false;
   std::span<const std::byte> frame;
 };
 
-inline constexpr uint8_t kClientBit = 1, kReplyTagBit = 2, kReadRepliesBit = 4, kStepBit = 8;
+inline constexpr uint8_t kClientBit = 1, kReplyTagBit = 2, kReadRepliesBit = 4, kStepBit = 8, kColumnsTagBit = 16;
 
 // Splits `input` into records; a record cut short takes what is left.
 inline std::vector<ServiceRecord> ParseServiceInput(std::span<const std::byte> input) {
@@ -56,8 +57,8 @@ inline std::vector<ServiceRecord> ParseServiceInput(std::span<const std::byte> i
     const size_t length = static_cast<size_t>(input[1]) | static_cast<size_t>(input[2]) << 8;
     input = input.subspan(3);
     const size_t taken = std::min(length, input.size());
-    records.push_back({control & kClientBit, (control & kReplyTagBit) != 0, (control & kReadRepliesBit) != 0,
-                       (control & kStepBit) != 0, input.first(taken)});
+    records.push_back({control & kClientBit, (control & kReplyTagBit) != 0, (control & kColumnsTagBit) != 0,
+                       (control & kReadRepliesBit) != 0, (control & kStepBit) != 0, input.first(taken)});
     input = input.subspan(taken);
   }
   return records;

@@ -131,6 +131,30 @@ std::map<std::string, Bytes> ServiceSeeds() {
   AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 6, proto::SampleRequest{2, -1.0}), &broken);
   seeds["broken"] = broken;
 
+  // Adds with their columns apart: one whole, one whose columns come a step
+  // late, one a column short, and columns no add waits for.
+  Bytes apart;
+  const auto apart_add = [&apart](uint64_t id, int64_t first, int64_t count, int64_t sent, uint8_t control) {
+    const Bytes whole = AddFrame(id, first, count, true);
+    proto::Frame frame;
+    (void)proto::DecodeFrame(whole, &frame);
+    const size_t priority_bytes = static_cast<size_t>(count) * sizeof(double);
+    proto::AddRequest request{count, true};
+    request.columns_follow = true;
+    AppendServiceRecord(kActor | control,
+                        Frame(MessageKind::kAddRequest, id, request, {frame.bulk.last(priority_bytes)}), &apart);
+    const auto columns = frame.bulk.first(frame.bulk.size() - priority_bytes);
+    return Bytes(columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(sent * 10));  // 10 bytes an item
+  };
+  Bytes columns = apart_add(1, 0, 4, 4, 0);
+  AppendServiceRecord(kActor | kColumnsTagBit | kStepBit, columns, &apart);
+  columns = apart_add(2, 4, 4, 4, kStepBit);
+  AppendServiceRecord(kActor | kColumnsTagBit | kStepBit, columns, &apart);
+  columns = apart_add(3, 8, 4, 3, 0);
+  AppendServiceRecord(kActor | kColumnsTagBit | kStepBit, columns, &apart);
+  AppendServiceRecord(kActor | kColumnsTagBit | kStepBit, columns, &apart);
+  seeds["columns_apart"] = apart;
+
   // Every frame seed alone, from the actor.
   for (const auto& [name, frame] : FrameSeeds()) {
     Bytes single;

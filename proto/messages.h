@@ -29,15 +29,21 @@ namespace perserve::proto {
 
 constexpr uint32_t kMagic = 0x56525350;
 // 2: timeouts on adds and samples, dropped priorities; 3: shards (keys carry
-// their shard, shard samples, servers' alpha and capacity in the join).
-constexpr uint16_t kProtocolVersion = 3;
+// their shard, shard samples, servers' alpha and capacity in the join); 4: an
+// add's columns may follow in their own message (AddRequest::columns_follow).
+constexpr uint16_t kProtocolVersion = 4;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
+// An add's columns sent apart: no frame, only the bytes (each column's count *
+// item bytes, in schema order), right after the add request with
+// columns_follow, so the server can receive them straight into its store.
+constexpr int kAddColumnsTag = 7303;
 constexpr size_t kFrameHeaderBytes = 32;
 
 enum class MessageKind : uint16_t {
   kAddRequest = 1,     // AddRequest; bulk: each column (count * item bytes) in schema order,
-                       // then count doubles of priorities when has_priorities
+                       // then count doubles of priorities when has_priorities (with
+                       // columns_follow: only the priorities; the columns on kAddColumnsTag)
   kAddReply = 2,       // AddReply
   kSampleRequest = 3,  // SampleRequest
   kSampleReply = 4,    // SampleReply; bulk: count uint64 keys, count double IS weights,
@@ -90,8 +96,10 @@ struct AddRequest {
   // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing) if the add
   // still waits for the rate limiter this many seconds after it arrived.
   double timeout_seconds = 0.0;
+  // The columns come as the sender's next message on kAddColumnsTag.
+  bool columns_follow = false;
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds); }
+  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds, columns_follow); }
 };
 
 struct AddReply {

@@ -66,20 +66,33 @@ Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priori
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
   if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
 
-  // One contiguous frame: the columns in schema order, then the priorities.
-  size_t bulk_bytes = priorities.size_bytes();
-  for (const auto& column : batch.columns) bulk_bytes += column.size();
+  size_t column_bytes = 0;
+  for (const auto& column : batch.columns) column_bytes += column.size();
+  const bool apart = options_.columns_apart_min_bytes >= 0 && connection_->SendsColumnsApart() &&
+                     column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
   const uint64_t id = connection_->NextRequestId();
-  const proto::AddRequest request{batch.size, !priorities.empty(), options_.add_timeout_seconds};
-  std::vector<std::byte> frame = connection_->AcquireBuffer(bulk_bytes + 64);
+  proto::AddRequest request{batch.size, !priorities.empty(), options_.add_timeout_seconds};
+  request.columns_follow = apart;
+  // One contiguous frame: the columns in schema order (unless apart), then the priorities.
+  const size_t tail_bytes = (apart ? 0 : column_bytes) + priorities.size_bytes();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(tail_bytes + 64);
   std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
-                                                         proto::SerializeMeta(request), {}, bulk_bytes, &frame);
-  for (const auto& column : batch.columns) {
-    std::memcpy(tail.data(), column.data(), column.size());
-    tail = tail.subspan(column.size());
+                                                         proto::SerializeMeta(request), {}, tail_bytes, &frame);
+  std::vector<std::byte> columns;
+  std::span<std::byte> to = tail;
+  if (apart) {
+    columns = connection_->AcquireBuffer(column_bytes);
+    columns.resize(column_bytes);
+    to = columns;
   }
+  for (const auto& column : batch.columns) {
+    std::memcpy(to.data(), column.data(), column.size());
+    to = to.subspan(column.size());
+  }
+  if (!apart) tail = to;
   if (!priorities.empty()) std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
+  if (apart) PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
   in_flight_.push_back(id);
   return Status::Ok();
 }

@@ -35,6 +35,11 @@ Status MpiConnection::SendTo(int shard, std::vector<std::byte> frame) {
   return sends_.Send(std::move(frame), join_.servers[static_cast<size_t>(shard)], proto::kRequestTag, comm_.get());
 }
 
+Status MpiConnection::SendColumns(std::vector<std::byte> columns) {
+  PERSERVE_RETURN_IF_ERROR(sends_.Progress());
+  return sends_.Send(std::move(columns), join_.servers.front(), proto::kAddColumnsTag, comm_.get());
+}
+
 Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame) {
   auto early = early_replies_.find(request_id);
   if (early != early_replies_.end()) {

@@ -35,6 +35,14 @@ class Connection {
   // it to be received; the buffer is kept until the send completes.
   virtual Status Send(std::vector<std::byte> frame) = 0;
 
+  // Whether SendColumns works here, and it: the columns of the add request
+  // sent last, as a message of their own (proto::kAddColumnsTag).
+  virtual bool SendsColumnsApart() const { return false; }
+  virtual Status SendColumns(std::vector<std::byte> columns) {
+    (void)columns;
+    return Status::Unimplemented("this connection sends an add's columns in its request");
+  }
+
   // The servers this client talks to: an actor 1, a learner every shard.
   virtual int shard_count() const { return 1; }
   // Send() to shard `shard` (0 .. shard_count() - 1). Request ids are unique
@@ -89,6 +97,8 @@ class MpiConnection final : public Connection {
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(join_.servers.size()); }
   Status SendTo(int shard, std::vector<std::byte> frame) override;
+  bool SendsColumnsApart() const override { return true; }
+  Status SendColumns(std::vector<std::byte> columns) override;
   Status Peers(MPI_Comm* peers) const override;
 
  protected:

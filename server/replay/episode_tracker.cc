@@ -50,6 +50,23 @@ void EpisodeTracker::Observe(int stream, int64_t count, std::span<const std::byt
     if (c == done_column_) done_data = columns.data() + offset;
     offset += static_cast<size_t>(count * schema_.columns[c].ItemBytes());
   }
+  Scan(stream, count, reward_data, done_data);
+}
+
+void EpisodeTracker::ObserveRegions(int stream, std::span<const std::span<std::byte>> regions) {
+  const auto columns = static_cast<int64_t>(schema_.columns.size());
+  if (!enabled() || regions.empty() || static_cast<int64_t>(regions.size()) % columns != 0) return;
+  const int64_t parts = static_cast<int64_t>(regions.size()) / columns;
+  for (int64_t part = 0; part < parts; ++part) {
+    const std::span<std::byte> rewards = regions[static_cast<size_t>(reward_column_ * parts + part)];
+    const std::span<std::byte> dones = regions[static_cast<size_t>(done_column_ * parts + part)];
+    Scan(stream, static_cast<int64_t>(rewards.size()) / schema_.columns[reward_column_].ItemBytes(), rewards.data(),
+         dones.data());
+  }
+}
+
+void EpisodeTracker::Scan(int stream, int64_t count, const std::byte* reward_data, const std::byte* done_data) {
+  if (count <= 0) return;
   const size_t n = static_cast<size_t>(count);
   rewards_.resize(n);
   dones_.resize(n);

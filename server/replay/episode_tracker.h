@@ -41,6 +41,9 @@ class EpisodeTracker {
   // Scans one accepted intake batch of `stream` (bulk: the columns, column
   // after column, as an add request carries them). O(count).
   void Observe(int stream, int64_t count, std::span<const std::byte> columns);
+  // The same for a batch written in place: its regions in the store, as
+  // TransitionStore::Regions gives them (1 or 2 a column).
+  void ObserveRegions(int stream, std::span<const std::span<std::byte>> regions);
 
   // Completed episodes since the last call, and resets the tally.
   EpisodeSummary TakeInterval();
@@ -54,6 +57,8 @@ class EpisodeTracker {
 
  private:
   using Carry = EpisodeCarry;
+  // Scans `count` items of `stream` from its reward and done columns.
+  void Scan(int stream, int64_t count, const std::byte* reward_data, const std::byte* done_data);
 
   const Schema& schema_;
   int reward_column_ = -1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -84,6 +85,24 @@ uint64_t Replay::KeyAtSlot(int64_t slot) const {
 Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<const double> priorities,
                    uint64_t* first_key) {
   PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
+  return AddInPlace(
+      count, priorities,
+      [columns](std::span<const std::span<std::byte>> regions) {
+        const std::byte* source = columns.data();
+        for (const std::span<std::byte> region : regions) {
+          std::memcpy(region.data(), source, region.size());
+          source += region.size();
+        }
+        return Status::Ok();
+      },
+      first_key);
+}
+
+Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
+  if (count < 1 || count > options_.capacity) {
+    return Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]", count,
+                                               options_.capacity));
+  }
   if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != count) {
     return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), count));
   }
@@ -105,9 +124,15 @@ Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<
   // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and
   // fails without a change on a priority whose power overflows.
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
-  store_.Write(first_slot, count, columns);
+  store_.Regions(first_slot, count, &regions_);
+  const Status filled = fill(regions_);
   *first_key = next_key_;
   next_key_ += static_cast<uint64_t>(count);
+  if (!filled.ok()) {
+    shifted_.assign(static_cast<size_t>(count), 0.0);
+    (void)tree_->Update(slots_, shifted_);  // half-written rows are never drawn
+    return filled;
+  }
   if (options_.max_priority_from_adds) {
     max_priority_ = std::max(max_priority_, *std::max_element(shifted_.begin(), shifted_.end()));
   }

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -111,6 +112,15 @@ class Replay {
   Status Add(int64_t count, std::span<const std::byte> columns, std::span<const double> priorities,
              uint64_t* first_key);
 
+  // Add with the columns written by `fill` straight into the store: once
+  // every check has passed and the tree holds the new leaves, `fill` gets the
+  // regions the items go to (TransitionStore::Regions: the wire layout's
+  // order) and writes them. An error before `fill` changes nothing (fill is
+  // not called); if fill fails, the items are stored with leaf 0 (never
+  // sampled; their keys are issued) and its error is returned.
+  using Fill = std::function<Status(std::span<const std::span<std::byte>> regions)>;
+  Status AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key);
+
   // Draws `batch_size` items proportional to their leaves, in shuffled order.
   // Needs size() > 0 and beta finite and >= 0. On one backend, the same seed
   // and the same calls give the same batches. O(batch_size log capacity).
@@ -168,6 +178,7 @@ class Replay {
   std::vector<int64_t> slots_;
   std::vector<double> leaves_;            // sampled leaves' values
   std::vector<double> shifted_;           // the priorities plus eps that go to the tree
+  std::vector<std::span<std::byte>> regions_;
 };
 
 }  // namespace perserve::replay

@@ -25,6 +25,11 @@ class LoopbackTransport final : public Transport {
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   size_t waiting(int client) const { return inboxes_[client].size(); }
+  // ... of them, those of `tag`.
+  size_t waiting(int client, int tag) const {
+    return static_cast<size_t>(std::count_if(inboxes_[client].begin(), inboxes_[client].end(),
+                                             [tag](const auto& message) { return message.second == tag; }));
+  }
   // Before the service is made: it counts the roles once, at its start.
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
   // Makes every later Send fail, as an MPI_Isend can.
@@ -69,6 +74,24 @@ class LoopbackTransport final : public Transport {
       *tag = inboxes_[client].front().second;
       inboxes_[client].pop_front();
     }
+    return Status::Ok();
+  }
+  bool TakesColumnsApart() const override { return true; }
+  Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override {
+    const auto found = FindColumns(client);
+    *arrived = found != inboxes_[client].end();
+    if (*arrived) *bytes = static_cast<int64_t>(found->first.size());
+    return Status::Ok();
+  }
+  Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override {
+    const auto found = FindColumns(client);
+    if (found == inboxes_[client].end()) return Status::Internal("ReceiveColumns before ProbeColumns found them");
+    const std::byte* source = found->first.data();
+    for (const std::span<std::byte> region : regions) {
+      std::memcpy(region.data(), source, region.size());
+      source += region.size();
+    }
+    inboxes_[client].erase(found);
     return Status::Ok();
   }
   Status Send(int client, std::vector<std::byte> frame) override {
@@ -120,7 +143,14 @@ class LoopbackTransport final : public Transport {
   Status Drain() override { return Status::Ok(); }
 
  private:
-  std::vector<std::deque<std::pair<std::vector<std::byte>, int>>> inboxes_;
+  // The client's oldest columns message (kAddColumnsTag), as MPI would match it.
+  using Inbox = std::deque<std::pair<std::vector<std::byte>, int>>;
+  Inbox::iterator FindColumns(int client) {
+    return std::find_if(inboxes_[client].begin(), inboxes_[client].end(),
+                        [](const auto& message) { return message.second == proto::kAddColumnsTag; });
+  }
+
+  std::vector<Inbox> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
   std::vector<ClientRole> roles_;
   bool fail_sends_ = false;

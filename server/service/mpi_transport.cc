@@ -14,6 +14,7 @@ namespace perserve::service {
 MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks, std::vector<ClientRole> roles)
     : comm_(comm), client_ranks_(std::move(client_ranks)), roles_(std::move(roles)) {
   roles_.resize(client_ranks_.size(), ClientRole::kUnknown);
+  probed_.resize(client_ranks_.size());
 }
 
 std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined) {
@@ -29,6 +30,63 @@ std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined)
 
 Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
   return mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag);
+}
+
+Status MpiTransport::CommitBlocks(MPI_Datatype* type) {
+  PERSERVE_RETURN_IF_ERROR(mpi::Check(MPI_Type_create_hindexed(static_cast<int>(block_bytes_.size()),
+                                                               block_bytes_.data(), block_addresses_.data(), MPI_BYTE,
+                                                               type),
+                                      "MPI_Type_create_hindexed"));
+  const Status committed = mpi::Check(MPI_Type_commit(type), "MPI_Type_commit");
+  if (!committed.ok()) MPI_Type_free(type);
+  return committed;
+}
+
+Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
+  ProbedColumns& probed = probed_[client];
+  if (probed.message == MPI_MESSAGE_NULL) {
+    int flag = 0;
+    MPI_Status status;
+    PERSERVE_RETURN_IF_ERROR(mpi::Check(
+        MPI_Improbe(client_ranks_[client], proto::kAddColumnsTag, comm_, &flag, &probed.message, &status),
+        "MPI_Improbe"));
+    if (!flag) {
+      probed.message = MPI_MESSAGE_NULL;
+      *arrived = false;
+      return Status::Ok();
+    }
+    MPI_Count count = 0;
+    PERSERVE_RETURN_IF_ERROR(mpi::Check(MPI_Get_elements_x(&status, MPI_BYTE, &count), "MPI_Get_elements_x"));
+    probed.bytes = static_cast<int64_t>(count);
+  }
+  *arrived = true;
+  *bytes = probed.bytes;
+  return Status::Ok();
+}
+
+Status MpiTransport::ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) {
+  ProbedColumns& probed = probed_[client];
+  if (probed.message == MPI_MESSAGE_NULL) return Status::Internal("ReceiveColumns before ProbeColumns found them");
+  if (regions.empty()) {  // dropped: received into a buffer freed at once
+    std::vector<std::byte> dropped(static_cast<size_t>(probed.bytes));
+    return mpi::Check(MPI_Mrecv(dropped.data(), static_cast<int>(dropped.size()), MPI_BYTE, &probed.message,
+                                MPI_STATUS_IGNORE),
+                      "MPI_Mrecv");
+  }
+  block_bytes_.clear();
+  block_addresses_.clear();
+  for (const std::span<std::byte> region : regions) {
+    MPI_Aint address = 0;
+    MPI_Get_address(region.data(), &address);
+    block_bytes_.push_back(static_cast<int>(region.size()));
+    block_addresses_.push_back(address);
+  }
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  PERSERVE_RETURN_IF_ERROR(CommitBlocks(&type));
+  const Status status =
+      mpi::Check(MPI_Mrecv(MPI_BOTTOM, 1, type, &probed.message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  MPI_Type_free(&type);
+  return status;
 }
 
 Status MpiTransport::Send(int client, std::vector<std::byte> frame) {
@@ -80,15 +138,7 @@ Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head
     }
   }
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  PERSERVE_RETURN_IF_ERROR(mpi::Check(MPI_Type_create_hindexed(static_cast<int>(block_bytes_.size()),
-                                                               block_bytes_.data(), block_addresses_.data(), MPI_BYTE,
-                                                               &type),
-                                      "MPI_Type_create_hindexed"));
-  const Status committed = mpi::Check(MPI_Type_commit(&type), "MPI_Type_commit");
-  if (!committed.ok()) {
-    MPI_Type_free(&type);
-    return committed;
-  }
+  PERSERVE_RETURN_IF_ERROR(CommitBlocks(&type));
   const uint64_t id = next_token_++;
   PERSERVE_RETURN_IF_ERROR(
       sends_.SendTyped(std::move(head), &type, bytes, client_ranks_[client], proto::kReplyTag, comm_, true, id));

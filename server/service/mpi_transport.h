@@ -25,6 +25,10 @@ class MpiTransport final : public Transport {
 
   int client_count() const override { return static_cast<int>(client_ranks_.size()); }
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
+  bool TakesColumnsApart() const override { return true; }
+  Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override;
+  // A datatype over the regions (an hindexed type when there are several).
+  Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override;
   Status Send(int client, std::vector<std::byte> frame) override;
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
   // One message: an MPI hindexed datatype over the head and each row of each
@@ -42,10 +46,19 @@ class MpiTransport final : public Transport {
   Status Drain() override { return sends_.Drain(); }
 
  private:
+  // An hindexed datatype of bytes over block_bytes_ at block_addresses_ (absolute), committed.
+  Status CommitBlocks(MPI_Datatype* type);
+
   MPI_Comm comm_;
   std::vector<int> client_ranks_;
   std::vector<ClientRole> roles_;
   mpi::SendQueue sends_;
+  // Each client's columns message ProbeColumns matched, until received.
+  struct ProbedColumns {
+    MPI_Message message = MPI_MESSAGE_NULL;
+    int64_t bytes = 0;
+  };
+  std::vector<ProbedColumns> probed_;
   uint64_t next_token_ = 1;
   // The datatype's blocks, reused across replies.
   std::vector<int> block_bytes_;

@@ -24,7 +24,8 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
       pending_close_(static_cast<size_t>(transport->client_count())),
       last_heard_(static_cast<size_t>(transport->client_count()), Clock::now()),
       deferred_per_client_(static_cast<size_t>(transport->client_count()), 0),
-      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {
+      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()),
+      columns_to_drop_(static_cast<size_t>(transport->client_count()), 0) {
   for (int client = 0; client < transport->client_count(); ++client) {
     const ClientRole role = transport->Role(client);
     open_actors_ += role != ClientRole::kLearner;
@@ -79,8 +80,9 @@ Status ReplayService::Step(bool* handled) {
       *handled = true;
       last_heard_[client] = Clock::now();
       ++counters_.messages;
-      bytes += static_cast<int64_t>(receive_buffer_.size());
+      columns_bytes_taken_ = 0;
       HandleGuarded(client, tag, receive_buffer_);
+      bytes += static_cast<int64_t>(receive_buffer_.size()) + columns_bytes_taken_;
       if (static_cast<int64_t>(receive_buffer_.capacity()) > options_.keep_receive_bytes) {
         std::vector<std::byte>().swap(receive_buffer_);
       }
@@ -116,12 +118,14 @@ void ReplayService::HandleGuarded(int client, int tag, std::span<const std::byte
 }
 
 void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes) {
+  if (tag == proto::kAddColumnsTag) return TakeColumns(client, bytes);
   proto::Frame frame;
   const Status decoded = proto::DecodeFrame(bytes, &frame);
   if (tag != proto::kRequestTag) {
     return ReplyError(client, RequestIdOf(bytes),
-                      Status::Unimplemented(fmt::format("unknown message tag {} (requests use tag {})", tag,
-                                                        proto::kRequestTag)));
+                      Status::Unimplemented(fmt::format("unknown message tag {} (requests use tag {}, an add's "
+                                                        "columns apart tag {})",
+                                                        tag, proto::kRequestTag, proto::kAddColumnsTag)));
   }
   if (!decoded.ok()) return ReplyError(client, RequestIdOf(bytes), decoded);
   if (stopping_ && frame.kind() != proto::MessageKind::kCloseRequest) {
@@ -155,9 +159,19 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
                                                  request.count, replay_->capacity()));
   }
   if (status.ok()) status = CheckTimeout(request.timeout_seconds);
-  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  if (!HoldAdd(client, request.count)) return ApplyAdd(client, frame, request);
+  if (status.ok() && request.columns_follow && !transport_->TakesColumnsApart()) {
+    return ReplyError(client, frame.header.request_id,
+                      Status::Unimplemented("this server's transport takes an add's columns in its request"));
+  }
+  if (!status.ok()) {
+    if (request.columns_follow) DropColumns(client);
+    return ReplyError(client, frame.header.request_id, status);
+  }
+  if (!HoldAdd(client, request.count) && !ColumnsMissing(client, request.columns_follow)) {
+    return ApplyAdd(client, frame, request);
+  }
   if (deferred_adds_per_client_[client] >= options_.max_deferred_adds) {
+    if (request.columns_follow) DropColumns(client);
     return ReplyError(client, frame.header.request_id,
                       Status::ResourceExhausted(fmt::format(
                           "{} adds of this client are held already ({}; the most one client may have waiting: "
@@ -179,7 +193,7 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
   const Clock::time_point now = Clock::now();
   deferred_adds_.push_back({client, frame.header.request_id, request.count,
                             std::vector<std::byte>(bytes.begin(), bytes.end()), now,
-                            DeadlineAfter(now, request.timeout_seconds)});
+                            DeadlineAfter(now, request.timeout_seconds), request.columns_follow});
 }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
@@ -192,17 +206,20 @@ bool ReplayService::LimiterHolds(int64_t count) const {
   return open_learners_ > 0 && !limiter_.CanInsert(count, replay_->size());
 }
 
-void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request) {
+void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request,
+                             std::optional<std::span<const std::byte>> columns_received) {
   const uint64_t priority_bytes = request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
   Status status;
-  if (frame.bulk.size() < priority_bytes) {
-    status = Status::InvalidArgument(fmt::format("an add of {} items with priorities carries only {} bulk bytes",
-                                                 request.count, frame.bulk.size()));
+  if (frame.bulk.size() < priority_bytes || (request.columns_follow && frame.bulk.size() != priority_bytes)) {
+    status = Status::InvalidArgument(
+        fmt::format("an add of {} items {}carries {} bulk bytes", request.count,
+                    request.columns_follow ? "with its columns apart " : "with priorities ", frame.bulk.size()));
   }
   uint64_t first_key = 0;
+  bool columns_taken = !request.columns_follow || columns_received.has_value();
   if (status.ok()) {
-    const auto columns = frame.bulk.first(frame.bulk.size() - priority_bytes);
-    std::span<const std::byte> rest = frame.bulk.subspan(columns.size());
+    const auto columns = columns_received.value_or(frame.bulk.first(frame.bulk.size() - priority_bytes));
+    std::span<const std::byte> rest = frame.bulk.last(priority_bytes);
     std::vector<double> priorities;
     status = proto::TakeArray(&rest, request.has_priorities ? static_cast<size_t>(request.count) : 0, &priorities);
     // A checkpoint being written keeps the rows this add overwrites: it
@@ -211,13 +228,93 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
       const Status kept = checkpoints_->BeforeAdd(*replay_, request.count);
       if (!kept.ok()) CheckpointEnded(kept);
     }
-    if (status.ok()) status = replay_->Add(request.count, columns, priorities, &first_key);
-    if (status.ok()) episodes_.Observe(client, request.count, columns);
+    if (status.ok() && request.columns_follow && !columns_received) {
+      status = AddColumnsApart(client, request.count, priorities, &first_key, &columns_taken);
+    } else if (status.ok()) {
+      status = replay_->Add(request.count, columns, priorities, &first_key);
+      if (status.ok()) episodes_.Observe(client, request.count, columns);
+    }
   }
+  if (!columns_taken) DropColumns(client);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   limiter_.Inserted(request.count, replay_->size());
   Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
         proto::AddReply{proto::ShardKey(options_.shard, first_key), request.count});
+}
+
+Status ReplayService::AddColumnsApart(int client, int64_t count, std::span<const double> priorities,
+                                      uint64_t* first_key, bool* taken) {
+  bool arrived = false;
+  int64_t bytes = 0;
+  PERSERVE_RETURN_IF_ERROR(transport_->ProbeColumns(client, &arrived, &bytes));
+  if (!arrived) return Status::Internal("an add's columns were applied before they arrived");
+  const int64_t expected = count * replay_->store().schema().ItemBytes();
+  if (bytes != expected) {
+    return Status::InvalidArgument(fmt::format("an add of {} items sent {} bytes of columns apart; {} expected ({} "
+                                               "per item: {})",
+                                               count, bytes, expected, replay_->store().schema().ItemBytes(),
+                                               replay_->store().schema().ToString()));
+  }
+  columns_bytes_taken_ += bytes;
+  // Received straight into the slots, once every check has passed.
+  PERSERVE_RETURN_IF_ERROR(
+      replay_->AddInPlace(count, priorities,
+                          [&](std::span<const std::span<std::byte>> regions) {
+                            *taken = true;
+                            regions_.assign(regions.begin(), regions.end());
+                            return transport_->ReceiveColumns(client, regions);
+                          },
+                          first_key));
+  episodes_.ObserveRegions(client, regions_);
+  return Status::Ok();
+}
+
+void ReplayService::TakeColumns(int client, std::span<const std::byte> bytes) {
+  if (columns_to_drop_[client] > 0) {  // a refused add's
+    --columns_to_drop_[client];
+    return;
+  }
+  // The columns of the client's oldest held add still waiting for them, taken
+  // by the loop's receive of any message before that add could ask for them:
+  // kept with it, and copied into the store when it goes.
+  for (DeferredAdd& add : deferred_adds_) {
+    if (add.client != client || !add.columns_follow || add.columns) continue;
+    add.columns.emplace(bytes.begin(), bytes.end());
+    return;
+  }
+  // Nothing to answer: the message has no request id. Said here, and counted.
+  ++counters_.errors;
+  spdlog::warn("{} sent {} bytes of an add's columns apart (tag {}) with no add waiting for them (send them right "
+               "after their add request, with columns_follow); dropped",
+               transport_->ClientName(client), bytes.size(), proto::kAddColumnsTag);
+}
+
+bool ReplayService::ColumnsMissing(int client, bool columns_follow) {
+  if (!columns_follow) return false;
+  DropLateColumns(client);
+  return columns_to_drop_[client] > 0 || !ColumnsArrived(client);  // the next to come are a refused add's
+}
+
+bool ReplayService::ColumnsArrived(int client) const {
+  bool arrived = false;
+  int64_t bytes = 0;
+  return transport_->ProbeColumns(client, &arrived, &bytes).ok() && arrived;
+}
+
+void ReplayService::DropColumns(int client) {
+  ++columns_to_drop_[client];
+  DropLateColumns(client);
+}
+
+void ReplayService::DropLateColumns(int client) {
+  while (columns_to_drop_[client] > 0) {
+    bool arrived = false;
+    int64_t bytes = 0;
+    if (!transport_->ProbeColumns(client, &arrived, &bytes).ok() || !arrived) return;
+    const Status dropped = transport_->ReceiveColumns(client, {});
+    if (!dropped.ok()) spdlog::error("dropping the columns of a refused add failed: {}", dropped.ToString());
+    --columns_to_drop_[client];
+  }
 }
 
 ReplayService::Clock::time_point ReplayService::DeadlineAfter(Clock::time_point arrived, double timeout_seconds) {
@@ -452,6 +549,12 @@ int ReplayService::OldestPinnedClient() const {
 
 std::string ReplayService::DescribeAddHold() const {
   if (deferred_adds_.empty()) return "nothing holds them";
+  const DeferredAdd& oldest = deferred_adds_.front();
+  if (oldest.columns_follow && !oldest.columns &&
+      (columns_to_drop_[oldest.client] > 0 || !ColumnsArrived(oldest.client))) {
+    return fmt::format("the oldest waits for its columns, the message {} sends after the request",
+                       transport_->ClientName(oldest.client));
+  }
   if (PinHolds(deferred_adds_.front().count)) {
     return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
                        transport_->ClientName(OldestPinnedClient()));
@@ -484,7 +587,11 @@ void ReplayService::ServeDeferred() {
   const bool limiter_holds_samples = std::any_of(deferred_.begin(), deferred_.end(), [this](const DeferredSample& d) {
     return WaitFor(d) == SampleWait::kRateLimiter;
   });
-  if (!limiter_holds_samples || PinHolds(deferred_adds_.front().count)) return;
+  const DeferredAdd& oldest = deferred_adds_.front();
+  if (!limiter_holds_samples || PinHolds(oldest.count) ||
+      ColumnsMissing(oldest.client, oldest.columns_follow && !oldest.columns)) {
+    return;
+  }
   if (counters_.limiter_overrides++ == 0) {
     spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
                  "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
@@ -507,8 +614,10 @@ std::deque<ReplayService::DeferredAdd>::iterator ReplayService::ReleaseHeldAdd(s
   if (status.ok()) status = proto::DecodeMeta(frame, &request);
   try {
     if (status.ok()) {
-      ApplyAdd(add.client, frame, request);
+      ApplyAdd(add.client, frame, request,
+               add.columns ? std::optional<std::span<const std::byte>>(*add.columns) : std::nullopt);
     } else {
+      if (add.columns_follow && !add.columns) DropColumns(add.client);
       ReplyError(add.client, add.request_id, status);
     }
   } catch (const std::bad_alloc&) {
@@ -527,7 +636,8 @@ void ReplayService::ServeDeferredAdds(bool* any_blocked) {
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     const int client = it->client;
-    if (blocked_[client] || LimiterHolds(it->count) || PinHolds(it->count)) {
+    if (blocked_[client] || LimiterHolds(it->count) || PinHolds(it->count) ||
+        ColumnsMissing(client, it->columns_follow && !it->columns)) {
       blocked_[client] = true;
       *any_blocked = true;
       ++it;

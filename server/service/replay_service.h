@@ -150,6 +150,8 @@ class ReplayService {
   Status RequestCheckpoint(const std::string& reason);
   const CheckpointWriter* checkpoints() const { return checkpoints_.get(); }
   const ServiceCounters& counters() const { return counters_; }
+  // The adds of `client` held now (rate limiter, rows in flight, columns to come).
+  int held_adds(int client) const { return deferred_adds_per_client_[client]; }
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end (also used for the stats lines).
   std::string Summary() const;
@@ -177,6 +179,8 @@ class ReplayService {
     std::vector<std::byte> frame;  // the whole request, decoded again when applied
     Clock::time_point arrived;
     Clock::time_point deadline;
+    bool columns_follow = false;   // its columns come apart (they wait in the transport until applied) ...
+    std::optional<std::vector<std::byte>> columns{};  // ... unless the loop's receive took them first
   };
   // What keeps a sample from being served now.
   enum class SampleWait { kNone, kMinSize, kRateLimiter, kUnread };
@@ -185,8 +189,26 @@ class ReplayService {
   void HandleGuarded(int client, int tag, std::span<const std::byte> bytes);
   void Handle(int client, int tag, std::span<const std::byte> bytes);
   void HandleAdd(int client, const proto::Frame& frame, std::span<const std::byte> bytes);
-  // Stores a decoded add and replies.
-  void ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request);
+  // Stores a decoded add and replies; its columns apart, if they follow,
+  // go straight into the store (or are dropped, if it is refused).
+  // `columns_received`: an add apart's columns, received already (a copy).
+  void ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request,
+                std::optional<std::span<const std::byte>> columns_received = std::nullopt);
+  // A columns message the loop received as a message: a refused add's
+  // (dropped), the oldest held add's waiting for them (kept), or a stray one
+  // (dropped, logged and counted as an error: it has no request id to answer).
+  void TakeColumns(int client, std::span<const std::byte> bytes);
+  // The columns of `client`'s add sent apart, received into their slots.
+  // *taken: whether they were (else the caller drops them).
+  Status AddColumnsApart(int client, int64_t count, std::span<const double> priorities, uint64_t* first_key,
+                         bool* taken);
+  // Whether an add whose columns follow (columns_follow) waits for them.
+  bool ColumnsMissing(int client, bool columns_follow);
+  bool ColumnsArrived(int client) const;
+  // The columns of a refused add are received and dropped, now or (not yet
+  // arrived) as soon as they come, before any later add's of that client.
+  void DropColumns(int client);
+  void DropLateColumns(int client);
   void HandleSample(int client, const proto::Frame& frame);
   void HandleUpdate(int client, const proto::Frame& frame);
   void HandleClose(int client, const proto::Frame& frame);
@@ -280,6 +302,9 @@ class ReplayService {
   ServiceCounters counters_;
   replay::EpisodeTracker episodes_;
   std::vector<std::byte> receive_buffer_;
+  std::vector<int> columns_to_drop_;   // each client's refused adds whose columns are yet to come
+  int64_t columns_bytes_taken_ = 0;    // the columns apart the last message brought (the pass's byte budget)
+  std::vector<std::span<std::byte>> regions_;  // where the last add apart went
   replay::SampleResult sample_;
   // Rows of sample replies in flight (sent from the store): a count per slot
   // (allocated at the first such reply), and each reply's client and slots.

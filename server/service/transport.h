@@ -31,6 +31,27 @@ class Transport {
   // Never blocks.
   virtual Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) = 0;
 
+  // The columns of an add sent apart (proto::kAddColumnsTag), the message
+  // `client` sends right after such an add. ProbeColumns: whether it has
+  // arrived, and its bytes; never blocks. ReceiveColumns: receives it into
+  // `regions`, one after another (their sizes add up to its bytes: the
+  // caller checks that first), straight where they lie, e.g. the store; with
+  // no regions it is received and dropped. Only after ProbeColumns found it.
+  // A transport without them (the ZeroMQ baseline) says so, and the service
+  // refuses such adds.
+  virtual bool TakesColumnsApart() const { return false; }
+  virtual Status ProbeColumns(int client, bool* arrived, int64_t* bytes) {
+    (void)client;
+    *arrived = false;
+    *bytes = 0;
+    return Status::Unimplemented("this transport takes an add's columns in its request");
+  }
+  virtual Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) {
+    (void)client;
+    (void)regions;
+    return Status::Unimplemented("this transport takes an add's columns in its request");
+  }
+
   // Queues `frame` for `client` and returns without waiting for the client to
   // receive it (a learner busy training must not stall the server).
   virtual Status Send(int client, std::vector<std::byte> frame) = 0;

@@ -32,14 +32,24 @@ Status TransitionStore::CheckBatch(int64_t count, std::span<const std::byte> bul
   return Status::Ok();
 }
 
-void TransitionStore::Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk) {
-  const std::byte* source = bulk.data();
-  for (const ColumnArray& column : columns_) {
+void TransitionStore::Regions(int64_t first_slot, int64_t count, std::vector<std::span<std::byte>>* regions) {
+  regions->clear();
+  for (ColumnArray& column : columns_) {
     // At most two runs: up to the end of the ring, then from slot 0.
     const int64_t first_run = std::min(count, capacity_ - first_slot);
-    std::memcpy(column.data.get() + first_slot * column.item_bytes, source, first_run * column.item_bytes);
-    std::memcpy(column.data.get(), source + first_run * column.item_bytes, (count - first_run) * column.item_bytes);
-    source += count * column.item_bytes;
+    const auto bytes = [&column](int64_t items) { return static_cast<size_t>(items * column.item_bytes); };
+    regions->emplace_back(column.data.get() + first_slot * column.item_bytes, bytes(first_run));
+    if (first_run < count) regions->emplace_back(column.data.get(), bytes(count - first_run));
+  }
+}
+
+void TransitionStore::Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk) {
+  std::vector<std::span<std::byte>> regions;
+  Regions(first_slot, count, &regions);
+  const std::byte* source = bulk.data();
+  for (const std::span<std::byte> region : regions) {
+    std::memcpy(region.data(), source, region.size());
+    source += region.size();
   }
 }
 

@@ -38,6 +38,12 @@ class TransitionStore {
   // capacity). count <= capacity. O(bytes).
   void Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk);
 
+  // Where a batch written at first_slot goes, in the wire layout's order:
+  // each column's run of slots, split in two where the ring wraps (so 1 or 2
+  // regions a column). `count` <= capacity. The caller writes them (an MPI
+  // receive straight into the store).
+  void Regions(int64_t first_slot, int64_t count, std::vector<std::span<std::byte>>* regions);
+
   // Copies the items in `slots` out, column after column, into `out`, which
   // must hold slots.size() * schema().ItemBytes() bytes.
   void Gather(std::span<const int64_t> slots, std::span<std::byte> out) const;

@@ -13,9 +13,10 @@
 //               within a stated bound.
 //   overwrite   actors add patterned items into a small ring as fast as they
 //               can while the learner keeps prefetched samples in flight,
-//               sent from the store (--zero-copy-min-row-bytes 0): every row
-//               is whole and belongs to its key, though intake wraps the ring
-//               many times over meanwhile.
+//               sent from the store (--zero-copy-min-row-bytes 0), one actor
+//               sending its columns apart (received into the store), the
+//               other in one message: every row is whole and belongs to its
+//               key, though intake wraps the ring many times over meanwhile.
 #include <mpi.h>
 
 #include <chrono>
@@ -295,7 +296,9 @@ constexpr int64_t kOverwriteItems = 5000;  // each of the two actors: the ring o
 
 int OverwriteActor() {
   std::unique_ptr<perserve::ActorClient> actor;
-  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  perserve::ClientOptions options;
+  options.columns_apart_min_bytes = rank % 2 == 0 ? 0 : -1;  // one actor's columns apart, straight into the store
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, options, &actor));
   AddPatterned(actor.get(), int64_t{rank} * 1000000, kOverwriteItems, 50);
   CHECK_OK(actor->Close());
   CHECK(actor->items_acknowledged() == kOverwriteItems, "acknowledged {}", actor->items_acknowledged());

@@ -78,6 +78,11 @@ struct ClientOptions {
   bool exact_shard_totals = false;
   // Seeds a learner's split over several shards (0: a seed from its rank).
   uint64_t shard_seed = 0;
+  // An actor's add whose columns come to at least this many bytes sends them
+  // in a message of their own, right after the request, which the server
+  // receives straight into its store (no copy there); smaller adds go as one
+  // message, where the copy costs less than a second message. -1: never.
+  int64_t columns_apart_min_bytes = 64 << 10;
 };
 
 // A batch of transitions to add: `size` items; columns[i] points at

@@ -1,9 +1,17 @@
-// Sample replies sent from the store (ServiceOptions::zero_copy_min_row_bytes):
-// over a LoopbackTransport that, like MPI, reads a reply's rows only when the
-// learner receives it. What a sample sees: the rows of its keys as they were
-// when it was drawn, whole, however many adds come meanwhile; an add that
-// would overwrite rows of a reply still in flight waits until it is received.
+// The data path without copies in the server. Sample replies sent from the
+// store (ServiceOptions::zero_copy_min_row_bytes): over a LoopbackTransport
+// that, like MPI, reads a reply's rows only when the learner receives it.
+// What a sample sees: the rows of its keys as they were when it was drawn,
+// whole, however many adds come meanwhile; an add that would overwrite rows
+// of a reply still in flight waits until it is received. And adds whose
+// columns come apart (AddRequest::columns_follow), received into the store:
+// in order, held while they have not come, dropped when the add is refused,
+// never written over live items when wrong.
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -146,6 +154,156 @@ TEST_F(ZeroCopyTest, RowsNextInLineAreCopiedSoTheNextAddsNeverWait) {
   EXPECT_EQ(service_->counters().pinned_adds, 0);
   ASSERT_TRUE(transport_->Deliver(kLearner));
   CheckSample(100, 64);  // ids 0..7 as drawn, though slots 0..7 now hold 64..71
+}
+
+// Adds whose columns come in a message of their own.
+class ColumnsApartTest : public service_test::ServiceFixture {
+ protected:
+  void SetUp() override {
+    Start(2, kCapacity, RowSchema(), Options(1), {ClientRole::kActor, ClientRole::kLearner});
+  }
+
+  // The request of an add of ids first_id.. with columns_follow (its bulk:
+  // the priorities), and the columns message (of `send_items` items' bytes).
+  void PushApart(uint64_t request_id, int64_t first_id, int64_t count, double priority = 1.0,
+                 bool with_columns = true, int64_t send_items = -1) {
+    const std::vector<double> priorities(static_cast<size_t>(count), priority);
+    proto::AddRequest request{count, true};
+    request.columns_follow = true;
+    transport_->Push(kActor, Frame(MessageKind::kAddRequest, request_id, request,
+                                   {std::as_bytes(std::span(priorities))}));
+    if (with_columns) PushColumns(first_id, send_items < 0 ? count : send_items);
+  }
+  void PushColumns(int64_t first_id, int64_t count) {
+    const std::vector<std::byte> frame = AddFrame(0, first_id, count);
+    proto::Frame decoded;
+    ASSERT_TRUE(proto::DecodeFrame(frame, &decoded).ok());
+    transport_->Push(kActor, {decoded.bulk.begin(), decoded.bulk.end()}, proto::kAddColumnsTag);
+  }
+
+  // The ids a sample of every slot finds under keys first_key.. (the
+  // replay's items, read back through the store).
+  std::map<uint64_t, int64_t> Held(uint64_t request_id) {
+    transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, request_id, proto::SampleRequest{512, 0.5}));
+    Step();
+    const proto::Frame reply = Reply(kLearner, MessageKind::kSampleReply, request_id);
+    std::map<uint64_t, int64_t> ids;
+    for (int64_t i = 0; i < 512; ++i) {
+      uint64_t key = 0;
+      int64_t id = 0;
+      std::memcpy(&key, reply.bulk.data() + 8 * i, 8);
+      std::memcpy(&id, reply.bulk.data() + 512 * 24 + 8 * i, 8);
+      ids[key] = id;
+      for (int64_t j = 0; j < kPad; ++j) {
+        EXPECT_EQ(static_cast<uint8_t>(reply.bulk[512 * 32 + i * kPad + j]), PadByte(id, j)) << "id " << id;
+      }
+    }
+    return ids;
+  }
+
+  proto::AddReply Added(uint64_t request_id) {
+    proto::AddReply added;
+    EXPECT_TRUE(proto::DecodeMeta(Reply(kActor, MessageKind::kAddReply, request_id), &added).ok());
+    return added;
+  }
+};
+
+TEST_F(ColumnsApartTest, ColumnsGoStraightIntoTheStoreAcrossTheRingsEnd) {
+  PushApart(1, 0, 40);
+  PushApart(2, 40, 40);  // slots 40..63, then 0..15
+  Step();
+  EXPECT_EQ(Added(1).first_key, 0u);
+  EXPECT_EQ(Added(2).first_key, 40u);
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id);
+}
+
+TEST_F(ColumnsApartTest, AnAddWaitsForItsColumnsAndTheClientsLaterAddsWaitBehindIt) {
+  PushApart(1, 0, 8, 1.0, /*with_columns=*/false);
+  Step();
+  EXPECT_TRUE(transport_->outbox(kActor).empty());
+  EXPECT_NE(service_->DescribeClients().find("waits for its columns"), std::string::npos)
+      << service_->DescribeClients();
+  transport_->Push(kActor, AddFrame(2, 8, 8));  // in one message, but after the add still waiting
+  Step();
+  EXPECT_TRUE(transport_->outbox(kActor).empty());
+  PushColumns(0, 8);
+  Step();
+  EXPECT_EQ(Added(1).first_key, 0u);
+  EXPECT_EQ(Added(2).first_key, 8u);
+  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id);
+}
+
+TEST_F(ColumnsApartTest, ColumnsOfAnotherSizeAreDroppedAndNothingLiveIsOverwritten) {
+  PushApart(1, 0, 32);
+  PushApart(2, 32, 32);
+  Step();
+  Added(1);
+  Added(2);
+  PushApart(3, 1000, 8, 1.0, true, /*send_items=*/7);  // one item short
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 3).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(transport_->waiting(kActor), 0u) << "the wrong columns were received and dropped";
+  for (const auto& [key, id] : Held(4)) EXPECT_EQ(static_cast<int64_t>(key), id) << "an item was overwritten";
+  PushApart(5, 64, 8);
+  Step();
+  EXPECT_EQ(Added(5).first_key, 64u);
+}
+
+TEST_F(ColumnsApartTest, AnAddRefusedOnceItsColumnsCameLeavesNothingBehind) {
+  PushApart(1, 1000, 8, std::nan(""), /*with_columns=*/false);
+  Step();
+  EXPECT_TRUE(transport_->outbox(kActor).empty()) << "it waits for its columns";
+  PushColumns(1000, 8);
+  PushApart(2, 0, 8);
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Added(2).first_key, 0u);
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id) << "the refused add's columns were stored";
+}
+
+TEST_F(ColumnsApartTest, ARefusedAddsColumnsAreDroppedWhenTheyComeLater) {
+  proto::AddRequest request{8, false, /*timeout_seconds=*/0.001};
+  request.columns_follow = true;
+  transport_->Push(kActor, Frame(MessageKind::kAddRequest, 1, request));
+  Step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 1).code(), Status::Code::kDeadlineExceeded) << "no columns came in time";
+  PushColumns(1000, 8);  // the refused add's columns, late
+  PushApart(2, 0, 8);
+  Step();
+  Step();
+  EXPECT_EQ(Added(2).first_key, 0u);
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  EXPECT_TRUE(transport_->outbox(kActor).empty()) << "the late columns were dropped without a word";
+  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id) << "the refused add's columns were stored";
+}
+
+TEST_F(ColumnsApartTest, ColumnsNoAddWaitsForAreDroppedAndCounted) {
+  PushColumns(0, 8);
+  Step();
+  EXPECT_TRUE(transport_->outbox(kActor).empty()) << "no request id to answer";
+  EXPECT_EQ(service_->counters().errors, 1);
+  EXPECT_EQ(replay_->size(), 0);
+  PushApart(1, 0, 8);
+  Step();
+  EXPECT_EQ(Added(1).first_key, 0u);
+}
+
+TEST_F(ColumnsApartTest, ARequestWithColumnsApartThatAlsoCarriesThemIsRefused) {
+  std::vector<std::byte> frame = AddFrame(1, 0, 8);
+  proto::Frame decoded;
+  ASSERT_TRUE(proto::DecodeFrame(frame, &decoded).ok());
+  proto::AddRequest request{8, false};
+  request.columns_follow = true;
+  transport_->Push(kActor, Frame(MessageKind::kAddRequest, 1, request, {decoded.bulk}));
+  PushColumns(0, 8);
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  EXPECT_EQ(replay_->size(), 0);
 }
 
 }  // namespace
