@@ -16,7 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-METRICS = ("items_per_s", "intake_mb_per_s", "samples_per_s", "intake_over_raw_mpi", "raw_mpi_mb_per_s")
+METRICS = ("items_per_s", "intake_mb_per_s", "samples_per_s", "intake_over_raw_mpi", "raw_mpi_mb_per_s",
+           "sample_over_raw_mpi", "server_cpu_s_per_gb")
 
 
 def load(directory):
@@ -24,7 +25,10 @@ def load(directory):
     for path in sorted(glob.glob(os.path.join(directory, "run-*.json"))):
         with open(path) as f:
             run = json.load(f)
-        runs[(run["transport"], run["size"], run["actors"], run.get("servers", 1))].append(run)
+        transport = run["transport"]
+        if transport == "mpi" and run.get("zero_copy_min_row_bytes", 0) < 0:
+            transport = "mpi-copy"  # the server copies intake and sample rows (the data path before zero copy)
+        runs[(transport, run["size"], run["actors"], run.get("servers", 1))].append(run)
     return runs
 
 
@@ -36,7 +40,7 @@ def summarize(runs):
             if metric.startswith("latency"):
                 values = [r["sample_latency_ms"]["median" if "median" in metric else "p99"] for r in group]
             else:
-                values = [r[metric] for r in group]
+                values = [r.get(metric, float("nan")) for r in group]
             row[metric] = statistics.median(values)
             row[metric + "_min"] = min(values)
             row[metric + "_max"] = max(values)
@@ -52,6 +56,20 @@ def ratios(rows):
         if transport == "mpi" and zmq:
             out.append({"size": size, "actors": actors, "mpi_over_zmq_intake": row["items_per_s"] / zmq["items_per_s"],
                         "mpi_over_zmq_samples": row["samples_per_s"] / zmq["samples_per_s"]})
+    return out
+
+
+def path_ratios(rows):
+    """The zero-copy data path (mpi) against the copying one (mpi-copy), same size and actors."""
+    copy = {(r["size"], r["actors"]): r for r in rows if r["transport"] == "mpi-copy" and r["servers"] == 1}
+    out = []
+    for r in rows:
+        base = copy.get((r["size"], r["actors"]))
+        if r["transport"] == "mpi" and r["servers"] == 1 and base:
+            out.append({"size": r["size"], "actors": r["actors"],
+                        "intake_ratio": r["items_per_s"] / base["items_per_s"],
+                        "samples_ratio": r["samples_per_s"] / base["samples_per_s"],
+                        "cpu_per_gb_ratio": r["server_cpu_s_per_gb"] / base["server_cpu_s_per_gb"]})
     return out
 
 
@@ -72,7 +90,7 @@ def chart(rows, directory):
     sizes = sorted({r["size"] for r in rows})
     fig, axes = plt.subplots(2, len(sizes), figsize=(6 * len(sizes), 8), squeeze=False)
     for column, size in enumerate(sizes):
-        for transport, style in (("mpi", "o-"), ("zmq", "s--")):
+        for transport, style in (("mpi", "o-"), ("mpi-copy", "^-."), ("zmq", "s--")):
             sel = sorted((r for r in rows if r["size"] == size and r["transport"] == transport and r["servers"] == 1),
                          key=lambda r: r["actors"])
             if not sel:
@@ -95,7 +113,8 @@ def chart(rows, directory):
             axes[0][column].plot([r["actors"] for r in mpi], [r["raw_mpi_mb_per_s"] for r in mpi], ":",
                                  color="gray", label="raw MPI, same message size")
             axes[0][column].legend()
-    fig.suptitle("perserve replay rank: MPI vs ZeroMQ (medians over repeats, bars: min-max)")
+    fig.suptitle("perserve replay rank: MPI (mpi-copy: the server copying intake and samples) vs ZeroMQ "
+                 "(medians over repeats, bars: min-max)")
     fig.tight_layout()
     path = os.path.join(directory, "scaling.png")
     fig.savefig(path, dpi=110)
@@ -115,12 +134,22 @@ def main():
         for row in rows:
             f.write(",".join(str(row[k]) for k in keys) + "\n")
     print(f"{'transport':<10}{'size':<7}{'actors':>7}{'servers':>8}{'items/s':>12}{'MB/s':>9}{'x raw':>7}"
-          f"{'samples/s':>12}{'lat med ms':>11}{'p99 ms':>9}")
+          f"{'samples/s':>12}{'x raw':>7}{'cpu s/GB':>9}{'lat med ms':>11}{'p99 ms':>9}")
     for r in rows:
         print(f"{r['transport']:<10}{r['size']:<7}{r['actors']:>7}{r['servers']:>8}{r['items_per_s']:>12.0f}"
               f"{r['intake_mb_per_s']:>9.1f}{r['intake_over_raw_mpi']:>7.3f}{r['samples_per_s']:>12.0f}"
+              f"{r['sample_over_raw_mpi']:>7.3f}{r['server_cpu_s_per_gb']:>9.3f}"
               f"{r['latency_median_ms']:>11.3f}{r['latency_p99_ms']:>9.3f}")
     print()
+    paths = path_ratios(rows)
+    for r in paths:
+        print(f"{r['size']:<6} {r['actors']} actors, zero-copy over copying data path: intake "
+              f"{r['intake_ratio']:.2f}x, samples {r['samples_ratio']:.2f}x, server CPU per GB "
+              f"{r['cpu_per_gb_ratio']:.2f}x")
+    if paths:
+        with open(os.path.join(directory, "data_paths.json"), "w") as f:
+            json.dump(paths, f, indent=2)
+        print()
     shards = shard_ratios(rows)
     for r in shards:
         print(f"{r['size']:<6} {r['actors']} actors, {r['servers']} servers over 1: intake {r['intake_ratio']:.2f}x, "

@@ -6,6 +6,10 @@
 # Environment: ACTORS="1 2 4 8" SIZES="small atari" TRANSPORTS="mpi zmq"
 #              SERVERS="1" (server ranks, shards of one replay: e.g. "1 2 4";
 #              more than one runs over MPI only)
+#              DATA_PATHS="store" (MPI: "store", the default, sends sample
+#              replies' rows of 8 KB or more from the store and adds' columns
+#              of 64 KiB or more apart, received into the store; "copy" copies
+#              both in the server, as before: "copy store" compares them)
 #              REPEATS=3 SECONDS_PER_RUN=3 RAW_SECONDS=1
 # Writes <out-dir>/run-<transport>-<size>-<actors>a[-<servers>s]-<repeat>.json
 # (one per run), scaling.csv (medians with ranges) and PNG charts.
@@ -16,6 +20,7 @@ actors_list=${ACTORS:-1 2 4 8}
 sizes=${SIZES:-small atari}
 transports=${TRANSPORTS:-mpi zmq}
 servers_list=${SERVERS:-1}
+data_paths=${DATA_PATHS:-store}
 repeats=${REPEATS:-3}
 seconds=${SECONDS_PER_RUN:-3}
 raw_seconds=${RAW_SECONDS:-1}
@@ -28,13 +33,18 @@ for repeat in $(seq 1 "$repeats"); do
     for actors in $actors_list; do
       for transport in $transports; do
         for servers in $servers_list; do
-          [ "$servers" = 1 ] || [ "$transport" = mpi ] || continue
-          suffix=$([ "$servers" = 1 ] || echo "-${servers}s")
-          out="$out_dir/run-$transport-$size-${actors}a$suffix-$repeat.json"
-          echo "== $transport $size $actors actors, $servers servers (repeat $repeat)"
-          mpirun -np $((actors + servers + 1)) build/bench/perserve_bench_system --transport "$transport" \
-            --size "$size" --servers "$servers" --seconds "$seconds" --raw-seconds "$raw_seconds" --out "$out" |
-            sed 's/^/   /'
+          for path in $data_paths; do
+            [ "$servers" = 1 ] || [ "$transport" = mpi ] || continue
+            [ "$path" = store ] || [ "$transport" = mpi ] || continue
+            suffix=$([ "$servers" = 1 ] || echo "-${servers}s")$([ "$path" = store ] || echo "-$path")
+            zero_copy=$([ "$path" = store ] && echo "8192 65536" || echo "-1 -1")
+            out="$out_dir/run-$transport-$size-${actors}a$suffix-$repeat.json"
+            echo "== $transport $size $actors actors, $servers servers, data path $path (repeat $repeat)"
+            mpirun -np $((actors + servers + 1)) build/bench/perserve_bench_system --transport "$transport" \
+              --size "$size" --servers "$servers" --seconds "$seconds" --raw-seconds "$raw_seconds" \
+              --zero-copy-min-row-bytes "${zero_copy% *}" --columns-apart-min-bytes "${zero_copy#* }" \
+              --out "$out" | sed 's/^/   /'
+          done
         done
       done
     done

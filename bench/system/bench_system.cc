@@ -204,10 +204,11 @@ void Latencies(std::vector<double> millis, Report* report) {
   report->latency_p99_ms = millis[std::min(millis.size() - 1, millis.size() * 99 / 100)];
 }
 
-void MpiActor(const Schema&, double seconds, int rank, Report* report) {
+void MpiActor(const Schema&, double seconds, int rank, int64_t columns_apart_min_bytes, Report* report) {
   std::unique_ptr<ActorClient> actor;
   ClientOptions options;
   options.max_in_flight = kInFlight;
+  options.columns_apart_min_bytes = columns_apart_min_bytes;
   Check(ActorClient::Join(MPI_COMM_WORLD, options, &actor), "actor join");
   std::mt19937_64 rng(rank);
   std::vector<std::vector<std::byte>> columns;
@@ -311,6 +312,7 @@ int main(int argc, char** argv) {
   double seconds = 5.0, raw_seconds = 2.0;
   int servers = 1;
   int64_t zero_copy_min_row_bytes = perserve::service::ServiceOptions{}.zero_copy_min_row_bytes;
+  int64_t columns_apart_min_bytes = perserve::ClientOptions{}.columns_apart_min_bytes;
   app.add_option("--transport", transport, "mpi or zmq")->check(CLI::IsMember({"mpi", "zmq"}))->capture_default_str();
   app.add_option("--size", size_name, "small (~128 B), 1k, 4k, 16k or atari (~56 KB) transitions")
       ->check(CLI::IsMember(SchemaSizes()))->capture_default_str();
@@ -321,6 +323,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--zero-copy-min-row-bytes", zero_copy_min_row_bytes,
                  "sample replies with rows this large go from the store (-1: always gathered)")
+      ->capture_default_str();
+  app.add_option("--columns-apart-min-bytes", columns_apart_min_bytes,
+                 "adds with this many bytes of columns send them apart, into the store (-1: never)")
       ->capture_default_str();
   app.add_option("--endpoint", endpoint, "ZeroMQ endpoint (default ipc:// in /tmp, one node)");
   app.add_option("--out", out, "JSON result file (rank 0)");
@@ -359,7 +364,7 @@ int main(int argc, char** argv) {
     } else if (rank == size - 1) {
       MpiLearner(seconds, &report);
     } else {
-      MpiActor(schema, seconds, rank, &report);
+      MpiActor(schema, seconds, rank, columns_apart_min_bytes, &report);
     }
   } else {
     // MPI only bootstraps here: rank 0 picks the endpoint and tells the others.
@@ -419,14 +424,15 @@ int main(int argc, char** argv) {
     const double raw_moved_gb = (raw_bytes + raw_out) / 1e9;
     const std::string json = fmt::format(
         "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, "
-        "\"reply_bytes\": {}, \"zero_copy_min_row_bytes\": {}, \"servers\": {}, \"actors\": {}, "
+        "\"reply_bytes\": {}, \"zero_copy_min_row_bytes\": {}, \"columns_apart_min_bytes\": {}, \"servers\": {}, "
+        "\"actors\": {}, "
         "\"seconds\": {:.3f}, \"items_in\": {:.0f}, \"items_per_s\": {:.1f}, \"intake_mb_per_s\": {:.2f}, "
         "\"samples_per_s\": {:.1f}, \"updates_per_s\": {:.1f}, \"sample_latency_ms\": {{\"median\": {:.4f}, "
         "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}, "
         "\"raw_reply_mb_per_s\": {:.2f}, \"sample_reply_mb_per_s\": {:.2f}, \"sample_over_raw_mpi\": {:.4f}, "
         "\"server_cpu_s_per_gb\": {:.4f}, \"raw_server_cpu_s_per_gb\": {:.4f}}}\n",
-        transport, size_name, schema.ItemBytes(), message_bytes, sizes.reply_message, zero_copy_min_row_bytes, servers,
-        actors, actor_seconds,
+        transport, size_name, schema.ItemBytes(), message_bytes, sizes.reply_message, zero_copy_min_row_bytes,
+        columns_apart_min_bytes, servers, actors, actor_seconds,
         items, items_per_s, intake_mb_s, samples_per_s, learner.updates / learner.seconds, learner.latency_median_ms,
         learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s, raw_reply_mb_s, reply_mb_s,
         reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu / raw_moved_gb);
