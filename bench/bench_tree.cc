@@ -5,6 +5,8 @@
 //                          FindPrefixSumLeaf in a loop, no per-call overhead)
 //   Descent/batched/512    the same 512 stratified masses through FindPrefixSum
 //   Update/<strategy>/<k>  k random leaves set to random values
+//   Update/classic/<k>     the same k leaves in the classic pair of segment
+//                          trees (ClassicTrees below: the reference point)
 //   Sample/cpu/<B>         B stratified draws through the tree's own Sample()
 //                          (masses, descents and leaf values)
 //   Sample/cuda/<B>        the same on the CUDA tree: Philox masses, descents
@@ -19,6 +21,8 @@
 // bench/summarize_tree.py turns the JSON into ratios (batched vs naive, auto vs
 // the fastest strategy at each k) and the crossover points.
 #include <algorithm>
+#include <limits>
+#include <span>
 #include <memory>
 #include <random>
 #include <string>
@@ -82,6 +86,62 @@ PriorityTree* SharedCudaTree(std::string* why) {
   return tree;
 }
 
+// The classic segment tree of PER implementations (OpenAI Baselines, and the
+// C++ SumSegmentTree / MinSegmentTree pair TorchRL's prioritized sampler
+// keeps): one array of 2 x capacity values per operation; an update sets each
+// leaf and walks to the root, in the sum tree, then in the min tree. Written
+// here from that algorithm, as the reference point in the same process
+// (TorchRL itself cannot be installed on this machine: no PyPI), with the one
+// check such a tree makes (the index in range).
+class ClassicTrees {
+ public:
+  explicit ClassicTrees(int64_t capacity)
+      : capacity_(capacity), sums_(2 * capacity, 0.0), mins_(2 * capacity, std::numeric_limits<double>::infinity()) {}
+
+  void Fill(std::span<const double> leaves) {
+    std::copy(leaves.begin(), leaves.end(), sums_.begin() + capacity_);
+    std::copy(leaves.begin(), leaves.end(), mins_.begin() + capacity_);
+    for (int64_t node = capacity_ - 1; node >= 1; --node) {
+      sums_[node] = sums_[2 * node] + sums_[2 * node + 1];
+      mins_[node] = std::min(mins_[2 * node], mins_[2 * node + 1]);
+    }
+  }
+  bool Update(std::span<const int64_t> indices, std::span<const double> values) {
+    return Set(&sums_, indices, values, [](double a, double b) { return a + b; }) &&
+           Set(&mins_, indices, values, [](double a, double b) { return std::min(a, b); });
+  }
+  double Total() const { return sums_[1]; }
+
+ private:
+  template <typename Op>
+  bool Set(std::vector<double>* tree, std::span<const int64_t> indices, std::span<const double> values, Op op) {
+    double* t = tree->data();
+    for (size_t j = 0; j < indices.size(); ++j) {
+      if (indices[j] < 0 || indices[j] >= capacity_) return false;
+      int64_t node = indices[j] + capacity_;
+      t[node] = values[j];
+      for (node >>= 1; node >= 1; node >>= 1) t[node] = op(t[2 * node], t[2 * node + 1]);
+    }
+    return true;
+  }
+
+  int64_t capacity_;
+  std::vector<double> sums_, mins_;
+};
+
+ClassicTrees& SharedClassicTrees() {
+  static ClassicTrees* trees = [] {
+    auto* t = new ClassicTrees(kCapacity);
+    std::mt19937_64 rng(1);  // FillRandom's leaves
+    std::uniform_real_distribution<double> value(0.01, 10.0);
+    std::vector<double> leaves(kCapacity);
+    for (double& leaf : leaves) leaf = value(rng);
+    t->Fill(leaves);
+    return t;
+  }();
+  return *trees;
+}
+
 // Stratified masses, as PER draws them: (i + u_i) * total / k.
 std::vector<std::vector<double>> StratifiedMasses(double total, int k) {
   std::mt19937_64 rng(2);
@@ -125,25 +185,44 @@ void Sample(benchmark::State& state, PriorityTree* tree, int batch) {
   state.SetItemsProcessed(state.iterations() * batch);
 }
 
-void Update(benchmark::State& state, PriorityTree* tree, UpdateStrategy strategy, int64_t k) {
-  std::mt19937_64 rng(3 + k);
-  std::uniform_int_distribution<int64_t> leaf(0, kCapacity - 1);
-  std::uniform_real_distribution<double> value(0.01, 10.0);
-  const int64_t sets = UpdateSets(k);
-  std::vector<std::vector<int64_t>> index_sets(sets, std::vector<int64_t>(k));
-  std::vector<std::vector<double>> value_sets(sets, std::vector<double>(k));
-  for (int64_t s = 0; s < sets; ++s) {
-    for (int64_t j = 0; j < k; ++j) {
-      index_sets[s][j] = leaf(rng);
-      value_sets[s][j] = value(rng);
+// k random leaves set to random values, rotating through UpdateSets(k) batches.
+struct UpdateBatches {
+  explicit UpdateBatches(int64_t k) : sets(UpdateSets(k)), indices(sets), values(sets) {
+    std::mt19937_64 rng(3 + k);
+    std::uniform_int_distribution<int64_t> leaf(0, kCapacity - 1);
+    std::uniform_real_distribution<double> value(0.01, 10.0);
+    for (int64_t s = 0; s < sets; ++s) {
+      for (int64_t j = 0; j < k; ++j) {
+        indices[s].push_back(leaf(rng));
+        values[s].push_back(value(rng));
+      }
     }
   }
+  int64_t sets;
+  std::vector<std::vector<int64_t>> indices;
+  std::vector<std::vector<double>> values;
+};
+
+void Update(benchmark::State& state, PriorityTree* tree, UpdateStrategy strategy, int64_t k) {
+  const UpdateBatches batches(k);
   tree->SetStrategy(strategy);
   size_t set = 0;
   for (auto _ : state) {
-    const size_t s = set++ % sets;
-    if (!tree->Update(index_sets[s], value_sets[s]).ok()) state.SkipWithError("update failed");
+    const size_t s = set++ % batches.sets;
+    if (!tree->Update(batches.indices[s], batches.values[s]).ok()) state.SkipWithError("update failed");
   }
+  state.SetItemsProcessed(state.iterations() * k);
+}
+
+void UpdateClassic(benchmark::State& state, int64_t k) {
+  const UpdateBatches batches(k);
+  ClassicTrees& trees = SharedClassicTrees();
+  size_t set = 0;
+  for (auto _ : state) {
+    const size_t s = set++ % batches.sets;
+    if (!trees.Update(batches.indices[s], batches.values[s])) state.SkipWithError("update failed");
+  }
+  benchmark::DoNotOptimize(trees.Total());
   state.SetItemsProcessed(state.iterations() * k);
 }
 
@@ -178,6 +257,11 @@ void RegisterAll() {
       })->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
   }
+  for (int64_t k : {8, 50, 512, 1024, 2048, 32768}) {
+    benchmark::RegisterBenchmark(("Update/classic/" + std::to_string(k)).c_str(),
+                                 [k](benchmark::State& state) { UpdateClassic(state, k); })
+        ->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
   for (int batch : {512, 1024}) {
     benchmark::RegisterBenchmark(("Sample/cpu/" + std::to_string(batch)).c_str(), [batch](benchmark::State& state) {
       Sample(state, &SharedTree(), batch);
@@ -204,6 +288,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   perserve::tree::RegisterAll();
   perserve::tree::SharedTree();
+  perserve::tree::SharedClassicTrees();
   std::string why;
   perserve::tree::SharedCudaTree(&why);  // created, filled and calibrated outside any timing
   benchmark::RunSpecifiedBenchmarks();

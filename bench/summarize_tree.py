@@ -4,7 +4,9 @@
 Reads the JSON (repetitions are reduced to their median), prints a table of
 wall times per row, and checks the targets as ratios within the one run:
 batched descent >= 2x naive, "auto" within 1.1x of the fastest concrete
-strategy at every batch size, and (when the CUDA rows ran) Sample/cuda/1024
+strategy at every batch size, "auto" against the classic pair of segment
+trees (Update/classic/<k>, the reference point: >= 1.5x at the small batches
+an actor sends, 8 and 50), and (when the CUDA rows ran) Sample/cuda/1024
 and Update/cuda/1024 within 20 us of host wall time, with CPU/CUDA ratios. Writes the summary as JSON next to the input
 (or to --out). Exit status 0 even when a target is missed: the figures are
 the result; --strict makes a miss exit 1.
@@ -49,6 +51,13 @@ def summarize(context, us):
         ratio = times["auto"] / concrete[fastest]
         rows.append({"k": k, **times, "fastest": fastest, "auto_over_fastest": ratio})
         summary["checks"][f"auto_within_1.1x_at_k{k}"] = {"ratio": ratio, "target": 1.1, "met": ratio <= 1.1}
+        classic = us.get(f"Update/classic/{k}")
+        if classic is not None:
+            rows[-1]["classic"] = classic
+            rows[-1]["classic_over_auto"] = classic / times["auto"]
+            if k in (8, 50):
+                summary["checks"][f"auto_1.5x_classic_at_k{k}"] = {"ratio": classic / times["auto"], "target": 1.5,
+                                                                    "met": classic / times["auto"] >= 1.5}
     summary["updates"] = rows
     for row in ("Sample/cuda/1024", "Update/cuda/1024"):
         if row in us:
@@ -68,10 +77,12 @@ def print_table(summary, us):
     for name in sorted(us):
         print(f"{name:<28}{us[name]:>12.2f}")
     print()
-    print(f"{'k':>7} " + "".join(f"{s:>13}" for s in STRATEGIES + ("auto",)) + f"{'fastest':>13}{'auto/fast':>11}")
+    print(f"{'k':>7} " + "".join(f"{s:>13}" for s in STRATEGIES + ("auto",)) + f"{'fastest':>13}{'auto/fast':>11}"
+          f"{'classic':>10}{'classic/auto':>14}")
     for row in summary["updates"]:
         cells = "".join(f"{row[s]:>13.1f}" for s in STRATEGIES + ("auto",))
-        print(f"{row['k']:>7} {cells}{row['fastest']:>13}{row['auto_over_fastest']:>11.2f}")
+        classic = f"{row['classic']:>10.1f}{row['classic_over_auto']:>14.2f}" if "classic" in row else ""
+        print(f"{row['k']:>7} {cells}{row['fastest']:>13}{row['auto_over_fastest']:>11.2f}{classic}")
     print()
     for pair, ratio in summary["cpu_over_cuda"].items():
         print(f"{pair + ' cpu/cuda':<32} {ratio:.2f}")

@@ -31,6 +31,12 @@ constexpr double kTimedSeconds = 2e-3;
 // strategy whose floor is this many times the best time at the current size
 // cannot win there and is not run; the margin covers measurement noise.
 constexpr double kSkipFactor = 3.0;
+// A strategy that beats the previous size's winner takes over only if it wins
+// again when both are timed once more, in turns, by this margin: one noisy
+// timing (another process taking the core) must not flip a crossover, which
+// a process would then keep for its whole life.
+constexpr int kConfirmRounds = 3;
+constexpr double kSwitchMargin = 1.05;
 
 using Clock = std::chrono::steady_clock;
 
@@ -81,12 +87,30 @@ std::optional<StrategyTable> StrategyTable::Measure(int64_t capacity, std::span<
     return samples[samples.size() / 2];
   };
 
+  // The challenger's and the incumbent's medians over kConfirmRounds more timings each, in turns.
+  auto confirmed = [&](UpdateStrategy challenger, UpdateStrategy incumbent, int64_t k, std::string* line) {
+    std::vector<double> challenger_seconds, incumbent_seconds;
+    for (int round = 0; round < kConfirmRounds; ++round) {
+      challenger_seconds.push_back(settled_seconds(challenger, k));
+      incumbent_seconds.push_back(settled_seconds(incumbent, k));
+    }
+    const auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      return v[v.size() / 2];
+    };
+    const double a = median(challenger_seconds), b = median(incumbent_seconds);
+    *line += fmt::format(" (again: {} {:.1f}us, {} {:.1f}us)", UpdateStrategyName(challenger), a * 1e6,
+                         UpdateStrategyName(incumbent), b * 1e6);
+    return a * kSwitchMargin < b;
+  };
+
   StrategyTable table;
   std::map<UpdateStrategy, double> floor_seconds;  // each strategy's time at the last size it ran
   UpdateStrategy winner = candidates.front();
   int bucket = 0;
   for (int64_t k = 1; k <= largest; k *= 2, ++bucket) {
     double best_seconds = std::numeric_limits<double>::infinity();
+    const UpdateStrategy incumbent = winner;
     std::string line = fmt::format("k={}:", k);
     for (UpdateStrategy strategy : candidates) {
       const auto floor = floor_seconds.find(strategy);
@@ -103,6 +127,8 @@ std::optional<StrategyTable> StrategyTable::Measure(int64_t capacity, std::span<
         winner = strategy;
       }
     }
+    if (bucket > 0 && winner != incumbent && !confirmed(winner, incumbent, k, &line)) winner = incumbent;
+    if (failed) return std::nullopt;
     table.by_bucket_[bucket] = winner;
     table.description_ += line + fmt::format(" -> {}\n", UpdateStrategyName(winner));
   }
