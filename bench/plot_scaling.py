@@ -113,8 +113,9 @@ def chart(rows, directory):
             axes[0][column].plot([r["actors"] for r in mpi], [r["raw_mpi_mb_per_s"] for r in mpi], ":",
                                  color="gray", label="raw MPI, same message size")
             axes[0][column].legend()
-    fig.suptitle("perserve replay rank: MPI (mpi-copy: the server copying intake and samples) vs ZeroMQ "
-                 "(medians over repeats, bars: min-max)")
+    names = {"mpi": "MPI", "mpi-copy": "MPI with the server copying (mpi-copy)", "zmq": "ZeroMQ"}
+    present = [names[t] for t in ("mpi", "mpi-copy", "zmq") if any(r["transport"] == t for r in rows)]
+    fig.suptitle(f"perserve replay rank: {' vs '.join(present)} (medians over repeats, bars: min-max)")
     fig.tight_layout()
     path = os.path.join(directory, "scaling.png")
     fig.savefig(path, dpi=110)
