@@ -754,6 +754,12 @@ void ReplayService::HandleClose(int client, const proto::Frame& frame) {
   Status status = proto::DecodeMeta(frame, &meta);
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a close request carries no bulk data");
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  if (pending_close_[client]) {
+    return ReplyError(client, frame.header.request_id,
+                      Status::FailedPrecondition(fmt::format(
+                          "this client's close (request {}) waits already, behind its held adds ({})",
+                          *pending_close_[client], DescribeAddHold())));
+  }
   if (deferred_adds_per_client_[client] > 0) {
     pending_close_[client] = frame.header.request_id;  // after its held adds (ServeDeferredAdds)
     return;

@@ -234,6 +234,19 @@ TEST_F(ColumnsApartTest, AnAddWaitsForItsColumnsAndTheClientsLaterAddsWaitBehind
   for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id);
 }
 
+TEST_F(ColumnsApartTest, AClientsCloseWaitsBehindAnAddWaitingForItsColumnsAndASecondIsRefused) {
+  PushApart(1, 0, 8, 1.0, /*with_columns=*/false);
+  transport_->Push(kActor, Frame(MessageKind::kCloseRequest, 2, proto::Empty{}));
+  transport_->Push(kActor, Frame(MessageKind::kCloseRequest, 3, proto::Empty{}));
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 3).code(), Status::Code::kFailedPrecondition) << "the first close waits already";
+  EXPECT_TRUE(transport_->outbox(kActor).empty());
+  PushColumns(0, 8);
+  Step();
+  EXPECT_EQ(Added(1).first_key, 0u);
+  Reply(kActor, MessageKind::kCloseReply, 2);
+}
+
 TEST_F(ColumnsApartTest, ColumnsOfAnotherSizeAreDroppedAndNothingLiveIsOverwritten) {
   PushApart(1, 0, 32);
   PushApart(2, 32, 32);
