@@ -104,11 +104,7 @@ void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
       return;
     }
     case MessageKind::kCloseRequest:
-    case MessageKind::kCloseReply: {
-      Empty meta;
-      DecodeAndReencode(frame, bytes, &meta);
-      return;
-    }
+    case MessageKind::kCloseReply:
     case MessageKind::kShardSampleRequest: {
       ShardSampleRequest meta;
       if (DecodeAndReencode(frame, bytes, &meta).ok()) TakeAndCheck<double>(&bulk, meta.count);
@@ -120,11 +116,6 @@ void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
         TakeAndCheck<uint64_t>(&bulk, meta.count);
         TakeAndCheck<double>(&bulk, meta.count);
       }
-      return;
-    }
-    case MessageKind::kCheckpointRequest: {
-      Empty meta;
-      DecodeAndReencode(frame, bytes, &meta);
       return;
     }
     case MessageKind::kCheckpointReply: {

@@ -98,11 +98,14 @@ Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<
       first_key);
 }
 
+Status Replay::CheckAddCount(int64_t count) const {
+  if (count >= 1 && count <= options_.capacity) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("an add of {} items: the count must be in [1, capacity {}]", count, options_.capacity));
+}
+
 Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
-  if (count < 1 || count > options_.capacity) {
-    return Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]", count,
-                                               options_.capacity));
-  }
+  PERSERVE_RETURN_IF_ERROR(CheckAddCount(count));
   if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != count) {
     return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), count));
   }
@@ -118,7 +121,7 @@ Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, con
     }
   }
 
-  const int64_t first_slot = static_cast<int64_t>(next_key_ % static_cast<uint64_t>(options_.capacity));
+  const int64_t first_slot = next_slot();
   slots_.resize(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
   // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and

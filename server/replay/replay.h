@@ -102,6 +102,10 @@ class Replay {
   double alpha() const { return options_.alpha; }
   int64_t size() const { return static_cast<int64_t>(std::min<uint64_t>(next_key_, options_.capacity)); }
   uint64_t next_key() const { return next_key_; }
+  // The slot the next add writes first (its items go to this one and on, mod capacity).
+  int64_t next_slot() const { return static_cast<int64_t>(next_key_ % static_cast<uint64_t>(options_.capacity)); }
+  // An add's count: in [1, capacity] (the error says so).
+  Status CheckAddCount(int64_t count) const;
   double max_priority() const { return max_priority_; }
   const ReplayCounters& counters() const { return counters_; }
   const store::TransitionStore& store() const { return store_; }

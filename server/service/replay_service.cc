@@ -154,10 +154,7 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
   ++counters_.add_requests;
   proto::AddRequest request;
   Status status = proto::DecodeMeta(frame, &request);
-  if (status.ok() && (request.count < 1 || request.count > replay_->capacity())) {
-    status = Status::InvalidArgument(fmt::format("an add of {} items: the count must be in [1, capacity {}]",
-                                                 request.count, replay_->capacity()));
-  }
+  if (status.ok()) status = replay_->CheckAddCount(request.count);
   if (status.ok()) status = CheckTimeout(request.timeout_seconds);
   if (status.ok() && request.columns_follow && !transport_->TakesColumnsApart()) {
     return ReplyError(client, frame.header.request_id,
@@ -292,13 +289,14 @@ void ReplayService::TakeColumns(int client, std::span<const std::byte> bytes) {
 bool ReplayService::ColumnsMissing(int client, bool columns_follow) {
   if (!columns_follow) return false;
   DropLateColumns(client);
-  return columns_to_drop_[client] > 0 || !ColumnsArrived(client);  // the next to come are a refused add's
+  return ColumnsYetToCome(client);
 }
 
-bool ReplayService::ColumnsArrived(int client) const {
+bool ReplayService::ColumnsYetToCome(int client) const {
+  if (columns_to_drop_[client] > 0) return true;  // the next to come are a refused add's
   bool arrived = false;
   int64_t bytes = 0;
-  return transport_->ProbeColumns(client, &arrived, &bytes).ok() && arrived;
+  return !transport_->ProbeColumns(client, &arrived, &bytes).ok() || !arrived;
 }
 
 void ReplayService::DropColumns(int client) {
@@ -491,7 +489,7 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
     // Rows the next adds will soon overwrite are copied into the reply; the
     // others go from the store and stay pinned while the reply travels.
     const int64_t capacity = replay_->capacity();
-    const auto head_slot = static_cast<int64_t>(replay_->next_key() % static_cast<uint64_t>(capacity));
+    const int64_t head_slot = replay_->next_slot();
     const int64_t guard = std::max<int64_t>(1, capacity / kCopyGuardDivisor);
     copy_row_.resize(sample_.slots.size());
     for (size_t i = 0; i < sample_.slots.size(); ++i) {
@@ -502,12 +500,7 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
     uint64_t token = 0;
     const Status sent =
         transport_->SendSampleReplyRows(client, std::move(head), replay_->store(), sample_.slots, copy_row_, &token);
-    if (!sent.ok()) {
-      ++counters_.replies_dropped;
-      spdlog::error("the reply to {} request {} was dropped: {}", transport_->ClientName(client), request_id,
-                    sent.ToString());
-      return;
-    }
+    if (!sent.ok()) return ReplyDropped(client, request_id, sent);
     if (token != 0) Pin(token, client);
     return;
   }
@@ -550,23 +543,22 @@ int ReplayService::OldestPinnedClient() const {
 std::string ReplayService::DescribeAddHold() const {
   if (deferred_adds_.empty()) return "nothing holds them";
   const DeferredAdd& oldest = deferred_adds_.front();
-  if (oldest.columns_follow && !oldest.columns &&
-      (columns_to_drop_[oldest.client] > 0 || !ColumnsArrived(oldest.client))) {
+  if (oldest.awaits_columns() && ColumnsYetToCome(oldest.client)) {
     return fmt::format("the oldest waits for its columns, the message {} sends after the request",
                        transport_->ClientName(oldest.client));
   }
-  if (PinHolds(deferred_adds_.front().count)) {
+  if (PinHolds(oldest.count)) {
     return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
                        transport_->ClientName(OldestPinnedClient()));
   }
-  if (LimiterHolds(deferred_adds_.front().count)) return "the rate limiter holds them: the learners are behind";
+  if (LimiterHolds(oldest.count)) return "the rate limiter holds them: the learners are behind";
   return "each behind its client's earlier held adds";
 }
 
 bool ReplayService::PinHolds(int64_t count) const {
   if (pinned_replies_.empty()) return false;
   const int64_t capacity = replay_->capacity();
-  const auto first = static_cast<int64_t>(replay_->next_key() % static_cast<uint64_t>(capacity));
+  const int64_t first = replay_->next_slot();
   for (int64_t j = 0; j < count; ++j) {
     if (pins_[static_cast<size_t>((first + j) % capacity)] != 0) return true;
   }
@@ -588,8 +580,7 @@ void ReplayService::ServeDeferred() {
     return WaitFor(d) == SampleWait::kRateLimiter;
   });
   const DeferredAdd& oldest = deferred_adds_.front();
-  if (!limiter_holds_samples || PinHolds(oldest.count) ||
-      ColumnsMissing(oldest.client, oldest.columns_follow && !oldest.columns)) {
+  if (!limiter_holds_samples || PinHolds(oldest.count) || ColumnsMissing(oldest.client, oldest.awaits_columns())) {
     return;
   }
   if (counters_.limiter_overrides++ == 0) {
@@ -617,7 +608,7 @@ std::deque<ReplayService::DeferredAdd>::iterator ReplayService::ReleaseHeldAdd(s
       ApplyAdd(add.client, frame, request,
                add.columns ? std::optional<std::span<const std::byte>>(*add.columns) : std::nullopt);
     } else {
-      if (add.columns_follow && !add.columns) DropColumns(add.client);
+      if (add.awaits_columns()) DropColumns(add.client);
       ReplyError(add.client, add.request_id, status);
     }
   } catch (const std::bad_alloc&) {
@@ -637,7 +628,7 @@ void ReplayService::ServeDeferredAdds(bool* any_blocked) {
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     const int client = it->client;
     if (blocked_[client] || LimiterHolds(it->count) || PinHolds(it->count) ||
-        ColumnsMissing(client, it->columns_follow && !it->columns)) {
+        ColumnsMissing(client, it->awaits_columns())) {
       blocked_[client] = true;
       *any_blocked = true;
       ++it;
@@ -921,7 +912,10 @@ void ReplayService::Reply(int client, proto::MessageKind kind, uint64_t request_
 void ReplayService::Send(int client, uint64_t request_id, std::vector<std::byte> frame, bool sample_reply) {
   const Status sent = sample_reply ? transport_->SendSampleReply(client, std::move(frame))
                                    : transport_->Send(client, std::move(frame));
-  if (sent.ok()) return;
+  if (!sent.ok()) ReplyDropped(client, request_id, sent);
+}
+
+void ReplayService::ReplyDropped(int client, uint64_t request_id, const Status& sent) {
   ++counters_.replies_dropped;
   spdlog::error("the reply to {} request {} was dropped: {}", transport_->ClientName(client), request_id,
                 sent.ToString());

@@ -181,6 +181,8 @@ class ReplayService {
     Clock::time_point deadline;
     bool columns_follow = false;   // its columns come apart (they wait in the transport until applied) ...
     std::optional<std::vector<std::byte>> columns{};  // ... unless the loop's receive took them first
+    // Its columns come apart and are not here yet.
+    bool awaits_columns() const { return columns_follow && !columns; }
   };
   // What keeps a sample from being served now.
   enum class SampleWait { kNone, kMinSize, kRateLimiter, kUnread };
@@ -204,7 +206,8 @@ class ReplayService {
                          bool* taken);
   // Whether an add whose columns follow (columns_follow) waits for them.
   bool ColumnsMissing(int client, bool columns_follow);
-  bool ColumnsArrived(int client) const;
+  // Whether `client`'s next columns to come are not here yet, or are a refused add's.
+  bool ColumnsYetToCome(int client) const;
   // The columns of a refused add are received and dropped, now or (not yet
   // arrived) as soon as they come, before any later add's of that client.
   void DropColumns(int client);
@@ -281,6 +284,8 @@ class ReplayService {
   void Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
              std::initializer_list<std::span<const std::byte>> bulk = {});
   void Send(int client, uint64_t request_id, std::vector<std::byte> frame, bool sample_reply);
+  // A reply the transport refused to send: counted and logged.
+  void ReplyDropped(int client, uint64_t request_id, const Status& sent);
   void MaybeLogStats();
 
   replay::Replay* replay_;
