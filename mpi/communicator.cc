@@ -12,6 +12,14 @@ Status Check(int code, const char* what) {
 
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
                     int* matched_tag) {
+  size_t length = 0;
+  PERSERVE_RETURN_IF_ERROR(ReceiveGrowing(comm, source, tag, wait, buffer, &length, received, matched_tag));
+  if (*received) buffer->resize(length);
+  return Status::Ok();
+}
+
+Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, size_t* length,
+                      bool* received, int* matched_tag) {
   int flag = 1;
   MPI_Message message;
   MPI_Status status;
@@ -25,7 +33,8 @@ Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<s
   if (matched_tag != nullptr) *matched_tag = status.MPI_TAG;
   int count = 0;
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count"));
-  buffer->resize(static_cast<size_t>(count));
+  *length = static_cast<size_t>(count);
+  if (buffer->size() < *length) buffer->resize(*length);
   return Check(MPI_Mrecv(buffer->data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
 }
 

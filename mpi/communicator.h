@@ -25,6 +25,13 @@ Status Check(int code, const char* what);
 // `tag` may be MPI_ANY_TAG; the matched message's tag goes to *matched_tag if given.
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
                     int* matched_tag = nullptr);
+// The same into a buffer that only grows: the message's bytes are the first
+// *length of `buffer`, the rest is left from earlier messages. A receiver
+// that alternates small and large messages in one buffer then neither
+// reallocates nor zero-fills the large ones' bytes again (a learner's
+// 29 MB Atari sample reply after a priority update's acknowledgement).
+Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, size_t* length,
+                      bool* received, int* matched_tag = nullptr);
 
 class Communicator {
  public:

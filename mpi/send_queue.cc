@@ -1,5 +1,6 @@
 #include "mpi/send_queue.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -15,11 +16,17 @@ SendQueue::~SendQueue() {
 
 std::vector<std::byte> SendQueue::Acquire(size_t expected_bytes) {
   if (pool_.empty()) return {};
+  // How far a buffer's capacity is from the bytes expected, as a ratio (>= 1).
+  const auto distance = [expected_bytes](const std::vector<std::byte>& buffer) {
+    const double have = static_cast<double>(std::max<size_t>(buffer.capacity(), 1));
+    const double want = static_cast<double>(std::max<size_t>(expected_bytes, 1));
+    return std::max(have / want, want / have);
+  };
   size_t pick = 0;
   for (size_t i = 1; i < pool_.size(); ++i) {
-    const size_t have = pool_[i].capacity(), best = pool_[pick].capacity();
-    const bool fits = have >= expected_bytes, best_fits = best >= expected_bytes;
-    if ((fits && (!best_fits || have < best)) || (!fits && !best_fits && have > best)) pick = i;
+    const double d = distance(pool_[i]), best = distance(pool_[pick]);
+    const bool fits = pool_[i].capacity() >= expected_bytes, best_fits = pool_[pick].capacity() >= expected_bytes;
+    if (d < best || (d == best && fits && !best_fits)) pick = i;
   }
   std::vector<std::byte> buffer = std::move(pool_[pick]);
   pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(pick));

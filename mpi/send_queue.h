@@ -21,9 +21,12 @@ class SendQueue {
   SendQueue& operator=(const SendQueue&) = delete;
 
   // A buffer for the next message, recycled from completed sends when one is
-  // kept (the smallest holding `expected_bytes`, else the largest), so steady
-  // traffic of like-sized messages neither allocates nor page-faults: a fresh
-  // multi-megabyte vector costs a zero-fill and a fault per page.
+  // kept, so steady traffic of like-sized messages neither allocates nor
+  // page-faults: a fresh multi-megabyte vector costs a zero-fill and a fault
+  // per page. A buffer keeps its size, and the one picked is the closest in
+  // capacity to `expected_bytes` (by ratio): a small frame whose estimate is
+  // a few bytes off takes a small buffer, not a large one it would shrink
+  // (whose next large message would then zero-fill it again as it grows).
   std::vector<std::byte> Acquire(size_t expected_bytes);
 
   // Starts sending `bytes` (at most 2 GiB) to `rank` with `tag`; `tracked`

@@ -1,6 +1,7 @@
 #include "client/src/connection.h"
 
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -11,9 +12,9 @@ namespace {
 // no perserve message uses it.
 constexpr int kPeersTag = 7399;
 
-uint64_t RequestIdOf(const std::vector<std::byte>& message) {
+uint64_t RequestIdOf(const std::vector<std::byte>& buffer, size_t length) {
   proto::FrameHeader header;
-  if (message.size() >= proto::kFrameHeaderBytes) std::memcpy(&header, message.data(), sizeof(header));
+  if (length >= proto::kFrameHeaderBytes) std::memcpy(&header, buffer.data(), sizeof(header));
   return header.request_id;
 }
 
@@ -42,37 +43,56 @@ Status MpiConnection::SendColumns(std::vector<std::byte> columns) {
 
 Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame) {
   auto early = early_replies_.find(request_id);
-  if (early != early_replies_.end()) {
-    *message = std::move(early->second);
-    early_replies_.erase(early);
-  } else {
-    while (true) {
-      bool received = false;
-      PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/true, message, &received));
-      const uint64_t id = RequestIdOf(*message);
-      if (id == request_id) break;
-      early_replies_[id] = std::move(*message);
+  while (early == early_replies_.end()) {
+    size_t length = 0;
+    bool received = false;
+    PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/true, message, &length, &received));
+    if (RequestIdOf(*message, length) == request_id) {
+      message->resize(length);  // shrinks: no reallocation, the capacity stays for the next reply
+      return Finish(message, frame);
     }
+    KeepEarly(message, length);
   }
+  TakeEarly(early, message);
   return Finish(message, frame);
 }
 
 Status Connection::PollReply(uint64_t request_id, bool* ready, std::vector<std::byte>* message,
                              proto::Frame* frame) {
   *ready = false;
-  while (early_replies_.find(request_id) == early_replies_.end()) {
+  auto early = early_replies_.find(request_id);
+  while (early == early_replies_.end()) {
+    size_t length = 0;
     bool received = false;
-    std::vector<std::byte> incoming;
-    PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/false, &incoming, &received));
+    std::vector<std::byte> incoming = std::exchange(spare_, {});
+    const Status status = ReceiveReply(/*wait=*/false, &incoming, &length, &received);
+    if (received) KeepEarly(&incoming, length);
+    if (incoming.capacity() > spare_.capacity()) spare_ = std::move(incoming);
+    PERSERVE_RETURN_IF_ERROR(status);
     if (!received) return ProgressSends();
-    const uint64_t id = RequestIdOf(incoming);
-    early_replies_[id] = std::move(incoming);
+    early = early_replies_.find(request_id);
   }
-  auto found = early_replies_.find(request_id);
-  *message = std::move(found->second);
-  early_replies_.erase(found);
+  TakeEarly(early, message);
   *ready = true;
   return Finish(message, frame);
+}
+
+void Connection::KeepEarly(std::vector<std::byte>* buffer, size_t length) {
+  std::vector<std::byte>& kept = early_replies_[RequestIdOf(*buffer, length)];
+  if (length <= kCopyEarlyReplyBytes) {
+    kept.assign(buffer->begin(), buffer->begin() + static_cast<std::ptrdiff_t>(length));
+    return;
+  }
+  buffer->resize(length);
+  kept = std::move(*buffer);
+  *buffer = std::exchange(spare_, {});
+}
+
+void Connection::TakeEarly(std::map<uint64_t, std::vector<std::byte>>::iterator early,
+                           std::vector<std::byte>* message) {
+  if (message->capacity() > spare_.capacity()) spare_ = std::move(*message);
+  *message = std::move(early->second);
+  early_replies_.erase(early);
 }
 
 Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) {
@@ -86,10 +106,10 @@ Status Connection::Finish(std::vector<std::byte>* message, proto::Frame* frame) 
   return Status::Ok();
 }
 
-Status MpiConnection::ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) {
+Status MpiConnection::ReceiveReply(bool wait, std::vector<std::byte>* buffer, size_t* length, bool* received) {
   // Only servers send replies, so with several any source will do.
   const int source = join_.servers.size() == 1 ? join_.server_rank : MPI_ANY_SOURCE;
-  return mpi::ReceiveBytes(comm_.get(), source, proto::kReplyTag, wait, message, received);
+  return mpi::ReceiveGrowing(comm_.get(), source, proto::kReplyTag, wait, buffer, length, received);
 }
 
 Status MpiConnection::Peers(MPI_Comm* peers) const {

@@ -54,7 +54,11 @@ class Connection {
 
   // Waits for the reply to `request_id`; replies to other requests that
   // arrive first are kept for their own callers. An ErrorReply becomes the
-  // returned status. On success `frame` points into `*message`.
+  // returned status. On success `frame` points into `*message`, which holds
+  // exactly the reply. What *message held before is overwritten, its buffer
+  // reused: pass the previous reply of the same kind (a SampleBatch's
+  // message) and a large reply lands in memory already touched, without the
+  // allocation, zero-fill and page faults of a fresh buffer.
   Status AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame);
 
   // The same without waiting: *ready false (and OK) when the reply has not
@@ -71,19 +75,31 @@ class Connection {
 
  protected:
   // The next reply frame from the server: waits for one when `wait`, else
-  // sets *received false when none has arrived.
-  virtual Status ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) = 0;
+  // sets *received false when none has arrived. The frame is the first
+  // *length bytes of *buffer, which only grows (mpi::ReceiveGrowing).
+  virtual Status ReceiveReply(bool wait, std::vector<std::byte>* buffer, size_t* length, bool* received) = 0;
   // Lets sends in the background complete (without waiting for them) ...
   virtual Status ProgressSends() = 0;
   // ... and waits for every one.
   virtual Status DrainSends() = 0;
 
  private:
-  // Decodes a reply to `request_id` taken from early_replies_.
+  // Replies up to this size that arrive before their caller asks are copied
+  // out of the receive buffer; larger ones take the buffer with them.
+  static constexpr size_t kCopyEarlyReplyBytes = size_t{64} << 10;
+
+  // Keeps the reply in the first `length` bytes of *buffer for its caller.
+  // A large one leaves the spare buffer (if any) in *buffer.
+  void KeepEarly(std::vector<std::byte>* buffer, size_t length);
+  // Moves the kept reply `early` into *message; the buffer *message held
+  // becomes the spare if it is the larger.
+  void TakeEarly(std::map<uint64_t, std::vector<std::byte>>::iterator early, std::vector<std::byte>* message);
+  // Decodes a reply in *message.
   Status Finish(std::vector<std::byte>* message, proto::Frame* frame);
 
   uint64_t next_request_id_ = 1;
   std::map<uint64_t, std::vector<std::byte>> early_replies_;
+  std::vector<std::byte> spare_;  // the largest buffer left over, received into next
 };
 
 // Over MPI: the joined communicator, sends through an mpi::SendQueue.
@@ -102,7 +118,7 @@ class MpiConnection final : public Connection {
   Status Peers(MPI_Comm* peers) const override;
 
  protected:
-  Status ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) override;
+  Status ReceiveReply(bool wait, std::vector<std::byte>* buffer, size_t* length, bool* received) override;
   Status ProgressSends() override { return sends_.Progress(); }
   Status DrainSends() override { return sends_.Drain(); }
 

@@ -45,13 +45,14 @@ class LoopbackConnection final : public Connection {
   Status Peers(MPI_Comm*) const override { return Status::Unimplemented("no peers over the loopback"); }
 
  protected:
-  Status ReceiveReply(bool wait, std::vector<std::byte>* message, bool* received) override {
+  Status ReceiveReply(bool wait, std::vector<std::byte>* message, size_t* length, bool* received) override {
     for (int step = 0; step < 1000; ++step) {
       bool handled = false;
       PERSERVE_RETURN_IF_ERROR(service_->Step(&handled));
       *received = !transport_->outbox(0).empty();
       if (*received) {
         *message = std::move(transport_->outbox(0).front());
+        *length = message->size();
         transport_->outbox(0).pop_front();
         return Status::Ok();
       }

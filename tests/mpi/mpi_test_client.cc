@@ -31,6 +31,8 @@
 
 #include <fmt/format.h>
 
+#include "mpi/communicator.h"
+#include "mpi/send_queue.h"
 #include "perserve/client.h"
 #include "raw_client.h"
 
@@ -103,6 +105,9 @@ int EndToEndLearner(int64_t total) {
   std::map<uint64_t, int64_t> id_of_key;
   perserve::SampleBatch batch;
   // The server's --min-size-to-sample is `total`: this first reply is held back until every item is in.
+  // Each round sends its priorities back without waiting, so the next sample's wait meets the update's
+  // acknowledgement first: it is kept aside and the reply still lands in the batch's buffer.
+  const std::byte* received_into = nullptr;
   for (int round = 0; round < 100; ++round) {
     CHECK_OK(learner->Sample(64, 0.4, &batch));
     CHECK(batch.size == 64 && batch.columns.size() == 3, "size {}", batch.size);
@@ -110,7 +115,11 @@ int EndToEndLearner(int64_t total) {
       CHECK(batch.keys[i] < static_cast<uint64_t>(total), "key {} of {}", batch.keys[i], total);
     }
     CheckPatternedRows(batch, &id_of_key);
+    if (round == 0) received_into = batch.message.data();
+    CHECK(batch.message.data() == received_into, "round {}: the reply landed in a new buffer", round);
+    CHECK_OK(learner->SendPriorityUpdate(batch.keys, std::vector<double>(batch.keys.size(), 1.0)));
   }
+  CHECK_OK(learner->Flush());
   // New priorities by key class: key % 4 = c gets priority c + 1 (alpha 1 on the server).
   std::vector<uint64_t> keys(total);
   std::vector<double> priorities(total);
@@ -137,6 +146,40 @@ int EndToEndLearner(int64_t total) {
   CHECK_OK(learner->Close());
   fmt::print("[rank {}] end_to_end: {} keys checked byte for byte, class frequencies chi-square {:.2f}\n", rank,
              id_of_key.size(), chi_square);
+  return 0;
+}
+
+// One rank over MPI_COMM_SELF: mpi::ReceiveGrowing's buffer only grows (a
+// small message after a large one lands in the same memory, the large one's
+// bytes behind it untouched), and SendQueue hands a completed send's buffer
+// back by size: a frame estimated a few bytes over the small buffer's
+// capacity takes the small one, not the large one it would shrink.
+int BuffersSelf() {
+  constexpr size_t kLarge = size_t{3} << 20, kSmall = 450;
+  perserve::mpi::SendQueue sends;
+  std::vector<std::byte> large(kLarge, std::byte{1}), small(kSmall, std::byte{2});
+  const std::byte* large_data = large.data();
+  const std::byte* small_data = small.data();
+  CHECK_OK(sends.Send(std::move(large), 0, 1, MPI_COMM_SELF));
+  CHECK_OK(sends.Send(std::move(small), 0, 1, MPI_COMM_SELF));
+  std::vector<std::byte> buffer;
+  size_t length = 0;
+  bool received = false;
+  CHECK_OK(perserve::mpi::ReceiveGrowing(MPI_COMM_SELF, 0, 1, /*wait=*/true, &buffer, &length, &received));
+  CHECK(received && length == kLarge && buffer.size() == kLarge, "length {} size {}", length, buffer.size());
+  const std::byte* receives_into = buffer.data();
+  CHECK_OK(perserve::mpi::ReceiveGrowing(MPI_COMM_SELF, 0, 1, /*wait=*/true, &buffer, &length, &received));
+  CHECK(received && length == kSmall && buffer.size() == kLarge && buffer.data() == receives_into,
+        "length {} size {} moved {}", length, buffer.size(), buffer.data() != receives_into);
+  CHECK(buffer[0] == std::byte{2} && buffer[kSmall - 1] == std::byte{2} && buffer[kSmall] == std::byte{1},
+        "the small message's bytes, then the large one's");
+  for (int i = 0; i < 1000 && sends.in_flight() > 0; ++i) CHECK_OK(sends.Progress());
+  CHECK(sends.in_flight() == 0, "{} sends still in flight", sends.in_flight());
+  const std::vector<std::byte> frame = sends.Acquire(kSmall + 14);
+  CHECK(frame.data() == small_data, "a {}-byte frame took the {}-byte buffer", kSmall + 14, frame.capacity());
+  const std::vector<std::byte> columns = sends.Acquire(kLarge);
+  CHECK(columns.data() == large_data && columns.size() == kLarge, "size {}", columns.size());
+  fmt::print("[rank {}] buffers: received into one growing buffer, recycled by size\n", rank);
   return 0;
 }
 
@@ -361,6 +404,7 @@ int main(int argc, char** argv) {
   int code = 2;
   if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
   if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
+  if (scenario == "buffers" && role == "self") code = BuffersSelf();
   if (scenario == "stale" && role == "actor") code = StaleActor();
   if (scenario == "stale" && role == "learner") code = StaleLearner();
   if (scenario == "bad_input" && role == "raw") code = BadInputClient();
