@@ -56,11 +56,11 @@ void EncodeFrameMeta(MessageKind kind, uint64_t request_id, const std::string& m
 
 namespace {
 
-// The frame's header, meta and bulk parts into `out`, followed by `tail_bytes`
-// more bytes of room when `room_for_tail`; the header counts the tail either way.
+// The frame's header, meta and bulk parts into `out`, followed by
+// `room_bytes` more bytes of room; the header counts `tail_bytes` of tail.
 std::byte* EncodeFrameParts(MessageKind kind, uint64_t request_id, const std::string& meta,
                             std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
-                            bool room_for_tail, std::vector<std::byte>* out) {
+                            size_t room_bytes, std::vector<std::byte>* out) {
   FrameHeader header;
   header.kind = static_cast<uint16_t>(kind);
   header.request_id = request_id;
@@ -68,7 +68,7 @@ std::byte* EncodeFrameParts(MessageKind kind, uint64_t request_id, const std::st
   for (const auto& part : bulk) header.bulk_bytes += part.size();
   const size_t head_bytes = kFrameHeaderBytes + meta.size() + header.bulk_bytes;
   header.bulk_bytes += tail_bytes;
-  out->resize(head_bytes + (room_for_tail ? tail_bytes : 0));
+  out->resize(head_bytes + room_bytes);
   std::byte* cursor = out->data();
   std::memcpy(cursor, &header, kFrameHeaderBytes);
   cursor += kFrameHeaderBytes;
@@ -86,13 +86,13 @@ std::byte* EncodeFrameParts(MessageKind kind, uint64_t request_id, const std::st
 std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, const std::string& meta,
                                          std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
                                          std::vector<std::byte>* out) {
-  return {EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, /*room_for_tail=*/true, out), tail_bytes};
+  return {EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, /*room_bytes=*/tail_bytes, out), tail_bytes};
 }
 
 void EncodeFrameHead(MessageKind kind, uint64_t request_id, const std::string& meta,
                      std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
-                     std::vector<std::byte>* out) {
-  EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, /*room_for_tail=*/false, out);
+                     std::vector<std::byte>* out, size_t room_bytes) {
+  EncodeFrameParts(kind, request_id, meta, bulk, tail_bytes, room_bytes, out);
 }
 
 std::string SerializeSchema(const Schema& schema) { return SerializeMeta(schema); }

@@ -44,13 +44,15 @@ std::span<std::byte> EncodeFrameWithTail(MessageKind kind, uint64_t request_id, 
                                          std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
                                          std::vector<std::byte>* out);
 
-// The frame up to its tail: `out` ends where EncodeFrameWithTail's tail would
-// begin, but the header counts the tail's `tail_bytes`, which the sender sends
-// right after these bytes in the same message (a sample reply's rows, sent
-// from the store through an MPI datatype).
+// The frame up to its tail: the header counts the tail's `tail_bytes`, which
+// the sender sends right after these bytes in the same message (a sample
+// reply's rows, sent from the store through an MPI datatype). `out` ends
+// `room_bytes` after where EncodeFrameWithTail's tail would begin: room for
+// the sender's own use (the reply's rows it copies), not zeroed where `out`
+// already held that many bytes, as a recycled buffer does.
 void EncodeFrameHead(MessageKind kind, uint64_t request_id, const std::string& meta,
                      std::initializer_list<std::span<const std::byte>> bulk, size_t tail_bytes,
-                     std::vector<std::byte>* out);
+                     std::vector<std::byte>* out, size_t room_bytes = 0);
 
 template <class Meta>
 std::string SerializeMeta(const Meta& meta) {

@@ -104,6 +104,7 @@ class LoopbackTransport final : public Transport {
                              uint64_t* token) override {
     if (!rows_in_place_) return Transport::SendSampleReplyRows(client, std::move(head), store, slots, copy_row, token);
     if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
+    head.resize(head.size() - CopiedRowBytes(store, copy_row));  // the copies go to `copies` below
     InFlight sent{client, std::move(head), &store, {slots.begin(), slots.end()}, {copy_row.begin(), copy_row.end()},
                   {}, next_token_++};
     for (int column = 0; column < static_cast<int>(store.schema().columns.size()); ++column) {

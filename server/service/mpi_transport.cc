@@ -102,15 +102,13 @@ Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head
                                          uint64_t* token) {
   *token = 0;
   const Schema& schema = store.schema();
-  const int64_t bytes = static_cast<int64_t>(head.size()) + static_cast<int64_t>(slots.size()) * schema.ItemBytes();
+  // The copied rows go into the room behind the frame's head, in the order
+  // they are sent; the buffer does not grow, so the addresses taken below stay valid.
+  const size_t head_bytes = head.size() - CopiedRowBytes(store, copy_row);
+  const int64_t bytes = static_cast<int64_t>(head_bytes) + static_cast<int64_t>(slots.size()) * schema.ItemBytes();
   if (bytes > std::numeric_limits<int>::max()) {
     return Status::InvalidArgument(fmt::format("a sample reply of {} bytes exceeds MPI's 2 GiB message limit", bytes));
   }
-  // The copied rows go behind the frame's head, in the order they are sent;
-  // the buffer is sized first, so the addresses taken below stay valid.
-  const size_t head_bytes = head.size();
-  const auto copied = static_cast<size_t>(std::count_if(copy_row.begin(), copy_row.end(), [](char c) { return c; }));
-  head.resize(head_bytes + copied * static_cast<size_t>(schema.ItemBytes()));
   std::byte* scratch = head.data() + head_bytes;
   block_bytes_.clear();
   block_addresses_.clear();

@@ -4,6 +4,7 @@
 // without mpirun.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,22 +62,28 @@ class Transport {
   virtual Status SendSampleReply(int client, std::vector<std::byte> frame) { return Send(client, std::move(frame)); }
 
   // A sample reply whose rows follow `head` in the same message: `head` is the
-  // frame up to its rows (proto::EncodeFrameHead), then the rows of `slots`,
-  // column after column, as they stand in `store`. A transport that sends
-  // them from the store without copying them first (MpiTransport: one MPI
-  // datatype over the head and the rows) copies only the rows whose
-  // `copy_row` is nonzero and sets *token to a nonzero value: the other rows
-  // must not change until TakeCompletedRows hands the token back. The default
-  // gathers every row behind the head (a copy) and sets *token to 0.
+  // frame up to its rows (proto::EncodeFrameHead), then room for the rows
+  // whose `copy_row` is nonzero (CopiedRowBytes); the message is the frame's
+  // head, then the rows of `slots`, column after column, as they stand in
+  // `store`. A transport that sends them from the store without copying them
+  // first (MpiTransport: one MPI datatype over the head and the rows) copies
+  // only the rows whose `copy_row` is nonzero, into that room, and sets
+  // *token to a nonzero value: the other rows must not change until
+  // TakeCompletedRows hands the token back. The default gathers every row
+  // behind the head (a copy) and sets *token to 0.
   virtual Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
                                      std::span<const int64_t> slots, std::span<const char> copy_row,
                                      uint64_t* token) {
-    (void)copy_row;
     *token = 0;
-    const size_t head_bytes = head.size();
+    const size_t head_bytes = head.size() - CopiedRowBytes(store, copy_row);
     head.resize(head_bytes + slots.size() * static_cast<size_t>(store.schema().ItemBytes()));
     store.Gather(slots, std::span(head).subspan(head_bytes));
     return SendSampleReply(client, std::move(head));
+  }
+  // The bytes of the rows `copy_row` marks: the room behind a sample reply's head.
+  static size_t CopiedRowBytes(const store::TransitionStore& store, std::span<const char> copy_row) {
+    const auto copied = static_cast<size_t>(std::count_if(copy_row.begin(), copy_row.end(), [](char c) { return c; }));
+    return copied * static_cast<size_t>(store.schema().ItemBytes());
   }
   // The tokens of the row sends completed since the last call.
   virtual void TakeCompletedRows(std::vector<uint64_t>* tokens) { tokens->clear(); }
