@@ -153,6 +153,25 @@ def test_sample_arrays_view_the_received_message(client, role):
     assert np.array_equal(column, expected("f32", sample.columns["id"]))
 
 
+def test_a_released_sample_lends_its_buffer_to_a_later_one(client, role):
+    # Once no array of a sample is left, its message's buffer goes back to
+    # the learner, which receives a later sample into it; not before.
+    if role != "learner":
+        return
+    handle, most = client._handle, 3
+    first = client.sample(64, 0.4)
+    ids, f32 = first.columns["id"], first.columns["f32"]
+    pooled = handle.pooled_messages()
+    del first
+    assert handle.pooled_messages() == pooled  # the arrays still view the message
+    assert np.array_equal(f32, expected("f32", ids))
+    del ids, f32
+    assert handle.pooled_messages() == min(pooled + 1, most)
+    second = client.sample(64, 0.4)
+    assert handle.pooled_messages() == min(pooled + 1, most) - 1
+    assert np.array_equal(second.columns["f32"], expected("f32", second.columns["id"]))
+
+
 def test_prefetch_keeps_requests_in_flight_in_order(client, role):
     if role != "learner":
         return
