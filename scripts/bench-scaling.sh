@@ -10,7 +10,7 @@
 #              replies' rows of 8 KB or more from the store and adds' columns
 #              of 64 KiB or more apart, received into the store; "copy" copies
 #              both in the server, as before: "copy store" compares them)
-#              REPEATS=3 SECONDS_PER_RUN=3 RAW_SECONDS=1
+#              REPEATS=3 SECONDS_PER_RUN=3 RAW_SECONDS=2 (half before, half after)
 # Writes <out-dir>/run-<transport>-<size>-<actors>a[-<servers>s]-<repeat>.json
 # (one per run), scaling.csv (medians with ranges) and PNG charts.
 set -euo pipefail
@@ -23,7 +23,7 @@ servers_list=${SERVERS:-1}
 data_paths=${DATA_PATHS:-store}
 repeats=${REPEATS:-3}
 seconds=${SECONDS_PER_RUN:-3}
-raw_seconds=${RAW_SECONDS:-1}
+raw_seconds=${RAW_SECONDS:-2}
 
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release >/dev/null
 source scripts/mpi-env.sh
