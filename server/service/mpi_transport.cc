@@ -32,16 +32,6 @@ Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int*
   return mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag);
 }
 
-Status MpiTransport::CommitBlocks(MPI_Datatype* type) {
-  PERSERVE_RETURN_IF_ERROR(mpi::Check(MPI_Type_create_hindexed(static_cast<int>(block_bytes_.size()),
-                                                               block_bytes_.data(), block_addresses_.data(), MPI_BYTE,
-                                                               type),
-                                      "MPI_Type_create_hindexed"));
-  const Status committed = mpi::Check(MPI_Type_commit(type), "MPI_Type_commit");
-  if (!committed.ok()) MPI_Type_free(type);
-  return committed;
-}
-
 Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
   ProbedColumns& probed = probed_[client];
   if (probed.message == MPI_MESSAGE_NULL) {
@@ -73,16 +63,10 @@ Status MpiTransport::ReceiveColumns(int client, std::span<const std::span<std::b
                                 MPI_STATUS_IGNORE),
                       "MPI_Mrecv");
   }
-  block_bytes_.clear();
-  block_addresses_.clear();
-  for (const std::span<std::byte> region : regions) {
-    MPI_Aint address = 0;
-    MPI_Get_address(region.data(), &address);
-    block_bytes_.push_back(static_cast<int>(region.size()));
-    block_addresses_.push_back(address);
-  }
+  blocks_.Clear();
+  for (const std::span<std::byte> region : regions) blocks_.Add(region.data(), region.size());
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  PERSERVE_RETURN_IF_ERROR(CommitBlocks(&type));
+  PERSERVE_RETURN_IF_ERROR(blocks_.Commit(&type));
   const Status status =
       mpi::Check(MPI_Mrecv(MPI_BOTTOM, 1, type, &probed.message, MPI_STATUS_IGNORE), "MPI_Mrecv");
   MPI_Type_free(&type);
@@ -110,33 +94,22 @@ Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head
     return Status::InvalidArgument(fmt::format("a sample reply of {} bytes exceeds MPI's 2 GiB message limit", bytes));
   }
   std::byte* scratch = head.data() + head_bytes;
-  block_bytes_.clear();
-  block_addresses_.clear();
-  const auto add_block = [this](const std::byte* data, size_t length) {
-    MPI_Aint address = 0;
-    MPI_Get_address(data, &address);
-    if (!block_bytes_.empty() && MPI_Aint_add(block_addresses_.back(), block_bytes_.back()) == address) {
-      block_bytes_.back() += static_cast<int>(length);  // continues the last block: one block
-      return;
-    }
-    block_bytes_.push_back(static_cast<int>(length));
-    block_addresses_.push_back(address);
-  };
-  add_block(head.data(), head_bytes);
+  blocks_.Clear();
+  blocks_.Add(head.data(), head_bytes);
   for (int column = 0; column < static_cast<int>(schema.columns.size()); ++column) {
     for (size_t i = 0; i < slots.size(); ++i) {
       const std::span<const std::byte> row = store.Rows(column, slots[i], 1);
       if (copy_row[i]) {
         std::memcpy(scratch, row.data(), row.size());
-        add_block(scratch, row.size());
+        blocks_.Add(scratch, row.size());
         scratch += row.size();
       } else {
-        add_block(row.data(), row.size());
+        blocks_.Add(row.data(), row.size());
       }
     }
   }
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  PERSERVE_RETURN_IF_ERROR(CommitBlocks(&type));
+  PERSERVE_RETURN_IF_ERROR(blocks_.Commit(&type));
   const uint64_t id = next_token_++;
   PERSERVE_RETURN_IF_ERROR(
       sends_.SendTyped(std::move(head), &type, bytes, client_ranks_[client], proto::kReplyTag, comm_, true, id));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/byte_blocks.h"
 #include "mpi/join.h"
 #include "mpi/send_queue.h"
 #include "service/transport.h"
@@ -46,9 +47,6 @@ class MpiTransport final : public Transport {
   Status Drain() override { return sends_.Drain(); }
 
  private:
-  // An hindexed datatype of bytes over block_bytes_ at block_addresses_ (absolute), committed.
-  Status CommitBlocks(MPI_Datatype* type);
-
   MPI_Comm comm_;
   std::vector<int> client_ranks_;
   std::vector<ClientRole> roles_;
@@ -60,9 +58,7 @@ class MpiTransport final : public Transport {
   };
   std::vector<ProbedColumns> probed_;
   uint64_t next_token_ = 1;
-  // The datatype's blocks, reused across replies.
-  std::vector<int> block_bytes_;
-  std::vector<MPI_Aint> block_addresses_;
+  mpi::ByteBlocks blocks_;  // a datatype's blocks, reused across messages
 };
 
 }  // namespace perserve::service
