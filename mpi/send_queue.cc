@@ -100,8 +100,23 @@ Status SendQueue::Progress() {
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
                                               done_.data(), MPI_STATUSES_IGNORE),
                                  "MPI_Testsome"));
-  if (completed <= 0) return Status::Ok();
-  // Completed requests are now MPI_REQUEST_NULL: keep the others, in order.
+  if (completed > 0) ReleaseCompleted();
+  return Status::Ok();
+}
+
+Status SendQueue::Await(uint64_t token) {
+  const auto pending = std::find(tokens_.begin(), tokens_.end(), token);
+  if (pending != tokens_.end()) {
+    MPI_Request& request = requests_[static_cast<size_t>(pending - tokens_.begin())];
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait"));
+    ReleaseCompleted();
+  }
+  std::erase(completed_tokens_, token);
+  return Status::Ok();
+}
+
+void SendQueue::ReleaseCompleted() {
+  // Completed requests are MPI_REQUEST_NULL: keep the others, in order.
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
     if (requests_[i] == MPI_REQUEST_NULL) {
@@ -112,7 +127,8 @@ Status SendQueue::Progress() {
         if (--in_flight.messages == 0) tracked_.erase(tracked_ranks_[i]);
       }
       const size_t capacity = buffers_[i].capacity();
-      if (pool_.size() < kPoolSize && capacity <= kPoolBufferBytes && pooled_bytes() + capacity <= kPoolBytes) {
+      if (capacity > 0 && pool_.size() < kPoolSize && capacity <= kPoolBufferBytes &&
+          pooled_bytes() + capacity <= kPoolBytes) {
         pool_.push_back(std::move(buffers_[i]));
       } else {
         std::vector<std::byte>().swap(buffers_[i]);  // freed now, not when the slot is reused
@@ -133,7 +149,6 @@ Status SendQueue::Progress() {
   bytes_.resize(kept);
   tokens_.resize(kept);
   tracked_ranks_.resize(kept);
-  return Status::Ok();
 }
 
 Status SendQueue::Drain() {

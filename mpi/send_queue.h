@@ -42,6 +42,9 @@ class SendQueue {
                    bool tracked, uint64_t token);
   // The tokens of the typed sends completed since the last call.
   void TakeCompleted(std::vector<uint64_t>* tokens);
+  // Waits until the typed send `token` has completed (at once if it has);
+  // TakeCompleted then no longer hands it out.
+  Status Await(uint64_t token);
   // Releases the buffers of completed sends. Never blocks.
   Status Progress();
   // Waits for every send.
@@ -63,6 +66,8 @@ class SendQueue {
   size_t pooled_bytes() const;
 
  private:
+  // Drops the requests MPI has completed (MPI_REQUEST_NULL now), keeping their buffers for Acquire.
+  void ReleaseCompleted();
   // Starts tracking a send begun as `request`.
   void Started(MPI_Request request, std::vector<std::byte> buffer, int64_t bytes, int rank, bool tracked,
                uint64_t token);

@@ -61,6 +61,14 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
 }
 
 Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priorities) {
+  return Send(batch, priorities, /*borrow=*/false);
+}
+
+Status ActorClient::AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities) {
+  return Send(batch, priorities, /*borrow=*/true);
+}
+
+Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
   PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), batch, priorities));
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
@@ -80,20 +88,27 @@ Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priori
                                                          proto::SerializeMeta(request), {}, tail_bytes, &frame);
   std::vector<std::byte> columns;
   std::span<std::byte> to = tail;
-  if (apart) {
+  if (apart && !borrow) {
     columns = connection_->AcquireBuffer(column_bytes);
     columns.resize(column_bytes);
     to = columns;
   }
-  for (const auto& column : batch.columns) {
-    std::memcpy(to.data(), column.data(), column.size());
-    to = to.subspan(column.size());
+  if (!apart || !borrow) {
+    for (const auto& column : batch.columns) {
+      std::memcpy(to.data(), column.data(), column.size());
+      to = to.subspan(column.size());
+    }
   }
   if (!apart) tail = to;
   if (!priorities.empty()) std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  if (apart) PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
-  in_flight_.push_back(id);
+  uint64_t columns_send = 0;
+  if (apart && borrow) {
+    PERSERVE_RETURN_IF_ERROR(connection_->SendColumnsFrom(batch.columns, &columns_send));
+  } else if (apart) {
+    PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
+  }
+  in_flight_.push_back(SentAdd{id, columns_send});
   return Status::Ok();
 }
 
@@ -106,15 +121,18 @@ Status ActorClient::CanAdd(bool* ready) {
 }
 
 Status ActorClient::CollectOldest(bool wait, bool* collected) {
-  const uint64_t id = in_flight_.front();
+  const SentAdd oldest = in_flight_.front();
   std::vector<std::byte> message;
   proto::Frame frame;
   bool arrived = true;
-  Status status = wait ? connection_->AwaitReply(id, &message, &frame)
-                       : connection_->PollReply(id, &arrived, &message, &frame);
+  Status status = wait ? connection_->AwaitReply(oldest.request_id, &message, &frame)
+                       : connection_->PollReply(oldest.request_id, &arrived, &message, &frame);
   if (collected != nullptr) *collected = arrived;
   if (!arrived) return status;  // OK unless the poll itself failed
   in_flight_.pop_front();
+  // The server answers once it has the columns, or once it knows to drop them when they come: then
+  // their send completes (at once, or when the server takes them), and the memory is the caller's again.
+  if (oldest.columns_send != 0) PERSERVE_RETURN_IF_ERROR(connection_->AwaitSent(oldest.columns_send));
   proto::AddReply reply;
   if (status.ok()) status = proto::DecodeMeta(frame, &reply);
   if (status.ok()) {

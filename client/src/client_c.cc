@@ -95,6 +95,24 @@ int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
   return 0;
 }
 
+// perserve_actor_add_columns and _add_borrowed: the batch as spans, checked by `add`.
+int AddSpans(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+             const double* priorities, bool borrow) {
+  if (a == nullptr) return Fail("actor handle is NULL");
+  if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
+  return Guarded([&] {
+    const size_t count = a->client->schema().columns.size();
+    perserve::ColumnSpans batch{n, {}};
+    for (size_t i = 0; i < count; ++i) {
+      if (column_bytes[i] < 0) return Fail("a column length is negative");
+      batch.columns.emplace_back(static_cast<const std::byte*>(columns[i]), static_cast<size_t>(column_bytes[i]));
+    }
+    std::span<const double> given;
+    if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
+    return Report(borrow ? a->client->AddBorrowed(batch, given) : a->client->Add(batch, given));
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -142,19 +160,12 @@ int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns,
 
 int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                                const double* priorities) {
-  if (a == nullptr) return Fail("actor handle is NULL");
-  if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
-  return Guarded([&] {
-    const size_t count = a->client->schema().columns.size();
-    perserve::ColumnSpans batch{n, {}};
-    for (size_t i = 0; i < count; ++i) {
-      if (column_bytes[i] < 0) return Fail("a column length is negative");
-      batch.columns.emplace_back(static_cast<const std::byte*>(columns[i]), static_cast<size_t>(column_bytes[i]));
-    }
-    std::span<const double> given;
-    if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
-    return Report(a->client->Add(batch, given));
-  });
+  return AddSpans(a, n, columns, column_bytes, priorities, /*borrow=*/false);
+}
+
+int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                                const double* priorities) {
+  return AddSpans(a, n, columns, column_bytes, priorities, /*borrow=*/true);
 }
 
 int perserve_actor_can_add(perserve_actor* a, int* ready) {

@@ -41,6 +41,21 @@ Status MpiConnection::SendColumns(std::vector<std::byte> columns) {
   return sends_.Send(std::move(columns), join_.servers.front(), proto::kAddColumnsTag, comm_.get());
 }
 
+Status MpiConnection::SendColumnsFrom(std::span<const std::span<const std::byte>> columns, uint64_t* token) {
+  PERSERVE_RETURN_IF_ERROR(sends_.Progress());
+  blocks_.Clear();
+  int64_t bytes = 0;
+  for (const std::span<const std::byte> column : columns) {
+    blocks_.Add(column.data(), column.size());
+    bytes += static_cast<int64_t>(column.size());
+  }
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  PERSERVE_RETURN_IF_ERROR(blocks_.Commit(&type));
+  *token = next_token_++;
+  return sends_.SendTyped({}, &type, bytes, join_.servers.front(), proto::kAddColumnsTag, comm_.get(),
+                          /*tracked=*/false, *token);
+}
+
 Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame) {
   auto early = early_replies_.find(request_id);
   while (early == early_replies_.end()) {

@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
+#include "mpi/byte_blocks.h"
 #include "mpi/communicator.h"
 #include "mpi/join.h"
 #include "mpi/send_queue.h"
@@ -41,6 +43,18 @@ class Connection {
   virtual Status SendColumns(std::vector<std::byte> columns) {
     (void)columns;
     return Status::Unimplemented("this connection sends an add's columns in its request");
+  }
+  // The same straight from the caller's memory, without copying it (MPI: one
+  // datatype over the columns where they lie). *token names the send: the
+  // memory must stay unchanged until AwaitSent(*token) has returned.
+  virtual Status SendColumnsFrom(std::span<const std::span<const std::byte>> columns, uint64_t* token) {
+    (void)columns;
+    *token = 0;
+    return Status::Unimplemented("this connection sends an add's columns in its request");
+  }
+  virtual Status AwaitSent(uint64_t token) {
+    (void)token;
+    return Status::Ok();
   }
 
   // The servers this client talks to: an actor 1, a learner every shard.
@@ -115,6 +129,8 @@ class MpiConnection final : public Connection {
   Status SendTo(int shard, std::vector<std::byte> frame) override;
   bool SendsColumnsApart() const override { return true; }
   Status SendColumns(std::vector<std::byte> columns) override;
+  Status SendColumnsFrom(std::span<const std::span<const std::byte>> columns, uint64_t* token) override;
+  Status AwaitSent(uint64_t token) override { return sends_.Await(token); }
   Status Peers(MPI_Comm* peers) const override;
 
  protected:
@@ -126,6 +142,8 @@ class MpiConnection final : public Connection {
   mpi::Communicator comm_;
   mpi::JoinResult join_;
   mpi::SendQueue sends_;
+  mpi::ByteBlocks blocks_;   // SendColumnsFrom's datatype
+  uint64_t next_token_ = 1;  // names SendColumnsFrom's sends
 };
 
 }  // namespace perserve::client_internal

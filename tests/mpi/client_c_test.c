@@ -104,6 +104,9 @@ static int run_actor(void) {
   CHECK(perserve_actor_add_columns(actor, 1, one, short_x, NULL) != 0);
   CHECK(strstr(perserve_client_last_error(), "column \"x\": expected 8 bytes") != NULL);
   CHECK(strstr(perserve_client_last_error(), "given 4 bytes") != NULL);
+  CHECK(perserve_actor_add_borrowed(actor, 1, one, short_x, NULL) != 0); /* checked the same way */
+  CHECK(strstr(perserve_client_last_error(), "column \"x\": expected 8 bytes") != NULL);
+  CHECK(perserve_actor_add_borrowed(NULL, 1, one, short_x, NULL) != 0);
   CHECK(perserve_actor_flush(actor) == 0);
   int ready = 0; /* nothing in flight after a flush: an add would send at once */
   CHECK(perserve_actor_can_add(actor, &ready) == 0 && ready == 1);

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -376,6 +377,63 @@ int OverwriteLearner() {
   return 0;
 }
 
+// AddBorrowed's rule, where it can fail: batches of 8 rows of 8 KiB (64 KiB,
+// over the eager limit, so MPI reads the actor's buffers while the columns
+// travel, not when the add returns), 5 sets of buffers in turn (max_in_flight
+// 4 + 1), each refilled as soon as the rule allows (with 1 or 4 sets the
+// learner finds rows of other ids). Server flags: --column id:int64 --column
+// payload:uint8:8192 --capacity 64 --min-size-to-sample 64.
+constexpr int kLentPayload = 8192;
+constexpr int64_t kLentItems = 4000;
+
+int LentActor(int lent_buffers) {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  constexpr int64_t kBatch = 8;
+  std::vector<std::vector<int64_t>> ids(lent_buffers, std::vector<int64_t>(kBatch));
+  std::vector<std::vector<uint8_t>> payloads(lent_buffers, std::vector<uint8_t>(kBatch * kLentPayload));
+  for (int64_t start = 0, round = 0; start < kLentItems; start += kBatch, ++round) {
+    const size_t set = static_cast<size_t>(round % lent_buffers);
+    for (int64_t j = 0; j < kBatch; ++j) {
+      ids[set][j] = start + j;
+      for (int b = 0; b < kLentPayload; ++b) payloads[set][j * kLentPayload + b] = PayloadByte(start + j, b);
+    }
+    CHECK_OK(actor->AddBorrowed(
+        perserve::ColumnSpans{kBatch, {std::as_bytes(std::span(ids[set])), std::as_bytes(std::span(payloads[set]))}}));
+  }
+  CHECK_OK(actor->Close());
+  CHECK(actor->items_acknowledged() == kLentItems, "acknowledged {}", actor->items_acknowledged());
+  return 0;
+}
+
+int LentLearner() {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  perserve::SampleBatch batch;
+  perserve::ReplayInfo info;
+  int64_t rows = 0;
+  while (true) {
+    CHECK_OK(learner->Info(&info));
+    const bool last = info.items_added == kLentItems;
+    CHECK_OK(learner->Sample(32, 0.4, &batch));
+    for (int64_t i = 0; i < batch.size; ++i) {
+      int64_t id = 0;
+      std::memcpy(&id, batch.columns[0].data() + i * 8, 8);
+      CHECK(id >= 0 && id < kLentItems, "id {}", id);
+      const std::byte* payload = batch.columns[1].data() + i * kLentPayload;
+      for (int b = 0; b < kLentPayload; ++b) {
+        CHECK(payload[b] == std::byte{PayloadByte(id, b)}, "payload byte {} of id {}: the actor's buffer changed "
+              "before its columns were sent", b, id);
+      }
+    }
+    rows += batch.size;
+    if (last) break;
+  }
+  fmt::print("[rank {}] lent: {} rows of 8 KiB checked, sent from the actor's own buffers\n", rank, rows);
+  CHECK_OK(learner->Close());
+  return 0;
+}
+
 int FloodLearner() {
   std::unique_ptr<perserve::LearnerClient> learner;
   CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
@@ -405,6 +463,8 @@ int main(int argc, char** argv) {
   if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
   if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
   if (scenario == "buffers" && role == "self") code = BuffersSelf();
+  if (scenario == "lent" && role == "actor") code = LentActor(argc > 3 ? std::atoi(argv[3]) : 5);
+  if (scenario == "lent" && role == "learner") code = LentLearner();
   if (scenario == "stale" && role == "actor") code = StaleActor();
   if (scenario == "stale" && role == "learner") code = StaleLearner();
   if (scenario == "bad_input" && role == "raw") code = BadInputClient();

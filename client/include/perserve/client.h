@@ -165,6 +165,16 @@ class ActorClient {
   Status Add(const ColumnSpans& batch, std::span<const double> priorities = {});
   Status Add(const BatchView& batch, std::span<const double> priorities = {});
 
+  // Add without copying the columns: an add of at least
+  // options.columns_apart_min_bytes of columns sends them from the caller's
+  // memory straight into the server's store (smaller ones are copied, as by
+  // Add). Checked like Add. The columns must stay alive and unchanged until
+  // the add is acknowledged: after Flush() or Close(), or once
+  // options.max_in_flight later adds have returned OK (an add waits for the
+  // oldest acknowledgement while max_in_flight are in flight), so an actor
+  // that fills max_in_flight + 1 buffers in turn never waits for its own.
+  Status AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities = {});
+
   // Takes the acknowledgements that have arrived, without waiting, and sets
   // *ready to whether an Add would send at once (fewer than max_in_flight
   // batches unacknowledged). An actor whose adds the server's rate limiter
@@ -200,15 +210,22 @@ class ActorClient {
   ActorClient(std::unique_ptr<client_internal::Connection> connection, ClientOptions options);
   // Close() from the MPI_Finalize hook, saying so on stderr.
   void CloseAtFinalize();
+  // Add and AddBorrowed: `borrow` sends columns apart from the caller's memory.
+  Status Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow);
   // Takes the oldest batch's acknowledgement: waits for it, or with `wait`
-  // false sets *collected false when it has not arrived.
+  // false sets *collected false when it has not arrived. A borrowed batch's
+  // columns are then sent for good (their memory is the caller's again).
   Status CollectOldest(bool wait = true, bool* collected = nullptr);
   // The rejections not yet reported as one status (OK if none), cleared.
   Status TakePendingError(bool instead_of_send);
 
   std::unique_ptr<client_internal::Connection> connection_;
   ClientOptions options_;
-  std::deque<uint64_t> in_flight_;  // request ids, oldest first
+  struct SentAdd {
+    uint64_t request_id;
+    uint64_t columns_send;  // the borrowed columns' send (Connection::AwaitSent), else 0
+  };
+  std::deque<SentAdd> in_flight_;  // oldest first
   Status first_rejection_;          // the first rejection not yet reported
   int64_t unreported_rejections_ = 0;
   int64_t rejected_batches_ = 0;

@@ -69,6 +69,13 @@ int perserve_actor_add(perserve_actor* a, int64_t n, const void* const* columns,
  * and what it was given, and sends nothing. */
 int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                                const double* priorities);
+/* The same without copying the columns (ActorClient::AddBorrowed): a batch
+ * of at least 64 KiB of columns goes from these arrays straight into the
+ * server's store. They must stay unchanged until the batch is acknowledged:
+ * after perserve_actor_flush, or once max_in_flight later adds have returned
+ * 0, so an actor filling max_in_flight + 1 buffers in turn never waits. */
+int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                                const double* priorities);
 /* *ready = 1 when perserve_actor_add would send at once (fewer than
  * max_in_flight batches unacknowledged; acknowledgements that arrived are
  * taken, nothing waits), else 0: an actor the rate limiter holds back can go
