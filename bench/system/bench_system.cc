@@ -332,7 +332,8 @@ int main(int argc, char** argv) {
   app.add_option("--size", size_name, "small (~128 B), 1k, 4k, 16k or atari (~56 KB) transitions")
       ->check(CLI::IsMember(SchemaSizes()))->capture_default_str();
   app.add_option("--seconds", seconds, "replay phase length")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--raw-seconds", raw_seconds, "raw MPI phase length (half before the replay phase, half after)")->check(CLI::PositiveNumber)
+  app.add_option("--raw-seconds", raw_seconds, "raw MPI phase length (half before the replay phase, half after)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--servers", servers, "server ranks (shards of one replay; MPI only)")->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -78,6 +78,7 @@ Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> prior
   for (const auto& column : batch.columns) column_bytes += column.size();
   const bool apart = options_.columns_apart_min_bytes >= 0 && connection_->SendsColumnsApart() &&
                      column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
+  const bool lent = apart && borrow;  // the columns go from the caller's memory, not copied
   const uint64_t id = connection_->NextRequestId();
   proto::AddRequest request{batch.size, !priorities.empty(), options_.add_timeout_seconds};
   request.columns_follow = apart;
@@ -88,12 +89,12 @@ Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> prior
                                                          proto::SerializeMeta(request), {}, tail_bytes, &frame);
   std::vector<std::byte> columns;
   std::span<std::byte> to = tail;
-  if (apart && !borrow) {
+  if (apart && !lent) {
     columns = connection_->AcquireBuffer(column_bytes);
     columns.resize(column_bytes);
     to = columns;
   }
-  if (!apart || !borrow) {
+  if (!lent) {
     for (const auto& column : batch.columns) {
       std::memcpy(to.data(), column.data(), column.size());
       to = to.subspan(column.size());
@@ -103,7 +104,7 @@ Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> prior
   if (!priorities.empty()) std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   uint64_t columns_send = 0;
-  if (apart && borrow) {
+  if (lent) {
     PERSERVE_RETURN_IF_ERROR(connection_->SendColumnsFrom(batch.columns, &columns_send));
   } else if (apart) {
     PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));

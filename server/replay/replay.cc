@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -88,11 +87,7 @@ Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<
   return AddInPlace(
       count, priorities,
       [columns](std::span<const std::span<std::byte>> regions) {
-        const std::byte* source = columns.data();
-        for (const std::span<std::byte> region : regions) {
-          std::memcpy(region.data(), source, region.size());
-          source += region.size();
-        }
+        store::TransitionStore::CopyInto(columns, regions);
         return Status::Ok();
       },
       first_key);

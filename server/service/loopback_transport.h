@@ -86,11 +86,7 @@ class LoopbackTransport final : public Transport {
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override {
     const auto found = FindColumns(client);
     if (found == inboxes_[client].end()) return Status::Internal("ReceiveColumns before ProbeColumns found them");
-    const std::byte* source = found->first.data();
-    for (const std::span<std::byte> region : regions) {
-      std::memcpy(region.data(), source, region.size());
-      source += region.size();
-    }
+    store::TransitionStore::CopyInto(found->first, regions);
     inboxes_[client].erase(found);
     return Status::Ok();
   }

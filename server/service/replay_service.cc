@@ -492,12 +492,10 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
     const int64_t head_slot = replay_->next_slot();
     const int64_t guard = std::max<int64_t>(1, capacity / kCopyGuardDivisor);
     copy_row_.resize(sample_.slots.size());
-    size_t copied = 0;
     for (size_t i = 0; i < sample_.slots.size(); ++i) {
       copy_row_[i] = static_cast<char>((sample_.slots[i] - head_slot + capacity) % capacity < guard);
-      copied += static_cast<size_t>(copy_row_[i]);
     }
-    const size_t room = copied * static_cast<size_t>(row_bytes);
+    const size_t room = Transport::CopiedRowBytes(replay_->store(), copy_row_);
     std::vector<std::byte> head =
         transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)) - column_bytes + room);
     proto::EncodeFrameHead(kind, request_id, meta, arrays, column_bytes, &head, room);

@@ -43,14 +43,18 @@ void TransitionStore::Regions(int64_t first_slot, int64_t count, std::vector<std
   }
 }
 
-void TransitionStore::Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk) {
-  std::vector<std::span<std::byte>> regions;
-  Regions(first_slot, count, &regions);
+void TransitionStore::CopyInto(std::span<const std::byte> bulk, std::span<const std::span<std::byte>> regions) {
   const std::byte* source = bulk.data();
   for (const std::span<std::byte> region : regions) {
     std::memcpy(region.data(), source, region.size());
     source += region.size();
   }
+}
+
+void TransitionStore::Write(int64_t first_slot, int64_t count, std::span<const std::byte> bulk) {
+  std::vector<std::span<std::byte>> regions;
+  Regions(first_slot, count, &regions);
+  CopyInto(bulk, regions);
 }
 
 void TransitionStore::Gather(std::span<const int64_t> slots, std::span<std::byte> out) const {

@@ -43,6 +43,9 @@ class TransitionStore {
   // regions a column). `count` <= capacity. The caller writes them (an MPI
   // receive straight into the store).
   void Regions(int64_t first_slot, int64_t count, std::vector<std::span<std::byte>>* regions);
+  // Copies `bulk` into `regions`, one after another (their sizes add up to
+  // at most bulk's): a batch in the wire layout into the regions Regions gave.
+  static void CopyInto(std::span<const std::byte> bulk, std::span<const std::span<std::byte>> regions);
 
   // Copies the items in `slots` out, column after column, into `out`, which
   // must hold slots.size() * schema().ItemBytes() bytes.

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -200,6 +201,10 @@ class ColumnsApartTest : public service_test::ServiceFixture {
     }
     return ids;
   }
+  // Every item a sample draws holds the id it was added with (here each key is its id).
+  void ExpectEachKeyHoldsItsId(uint64_t request_id, const std::string& why = "") {
+    for (const auto& [key, id] : Held(request_id)) EXPECT_EQ(static_cast<int64_t>(key), id) << why;
+  }
 
   proto::AddReply Added(uint64_t request_id) {
     proto::AddReply added;
@@ -215,7 +220,7 @@ TEST_F(ColumnsApartTest, ColumnsGoStraightIntoTheStoreAcrossTheRingsEnd) {
   EXPECT_EQ(Added(1).first_key, 0u);
   EXPECT_EQ(Added(2).first_key, 40u);
   EXPECT_EQ(transport_->waiting(kActor), 0u);
-  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id);
+  ExpectEachKeyHoldsItsId(3);
 }
 
 TEST_F(ColumnsApartTest, AnAddWaitsForItsColumnsAndTheClientsLaterAddsWaitBehindIt) {
@@ -231,7 +236,7 @@ TEST_F(ColumnsApartTest, AnAddWaitsForItsColumnsAndTheClientsLaterAddsWaitBehind
   Step();
   EXPECT_EQ(Added(1).first_key, 0u);
   EXPECT_EQ(Added(2).first_key, 8u);
-  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id);
+  ExpectEachKeyHoldsItsId(3);
 }
 
 TEST_F(ColumnsApartTest, AClientsCloseWaitsBehindAnAddWaitingForItsColumnsAndASecondIsRefused) {
@@ -257,7 +262,7 @@ TEST_F(ColumnsApartTest, ColumnsOfAnotherSizeAreDroppedAndNothingLiveIsOverwritt
   Step();
   EXPECT_EQ(ErrorStatus(kActor, 3).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(transport_->waiting(kActor), 0u) << "the wrong columns were received and dropped";
-  for (const auto& [key, id] : Held(4)) EXPECT_EQ(static_cast<int64_t>(key), id) << "an item was overwritten";
+  ExpectEachKeyHoldsItsId(4, "an item was overwritten");
   PushApart(5, 64, 8);
   Step();
   EXPECT_EQ(Added(5).first_key, 64u);
@@ -273,7 +278,7 @@ TEST_F(ColumnsApartTest, AnAddRefusedOnceItsColumnsCameLeavesNothingBehind) {
   EXPECT_EQ(ErrorStatus(kActor, 1).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(Added(2).first_key, 0u);
   EXPECT_EQ(transport_->waiting(kActor), 0u);
-  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id) << "the refused add's columns were stored";
+  ExpectEachKeyHoldsItsId(3, "the refused add's columns were stored");
 }
 
 TEST_F(ColumnsApartTest, ARefusedAddsColumnsAreDroppedWhenTheyComeLater) {
@@ -291,7 +296,7 @@ TEST_F(ColumnsApartTest, ARefusedAddsColumnsAreDroppedWhenTheyComeLater) {
   EXPECT_EQ(Added(2).first_key, 0u);
   EXPECT_EQ(transport_->waiting(kActor), 0u);
   EXPECT_TRUE(transport_->outbox(kActor).empty()) << "the late columns were dropped without a word";
-  for (const auto& [key, id] : Held(3)) EXPECT_EQ(static_cast<int64_t>(key), id) << "the refused add's columns were stored";
+  ExpectEachKeyHoldsItsId(3, "the refused add's columns were stored");
 }
 
 TEST_F(ColumnsApartTest, ColumnsNoAddWaitsForAreDroppedAndCounted) {
