@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "perserve/importance_weight.h"
+
 namespace perserve::client_internal {
 
 Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
@@ -188,7 +190,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     std::memcpy(&batch->keys[position], bulk + i * sizeof(uint64_t), sizeof(uint64_t));
     std::memcpy(&leaf, bulk + (count + i) * sizeof(uint64_t), sizeof(double));
     batch->probabilities[position] = plan.totals[s] / plan.total * (leaf / replies_[s].total);
-    batch->weights[position] = std::pow(leaf / min_leaf, -request->beta);
+    batch->weights[position] = ImportanceWeight(leaf, min_leaf, request->beta);
     // Column after column, each count rows of its item size, as on the wire.
     const std::byte* source = bulk + 2 * count * sizeof(uint64_t);
     std::byte* target = batch->message.data();

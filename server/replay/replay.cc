@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "perserve/importance_weight.h"
+
 namespace perserve::replay {
 namespace {
 
@@ -62,7 +64,12 @@ Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree
 
 bool Replay::IsBadPriority(double p) const {
   const double shifted = p + options_.priority_eps;
-  return !(p >= 0.0) || !std::isfinite(shifted) || !(shifted > 0.0);
+  if (!(p >= 0.0) || !std::isfinite(shifted)) return true;
+  // A zero with eps 0: refused when strict; under drop_bad_priorities it is
+  // the learner's "lowest priority" and gets the smallest leaf (the tree's
+  // clamp), since dropping it would leave the item at its old, often maximal,
+  // priority: the opposite of what the learner meant.
+  return shifted == 0.0 && !options_.drop_bad_priorities;
 }
 
 Status Replay::BadPriority(double p, size_t position) const {
@@ -155,9 +162,8 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, counter, result->slots, leaves_));
   Shuffle(options_.seed, counter, result->slots, leaves_);
 
-  // w_i = (N P(i))^-beta / (N P_min)^-beta = (leaf_i / min_leaf)^-beta: N and
-  // T cancel, and leaf_i >= min_leaf makes the ratio >= 1, so w_i <= 1 exactly
-  // and an item holding the minimum gets exactly 1 (no rounding of N / T).
+  // perserve/importance_weight.h: (leaf_i / min_leaf)^-beta, N and T
+  // cancelled, so w_i <= 1 exactly and an item holding the minimum gets 1.
   const double min_leaf = tree_->Min();
   result->leaves.assign(leaves_.begin(), leaves_.end());
   result->keys.resize(static_cast<size_t>(batch_size));
@@ -166,7 +172,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   for (int64_t i = 0; i < batch_size; ++i) {
     result->keys[i] = KeyAtSlot(result->slots[i]);
     result->probabilities[i] = leaves_[i] / total;
-    result->weights[i] = std::pow(leaves_[i] / min_leaf, -beta);
+    result->weights[i] = ImportanceWeight(leaves_[i], min_leaf, beta);
   }
   counters_.items_sampled += batch_size;
   return Status::Ok();

@@ -4,8 +4,13 @@
 // - Every item gets a 64-bit key, its insertion sequence number; its slot is
 //   key mod capacity (a FIFO ring: the oldest item is overwritten first).
 // - Priority policy (ReplayOptions): every priority p, given with an add or an
-//   update, becomes q = p + priority_eps, and the tree leaf is q^alpha. p must
-//   be finite and >= 0 and q > 0 (so with eps 0 a zero is refused).
+//   update, becomes q = p + priority_eps, and the tree leaf is q^alpha, never
+//   below the smallest normal double (a power that underflows is clamped up to
+//   it: tree/tree_algorithm.h), so a stored item's leaf is never 0 and the min
+//   that weights divide by is never 0. p must be finite and >= 0, and with
+//   eps 0 a zero is refused, unless drop_bad_priorities: then it gets that
+//   smallest leaf (the server's --priority-eps defaults to 1e-6, as
+//   Baselines' learners add, so a zero TD error is valid there).
 // - The running max priority (over q values) is what an item added without a
 //   priority gets (1.0 before any). Updates always raise it; an add's explicit
 //   priorities raise it only with max_priority_from_adds. The default (off) is
@@ -50,8 +55,9 @@ struct ReplayOptions {
   // Added to every priority before the exponent; finite and >= 0. With eps > 0
   // a zero priority (a zero TD error) is valid and the item stays drawable.
   double priority_eps = 0.0;
-  // An update's NaN, infinite, negative (or, with eps 0, zero) priorities are
-  // dropped and counted instead of refusing the whole update.
+  // An update's NaN, infinite or negative priorities are dropped and counted
+  // instead of refusing the whole update (and with eps 0 a zero gets the
+  // smallest leaf instead of refusing it).
   bool drop_bad_priorities = false;
   // Whether an add's explicit priorities raise the running max priority (see
   // above for why the default is no).
@@ -165,8 +171,9 @@ class Replay {
  private:
   Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree);
 
-  // Whether p is refused: NaN, infinite, negative, or p + eps not > 0 (the
-  // tree checks the rest: that (p + eps)^alpha does not overflow).
+  // Whether p is refused: NaN, infinite, negative, or (unless
+  // drop_bad_priorities) p + eps == 0. The tree checks the rest: that
+  // (p + eps)^alpha does not overflow.
   bool IsBadPriority(double p) const;
   Status BadPriority(double p, size_t position) const;
   uint64_t KeyAtSlot(int64_t slot) const;

@@ -74,7 +74,10 @@ class PriorityTree {
   // documents as within 2 ulp of the exact power). Validated like Update(),
   // plus alpha finite and >= 0 and no priority so large that its power
   // overflows (or comes within a hair of it); a rejected batch leaves the
-  // tree unchanged.
+  // tree unchanged. A power below the smallest normal double (one that
+  // underflows, and 0 from a zero priority) is clamped up to it, 2^-1022
+  // (kSmallestLeaf, tree_algorithm.h says why): a leaf set from a priority is
+  // never 0.
   virtual Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                     double alpha) = 0;
 
@@ -104,7 +107,8 @@ class PriorityTree {
 
   // Sum of all leaves. O(1).
   virtual double Total() const = 0;
-  // Min over the leaves ever set; +inf when none was. O(1).
+  // Min over the positive leaves (the drawable ones; a leaf set to 0 is an
+  // empty slot and does not count); +inf when there is none. O(1).
   virtual double Min() const = 0;
 
   // Copies all 2 * capacity node sums and mins (slot 0 unused) for tests and

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #if defined(__CUDACC__)
 #define PERSERVE_HOST_DEVICE __host__ __device__
@@ -26,7 +27,7 @@ namespace perserve::tree {
 
 struct TreeNode {
   double sum;  // sum of the leaf values below (the leaf's value at a leaf)
-  double min;  // min of the leaf values ever set below; +inf when none was
+  double min;  // min of the positive leaf values below; +inf when there is none
 };
 static_assert(sizeof(TreeNode) == 16, "sibling pairs must pack into 32 bytes");
 
@@ -64,9 +65,22 @@ PERSERVE_HOST_DEVICE inline int64_t LeafNode(int64_t capacity, int64_t leaf_inde
   return capacity + leaf_index;
 }
 
+PERSERVE_HOST_DEVICE inline double PositiveInfinity() {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(0x7ff0000000000000LL);
+#else
+  return std::numeric_limits<double>::infinity();
+#endif
+}
+
+// A leaf of value 0 is an empty slot: never drawn (the descent's guard), and
+// not part of the min either, which holds +inf there as for a leaf never set.
+// The min is what importance weights divide by (w = (leaf / min)^-beta): a
+// zero there would turn every weight into 0. So the min is that of the
+// drawable leaves, the only ones a weight is ever computed for.
 PERSERVE_HOST_DEVICE inline void WriteLeaf(TreeNode* nodes, int64_t capacity, int64_t leaf_index,
                                            double value) {
-  nodes[LeafNode(capacity, leaf_index)] = TreeNode{value, value};
+  nodes[LeafNode(capacity, leaf_index)] = TreeNode{value, value > 0.0 ? value : PositiveInfinity()};
 }
 
 // Recomputes internal node `node` from its two children.
@@ -181,14 +195,26 @@ PERSERVE_HOST_DEVICE inline bool RecomputeAncestorOnce(TreeNode* nodes, int64_t 
 
 // ---- Leaf values and sampling masses
 
+// The smallest leaf a priority is given: the smallest normal double, 2^-1022.
+inline constexpr double kSmallestLeaf = 0x1p-1022;
+
 // A priority's leaf value p^alpha: std::pow on the host, CUDA's pow (within 2
-// ulp of the exact power, as CUDA documents it) on the device.
+// ulp of the exact power, as CUDA documents it) on the device; never below
+// kSmallestLeaf. A power that underflows (1e-200 at alpha 2), is subnormal,
+// or is 0 (a zero priority at alpha > 0) is clamped up to it rather than
+// refused: a tiny TD error is a valid learner output that means "almost never
+// draw this", and refusing it would refuse the learner's whole update. The
+// clamped leaf is drawn with a vanishing probability, as meant, but it is
+// never 0 and never subnormal, so the min that importance weights divide by is
+// never 0 and a weight's ratio keeps full precision down to it. (Powers that
+// overflow are refused instead, before any leaf changes: tree_validation.h.)
 PERSERVE_HOST_DEVICE inline double LeafFromPriority(double priority, double alpha) {
 #if defined(__CUDA_ARCH__)
-  return ::pow(priority, alpha);
+  const double power = ::pow(priority, alpha);
 #else
-  return std::pow(priority, alpha);
+  const double power = std::pow(priority, alpha);
 #endif
+  return power < kSmallestLeaf ? kSmallestLeaf : power;
 }
 
 // Stratified sampling (DESIGN.md): the total split into `batch` equal segments,

@@ -109,15 +109,18 @@ TEST(PriorityPolicyTest, DropBadPrioritiesDropsAndCountsJustThoseElements) {
   UpdateCounts counts{-1, -1, -1};
   const Status status = replay->UpdatePriorities(kUpdateKeys, kUpdatePriorities, &counts);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(counts.applied, 2);  // keys 3 and 7
+  EXPECT_EQ(counts.applied, 3);  // keys 3, 6 and 7
   EXPECT_EQ(counts.stale, 1);    // key 0 (key 1's NaN counts as dropped)
-  EXPECT_EQ(counts.dropped, 5);
-  EXPECT_EQ(replay->counters().priorities_updated, 2);
+  EXPECT_EQ(counts.dropped, 4);
+  EXPECT_EQ(replay->counters().priorities_updated, 3);
   EXPECT_EQ(replay->counters().stale_updates_dropped, 1);
-  EXPECT_EQ(replay->counters().priorities_dropped, 5);
+  EXPECT_EQ(replay->counters().priorities_dropped, 4);
   EXPECT_EQ(Leaf(*replay, 3), 7.0);
   EXPECT_EQ(Leaf(*replay, 7), 8.0);
-  for (int64_t slot : {2, 4, 5, 6}) EXPECT_EQ(Leaf(*replay, slot), static_cast<double>(slot + 1)) << slot;
+  // Key 6's zero is the lowest priority the learner can give, not a bad one:
+  // the smallest leaf, not dropped (dropped, the item kept its old leaf, 7).
+  EXPECT_EQ(Leaf(*replay, 6), std::numeric_limits<double>::min());
+  for (int64_t slot : {2, 4, 5}) EXPECT_EQ(Leaf(*replay, slot), static_cast<double>(slot + 1)) << slot;
   EXPECT_EQ(replay->max_priority(), 8.0);  // from the applied elements only
 
   // A key never issued is still an error for the whole update.
@@ -126,7 +129,7 @@ TEST(PriorityPolicyTest, DropBadPrioritiesDropsAndCountsJustThoseElements) {
       replay->UpdatePriorities(std::vector<uint64_t>{3, 99}, std::vector<double>{kNaN, 1.0}, &counts);
   EXPECT_EQ(unknown.code(), Status::Code::kNotFound);
   EXPECT_EQ(replay->tree().Total(), total);
-  EXPECT_EQ(replay->counters().priorities_dropped, 5);
+  EXPECT_EQ(replay->counters().priorities_dropped, 4);
 
   // With eps > 0 a zero is fine and applied, not dropped.
   options.priority_eps = 0.5;
@@ -177,9 +180,9 @@ TEST(PriorityPolicyTest, TheUpdateReplyCarriesTheDroppedCount) {
       service::service_test::PopReply(transport, 0, proto::MessageKind::kUpdateReply, 7, kept);
   proto::UpdateReply reply;
   ASSERT_TRUE(proto::DecodeMeta(frame, &reply).ok());
-  EXPECT_EQ(reply.applied, 2);
+  EXPECT_EQ(reply.applied, 3);
   EXPECT_EQ(reply.stale, 1);
-  EXPECT_EQ(reply.dropped, 5);
+  EXPECT_EQ(reply.dropped, 4);
 }
 
 // Off (the default): an actor's explicit priority does not change what a later

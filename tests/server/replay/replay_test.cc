@@ -83,6 +83,60 @@ TEST(ReplayTest, ImportanceWeightsFollowTheFormula) {
   EXPECT_EQ(MakeReplay(4, 0.6)->Sample(4, beta, &sample).code(), Status::Code::kFailedPrecondition);
 }
 
+// Issue 25: with alpha 2 an update to 1e-200 made its leaf 0 (the power
+// underflows), the tree's min 0, and every later weight 0. The leaf is
+// clamped to the smallest normal double; every weight stays positive, the
+// tiny item's is 1, and the others' follow the formula even where leaf / min
+// overflows a double.
+TEST(ReplayTest, APriorityWhosePowerUnderflowsLeavesEveryWeightPositive) {
+  constexpr double kSmallestNormal = std::numeric_limits<double>::min();
+  auto replay = MakeReplay(8, 2.0);
+  uint64_t first = 0;
+  ASSERT_TRUE(replay->Add(8, Ids(0, 8), std::vector<double>{0.5, 1, 2, 3, 4, 5, 6, 7}, &first).ok());
+  UpdateCounts counts;
+  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{0}, std::vector<double>{1e-200}, &counts).ok());
+  EXPECT_EQ(counts.applied, 1);
+  EXPECT_EQ(Leaf(*replay, 0), kSmallestNormal);
+  EXPECT_EQ(replay->tree().Min(), kSmallestNormal);
+  const double beta = 0.4;
+  std::vector<bool> seen(8, false);
+  for (int round = 0; round < 20; ++round) {
+    SampleResult sample;
+    ASSERT_TRUE(replay->Sample(64, beta, &sample).ok());
+    for (size_t i = 0; i < sample.keys.size(); ++i) {
+      const double leaf = Leaf(*replay, sample.slots[i]);
+      // The formula in logarithms: (leaf / 2^-1022)^-beta.
+      const double expected = std::exp(-beta * (std::log(leaf) - std::log(kSmallestNormal)));
+      ASSERT_GT(sample.weights[i], 0.0) << "key " << sample.keys[i];
+      EXPECT_LE(sample.weights[i], 1.0);
+      EXPECT_NEAR(sample.weights[i] / expected, 1.0, 1e-12) << "key " << sample.keys[i] << " leaf " << leaf;
+      seen[sample.keys[i]] = true;
+    }
+  }
+  for (uint64_t key = 1; key < 8; ++key) EXPECT_TRUE(seen[key]) << key;
+}
+
+// An add whose columns cannot be written (a receive that failed) keeps its
+// keys but its items are never drawn (leaf 0); they must not become the min:
+// the other items' weights stay what they were.
+TEST(ReplayTest, ItemsWhoseColumnsFailedAreNeverDrawnAndLeaveTheMinAlone) {
+  auto replay = MakeReplay(16, 1.0);
+  uint64_t first = 0;
+  ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{1, 2, 4, 8}, &first).ok());
+  const Status failed = replay->AddInPlace(
+      3, std::vector<double>{0.5, 0.5, 0.5},
+      [](std::span<const std::span<std::byte>>) { return Status::Unavailable("the receive failed"); }, &first);
+  EXPECT_EQ(failed.code(), Status::Code::kUnavailable);
+  EXPECT_EQ(first, 4u);
+  EXPECT_EQ(replay->tree().Min(), 1.0);
+  SampleResult sample;
+  ASSERT_TRUE(replay->Sample(256, 1.0, &sample).ok());
+  for (size_t i = 0; i < sample.keys.size(); ++i) {
+    ASSERT_LT(sample.keys[i], 4u) << "an item whose columns failed was drawn";
+    EXPECT_EQ(sample.weights[i], 1.0 / static_cast<double>(uint64_t{1} << sample.keys[i]));
+  }
+}
+
 TEST(ReplayTest, UpdatesForOverwrittenKeysAreDroppedAndCountedNeverAppliedToTheNewItem) {
   auto replay = MakeReplay(4, 1.0);
   uint64_t first = 0;

@@ -154,14 +154,22 @@ TEST_P(PriorityTreeUpdateTest, EmptyBatchesAreNoOps) {
   EXPECT_EQ(tree->FindPrefixSum(mass, index).code(), Status::Code::kFailedPrecondition);
 }
 
-TEST_P(PriorityTreeUpdateTest, MinCoversLeavesEverSetIncludingZero) {
-  std::unique_ptr<PriorityTree> tree = Make(8, UpdateStrategy::kSparse);
-  const std::vector<int64_t> one = {6};
-  ASSERT_TRUE(tree->Update(one, std::vector<double>{0.5}).ok());
-  EXPECT_EQ(tree->Min(), 0.5);
-  ASSERT_TRUE(tree->Update(one, std::vector<double>{0.0}).ok());
-  EXPECT_EQ(tree->Min(), 0.0);
-  EXPECT_EQ(tree->Total(), 0.0);
+// A leaf set to 0 is an empty slot: not drawn, and not part of the min that
+// importance weights divide by (a min of 0 made every weight 0: issue 25).
+TEST_P(PriorityTreeUpdateTest, MinCoversThePositiveLeavesOnly) {
+  for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse}) {
+    std::unique_ptr<PriorityTree> tree = Make(8, strategy);
+    const std::vector<int64_t> one = {6};
+    ASSERT_TRUE(tree->Update(one, std::vector<double>{0.5}).ok());
+    EXPECT_EQ(tree->Min(), 0.5);
+    ASSERT_TRUE(tree->Update(one, std::vector<double>{0.0}).ok());
+    EXPECT_EQ(tree->Min(), kInf) << UpdateStrategyName(strategy);
+    EXPECT_EQ(tree->Total(), 0.0);
+    ASSERT_TRUE(tree->Update(std::vector<int64_t>{1, 2, 6}, std::vector<double>{2.0, 0.0, 3.0}).ok());
+    EXPECT_EQ(tree->Min(), 2.0) << UpdateStrategyName(strategy);
+    ASSERT_TRUE(tree->Update(std::vector<int64_t>{1}, std::vector<double>{0.0}).ok());
+    EXPECT_EQ(tree->Min(), 3.0) << UpdateStrategyName(strategy);
+  }
 }
 
 TEST_P(PriorityTreeCapacityOneTest, TheRootIsTheOnlyLeaf) {

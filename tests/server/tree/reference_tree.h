@@ -29,7 +29,7 @@ class ReferenceTree {
   void Set(int64_t leaf, double value) {
     int64_t node = capacity_ + leaf;
     sums_[node] = value;
-    mins_[node] = value;
+    mins_[node] = value > 0.0 ? value : std::numeric_limits<double>::infinity();  // a zero leaf: an empty slot
     for (node /= 2; node >= 1; node /= 2) {
       sums_[node] = sums_[2 * node] + sums_[2 * node + 1];
       mins_[node] = std::min(mins_[2 * node], mins_[2 * node + 1]);

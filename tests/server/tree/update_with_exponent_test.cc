@@ -46,7 +46,8 @@ TEST_P(UpdateWithExponentTest, LeavesAreStdPowWithinTwoUlpAndTheTreeAboveIsBitEx
     ASSERT_TRUE(tree->Get(all, leaves).ok());
     ReferenceTree reference(capacity);
     for (int64_t i = 0; i < capacity; ++i) {
-      const double expected = std::pow(last_priority[i], alpha);
+      // The contract: std::pow, never below the smallest normal double.
+      const double expected = std::max(std::pow(last_priority[i], alpha), std::numeric_limits<double>::min());
       largest_distance = std::max(largest_distance, UlpDistance(leaves[i], expected));
       ASSERT_LE(UlpDistance(leaves[i], expected), allowed_ulps)
           << "leaf " << i << ": " << last_priority[i] << "^" << alpha << " = " << leaves[i] << ", std::pow says "
@@ -99,6 +100,38 @@ TEST_P(UpdateWithExponentTest, RejectsBadAlphaAndOverflowingPrioritiesWithoutACh
   ASSERT_TRUE(tree->UpdateWithExponent(std::vector<int64_t>{5}, std::vector<double>{near}, 2.0).ok());
   EXPECT_TRUE(std::isfinite(tree->Total()));
   EXPECT_GT(tree->Total(), kMaxTreeTotal * 0.99);
+}
+
+// Issue 25: with alpha 2 a priority of 1e-200 has the power 0 (it underflows),
+// and a leaf of 0 made the tree's min 0 and every importance weight 0. A power
+// below the smallest normal double (0, or subnormal) is clamped up to it: the
+// leaf is never 0, nor subnormal, and the min stays positive.
+TEST_P(UpdateWithExponentTest, PowersThatUnderflowAreClampedToTheSmallestNormalLeaf) {
+  constexpr double kSmallestNormal = std::numeric_limits<double>::min();
+  std::unique_ptr<PriorityTree> tree = Make(8);
+  const std::vector<int64_t> indices = {0, 1, 2, 3, 4};
+  const std::vector<double> priorities = {1e-200, 1e-160, 0.0, 4.0, 4.9e-324};
+  ASSERT_TRUE(tree->UpdateWithExponent(indices, priorities, 2.0).ok());
+  std::vector<double> leaves(indices.size());
+  ASSERT_TRUE(tree->Get(indices, leaves).ok());
+  // 1e-200^2 underflows to 0, 1e-160^2 = 1e-320 is subnormal, 0^2 = 0.
+  EXPECT_EQ(leaves, (std::vector<double>{kSmallestNormal, kSmallestNormal, kSmallestNormal, 16.0, kSmallestNormal}));
+  EXPECT_EQ(tree->Min(), kSmallestNormal);
+  EXPECT_EQ(tree->Total(), 16.0 + 4 * kSmallestNormal);
+  // Powers at or above it are kept exactly, and alpha 0 gives 1 for any priority (0 included).
+  ASSERT_TRUE(tree->UpdateWithExponent(std::vector<int64_t>{5}, std::vector<double>{std::sqrt(kSmallestNormal)}, 2.0)
+                  .ok());
+  ASSERT_TRUE(tree->UpdateWithExponent(std::vector<int64_t>{6}, std::vector<double>{0.0}, 0.0).ok());
+  std::vector<double> more(2);
+  ASSERT_TRUE(tree->Get(std::vector<int64_t>{5, 6}, more).ok());
+  EXPECT_EQ(more[0], std::pow(std::sqrt(kSmallestNormal), 2.0));
+  EXPECT_EQ(more[1], 1.0);
+  // Every node above is as the oracle builds it from those leaves.
+  ReferenceTree reference(8);
+  std::vector<double> all(8);
+  ASSERT_TRUE(tree->Get(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, all).ok());
+  for (int64_t i = 0; i < 8; ++i) reference.Set(i, all[i]);
+  EXPECT_TRUE(NodesMatch(*tree, reference));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, UpdateWithExponentTest, ::testing::ValuesIn(kBothDevices), DeviceParamName);
