@@ -7,24 +7,20 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <sstream>
 
 #include <cereal/archives/binary.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include "proto/bounded_input_archive.h"
+#include "service/checkpoint_layout.h"
 
 namespace perserve::service {
 namespace fs = std::filesystem;
+using namespace checkpoint_layout;
 
 namespace {
 
 constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
-constexpr int64_t kSliceBytes = int64_t{1} << 20;  // bytes a slice writes (over every column), about
-constexpr const char* kManifest = "MANIFEST";
 
 Status Errno(const std::string& what) {
   const int error = errno;
@@ -41,7 +37,10 @@ Status FsyncPath(const std::string& path) {
   return status;
 }
 
-// checkpoint-000012 -> 12; -1 for anything else (a .partial included).
+}  // namespace
+
+namespace checkpoint_layout {
+
 int64_t CheckpointNumber(const std::string& name) {
   constexpr std::string_view prefix = "checkpoint-";
   if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
@@ -55,8 +54,6 @@ int64_t CheckpointNumber(const std::string& name) {
 
 std::string ColumnFile(size_t column) { return fmt::format("column-{}.bin", column); }
 
-// The newest complete checkpoint (it has its MANIFEST) in a shard's
-// directory; "" when there is none (or no such directory).
 std::string NewestComplete(const std::string& shard_dir) {
   std::error_code error;
   int64_t newest = -1;
@@ -71,13 +68,11 @@ std::string NewestComplete(const std::string& shard_dir) {
   return path;
 }
 
-// Rows of `schema` in about kSliceBytes (at least one): what a slice writes
-// and a restore reads at a time.
 int64_t RowsPerSlice(const Schema& schema) {
   return std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, schema.ItemBytes()));
 }
 
-}  // namespace
+}  // namespace checkpoint_layout
 
 void Hash64::Update(std::span<const std::byte> bytes) {
   size_t i = 0;
@@ -127,14 +122,14 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   int64_t number = 0;
   for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
     std::string name = entry.path().filename().string();
-    if (name.size() > 8 && name.ends_with(".partial")) {
+    if (name.ends_with(kPartialSuffix)) {
       fs::remove_all(entry.path(), error);  // a write cut short earlier: never complete
-      name.resize(name.size() - 8);
+      name.resize(name.size() - std::string_view(kPartialSuffix).size());
     }
     number = std::max(number, CheckpointNumber(name) + 1);
   }
   path_ = (fs::path(shard_dir_) / fmt::format("checkpoint-{:06}", number)).string();
-  partial_ = path_ + ".partial";
+  partial_ = path_ + kPartialSuffix;
   if (!fs::create_directory(partial_, error) || error) {
     return Status::Unavailable(fmt::format("cannot create {}: {}", partial_, error ? error.message() : "exists"));
   }
@@ -304,185 +299,6 @@ void CheckpointWriter::Abandon() {
   std::error_code error;
   if (!partial_.empty()) fs::remove_all(partial_, error);
   phase_ = Phase::kIdle;
-}
-
-namespace {
-
-struct ManifestPart {
-  int64_t bytes = 0;
-  uint64_t hash = 0;
-};
-
-Status ReadManifest(const std::string& dir, int shard, int shards, std::map<std::string, ManifestPart>* parts) {
-  std::ifstream in(fs::path(dir) / kManifest);
-  if (!in) return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
-  std::string line, word;
-  int32_t format = 0;
-  if (!std::getline(in, line) || std::sscanf(line.c_str(), "perserve-checkpoint %d", &format) != 1) {
-    return Status::InvalidArgument(fmt::format("{}/{}: not a perserve checkpoint manifest", dir, kManifest));
-  }
-  if (format != kCheckpointFormat) {
-    return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads format {}", dir,
-                                                  format, kCheckpointFormat));
-  }
-  int their_shard = -1, their_shards = -1;
-  if (!std::getline(in, line) || std::sscanf(line.c_str(), "shard %d of %d", &their_shard, &their_shards) != 2) {
-    return Status::InvalidArgument(fmt::format("{}/{}: no shard line", dir, kManifest));
-  }
-  if (their_shards != shards || their_shard != shard) {
-    return Status::FailedPrecondition(fmt::format(
-        "{} is shard {} of {} server ranks; this is shard {} of {}: restore with the same number of server ranks",
-        dir, their_shard, their_shards, shard, shards));
-  }
-  bool ended = false;
-  while (std::getline(in, line)) {
-    if (line == "end") {
-      ended = true;
-      break;
-    }
-    std::istringstream fields(line);
-    std::string tag, name, hash;
-    ManifestPart part;
-    if (!(fields >> tag >> name >> part.bytes >> hash) || tag != "part" || part.bytes < 0 || hash.size() != 16) {
-      return Status::InvalidArgument(fmt::format("{}/{}: a bad line \"{}\"", dir, kManifest, line));
-    }
-    part.hash = std::stoull(hash, nullptr, 16);
-    (*parts)[name] = part;
-  }
-  if (!ended) return Status::InvalidArgument(fmt::format("{}/{} is cut short (no end line)", dir, kManifest));
-  return Status::Ok();
-}
-
-// Reads a part whole and checks it against its manifest line.
-Status ReadPart(const std::string& dir, const std::string& name, const std::map<std::string, ManifestPart>& parts,
-                std::string* bytes) {
-  const auto found = parts.find(name);
-  if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}: the manifest lists no {}", dir, name));
-  const fs::path file = fs::path(dir) / name;
-  std::error_code error;
-  const uintmax_t size = fs::file_size(file, error);
-  if (error || static_cast<int64_t>(size) != found->second.bytes) {
-    return Status::InvalidArgument(fmt::format("{}: {} bytes, the manifest says {} (truncated or damaged)",
-                                               file.string(), error ? 0 : size, found->second.bytes));
-  }
-  std::ifstream in(file, std::ios::binary);
-  bytes->resize(size);
-  if (!in.read(bytes->data(), static_cast<std::streamsize>(size))) {
-    return Status::Unavailable(fmt::format("cannot read {}", file.string()));
-  }
-  Hash64 hash;
-  hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
-  if (hash.Finish() != found->second.hash) {
-    return Status::InvalidArgument(fmt::format("{}: its hash does not match the manifest (damaged)", file.string()));
-  }
-  return Status::Ok();
-}
-
-Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::string* dir) {
-  std::error_code error;
-  if (fs::exists(fs::path(path) / kManifest, error)) {
-    *dir = path;
-    return Status::Ok();
-  }
-  *dir = NewestComplete(ShardDirectory(path, shard, shards));
-  if (!dir->empty()) return Status::Ok();
-  std::vector<std::string> others;
-  for (const auto& entry : fs::directory_iterator(path, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("shard-")) others.push_back(name);
-  }
-  if (!others.empty()) {
-    std::sort(others.begin(), others.end());
-    return Status::FailedPrecondition(fmt::format(
-        "{} holds no checkpoint for shard {} of {} server ranks (it has {}): restore with the same number of "
-        "server ranks",
-        path, shard, shards, fmt::join(others, ", ")));
-  }
-  return Status::NotFound(fmt::format("no complete checkpoint in {}", path));
-}
-
-}  // namespace
-
-Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
-                      CheckpointState* state, std::string* loaded) {
-  std::string dir;
-  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
-  std::map<std::string, ManifestPart> parts;
-  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts));
-  std::string bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "state.bin", parts, &bytes));
-  try {
-    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
-    archive(*state);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}/state.bin does not decode: {}", dir, e.what()));
-  }
-  const Schema& schema = replay->store().schema();
-  if (state->schema != schema.ToString() || state->capacity != replay->capacity()) {
-    return Status::FailedPrecondition(fmt::format(
-        "{} holds a replay of schema {} and capacity {}; this server has schema {} and capacity {} (--column, "
-        "--capacity)",
-        dir, state->schema, state->capacity, schema.ToString(), replay->capacity()));
-  }
-  if (state->size < 0 || state->size > state->capacity ||
-      state->replay.next_key < static_cast<uint64_t>(state->size)) {
-    return Status::InvalidArgument(fmt::format("{}/state.bin: {} items and next key {} do not fit", dir,
-                                               state->size, state->replay.next_key));
-  }
-  std::string leaf_bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "leaves.bin", parts, &leaf_bytes));
-  if (leaf_bytes.size() != static_cast<size_t>(state->size) * sizeof(double)) {
-    return Status::InvalidArgument(fmt::format("{}/leaves.bin holds {} bytes for {} items", dir, leaf_bytes.size(),
-                                               state->size));
-  }
-  std::vector<double> leaves(static_cast<size_t>(state->size));
-  std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
-  // The columns, in chunks of rows: each file checked whole first (size),
-  // its hash as it is read.
-  const size_t columns = schema.columns.size();
-  std::vector<std::ifstream> files(columns);
-  std::vector<Hash64> hashes(columns);
-  for (size_t c = 0; c < columns; ++c) {
-    const auto found = parts.find(ColumnFile(c));
-    const fs::path file = fs::path(dir) / ColumnFile(c);
-    std::error_code error;
-    const uintmax_t size = fs::file_size(file, error);
-    const int64_t expected = state->size * schema.columns[c].ItemBytes();
-    if (found == parts.end() || error || static_cast<int64_t>(size) != expected || found->second.bytes != expected) {
-      return Status::InvalidArgument(fmt::format("{}: {} bytes, {} expected for {} items (truncated or damaged)",
-                                                 file.string(), error ? 0 : size, expected, state->size));
-    }
-    files[c].open(file, std::ios::binary);
-    if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}", file.string()));
-  }
-  const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
-  const int64_t rows_per_chunk = RowsPerSlice(schema);
-  std::vector<std::byte> chunk;
-  for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
-    const int64_t rows = std::min(rows_per_chunk, state->size - row);
-    chunk.resize(static_cast<size_t>(rows * schema.ItemBytes()));
-    std::byte* out = chunk.data();
-    for (size_t c = 0; c < columns; ++c) {
-      const std::streamsize length = static_cast<std::streamsize>(rows * schema.columns[c].ItemBytes());
-      if (!files[c].read(reinterpret_cast<char*>(out), length)) {
-        return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
-      }
-      hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
-      out += length;
-    }
-    PERSERVE_RETURN_IF_ERROR(replay->RestoreItems(oldest + static_cast<uint64_t>(row), rows, chunk,
-                                                  std::span(leaves).subspan(static_cast<size_t>(row),
-                                                                            static_cast<size_t>(rows))));
-  }
-  for (size_t c = 0; c < columns; ++c) {
-    if (hashes[c].Finish() != parts.at(ColumnFile(c)).hash) {
-      return Status::InvalidArgument(
-          fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, ColumnFile(c)));
-    }
-  }
-  PERSERVE_RETURN_IF_ERROR(replay->RestoreState(state->replay));
-  *loaded = dir;
-  return Status::Ok();
 }
 
 }  // namespace perserve::service

@@ -1,0 +1,413 @@
+// Restoring a checkpoint (LoadCheckpoint, checkpoint.h): everything read from
+// disk is checked before the replay takes it. A checkpoint directory is input
+// from outside like a client's message: a disk, a copy or a person can damage
+// any byte of it. So every field of the MANIFEST is parsed with checked
+// conversions, every file's size and hash must match its MANIFEST line, and
+// every value of the state is checked against its range and against this
+// server (schema, capacity, alpha, shard, the shard's key space) before any of
+// it is used. Any failure is a Status naming the file and the field; nothing
+// here throws past LoadCheckpoint.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "proto/bounded_input_archive.h"
+#include "proto/messages.h"
+#include "service/checkpoint.h"
+#include "service/checkpoint_layout.h"
+
+namespace perserve::service {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace checkpoint_layout;
+
+// A MANIFEST lists a few files (one per column): far below this.
+constexpr uintmax_t kMaxManifestBytes = uintmax_t{1} << 20;
+// state.bin holds a few counters, the schema's text and one episode carry per
+// client: far below this.
+constexpr int64_t kMaxStateBytes = int64_t{64} << 20;
+
+struct ManifestPart {
+  int64_t bytes = 0;
+  uint64_t hash = 0;
+};
+using Manifest = std::map<std::string, ManifestPart, std::less<>>;
+
+// The whole of `text` as an integer in `base`, or false (empty, a sign where
+// none may be, trailing characters, out of range).
+template <class Int>
+bool ParseWhole(std::string_view text, Int* value, int base = 10) {
+  if (text.empty() || text.front() == '+') return false;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value, base);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+// The words of a line separated by single spaces (an empty word, from two
+// spaces or one at an end, is kept, so such a line fails its check).
+std::vector<std::string_view> Words(std::string_view line) {
+  std::vector<std::string_view> words;
+  size_t start = 0;
+  while (true) {
+    const size_t space = line.find(' ', start);
+    words.push_back(line.substr(start, space == std::string_view::npos ? std::string_view::npos : space - start));
+    if (space == std::string_view::npos) return words;
+    start = space + 1;
+  }
+}
+
+// state.bin, leaves.bin and column-<c>.bin (any c: a checkpoint of another
+// schema gets the clearer error from its state).
+bool KnownPartName(std::string_view name) {
+  if (name == "state.bin" || name == "leaves.bin") return true;
+  constexpr std::string_view prefix = "column-", suffix = ".bin";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return false;
+  size_t column = 0;
+  return ParseWhole(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), &column);
+}
+
+// Reads `file` whole if it holds at most `limit` bytes.
+Status ReadWhole(const fs::path& file, uintmax_t limit, std::string* bytes) {
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (error) return Status::NotFound(fmt::format("cannot read {}: {}", file.string(), error.message()));
+  if (size > limit) {
+    return Status::InvalidArgument(fmt::format("{}: {} bytes, more than the {} any such file has (damaged)",
+                                               file.string(), size, limit));
+  }
+  std::ifstream in(file, std::ios::binary);
+  bytes->resize(static_cast<size_t>(size));
+  if (!in.read(bytes->data(), static_cast<std::streamsize>(size))) {
+    return Status::Unavailable(fmt::format("cannot read {}", file.string()));
+  }
+  return Status::Ok();
+}
+
+Status ParseManifest(const std::string& dir, std::string_view text, int shard, int shards, Manifest* parts) {
+  const std::string file = (fs::path(dir) / kManifest).string();
+  size_t line_number = 0;
+  auto bad = [&](std::string_view what) {
+    return Status::InvalidArgument(fmt::format("{} line {}: {}", file, line_number, what));
+  };
+  bool ended = false;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    if (newline == std::string_view::npos) return bad("the file ends inside a line (cut short)");
+    const std::string_view line = text.substr(0, newline);
+    text.remove_prefix(newline + 1);
+    ++line_number;
+    const std::vector<std::string_view> words = Words(line);
+    if (ended) return bad("a line after \"end\"");
+    if (line_number == 1) {
+      int32_t format = 0;
+      if (words.size() != 2 || words[0] != "perserve-checkpoint" || !ParseWhole(words[1], &format)) {
+        return Status::InvalidArgument(fmt::format("{}: not a perserve checkpoint manifest", file));
+      }
+      if (format != kCheckpointFormat) {
+        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads format {}",
+                                                      dir, format, kCheckpointFormat));
+      }
+    } else if (line_number == 2) {
+      int their_shard = -1, their_shards = -1;
+      if (words.size() != 4 || words[0] != "shard" || words[2] != "of" || !ParseWhole(words[1], &their_shard) ||
+          !ParseWhole(words[3], &their_shards)) {
+        return bad("not a \"shard S of K\" line");
+      }
+      if (their_shards != shards || their_shard != shard) {
+        return Status::FailedPrecondition(fmt::format(
+            "{} is shard {} of {} server ranks; this is shard {} of {}: restore with the same number of server "
+            "ranks",
+            dir, their_shard, their_shards, shard, shards));
+      }
+    } else if (line == "end") {
+      ended = true;
+    } else {
+      ManifestPart part;
+      if (words.size() != 4 || words[0] != "part") return bad("not a \"part NAME BYTES HASH\" line");
+      if (!KnownPartName(words[1])) return bad(fmt::format("an unknown part \"{}\"", words[1]));
+      if (!ParseWhole(words[2], &part.bytes) || part.bytes < 0) {
+        return bad(fmt::format("the byte count \"{}\" of {} is not a count", words[2], words[1]));
+      }
+      if (words[3].size() != 16 || !ParseWhole(words[3], &part.hash, 16)) {
+        return bad(fmt::format("the hash \"{}\" of {} is not 16 hex digits", words[3], words[1]));
+      }
+      if (!parts->emplace(std::string(words[1]), part).second) return bad(fmt::format("{} listed twice", words[1]));
+    }
+  }
+  if (line_number < 2) return Status::InvalidArgument(fmt::format("{}: not a perserve checkpoint manifest", file));
+  if (!ended) return Status::InvalidArgument(fmt::format("{} is cut short (no end line)", file));
+  return Status::Ok();
+}
+
+Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* parts) {
+  std::string text;
+  const fs::path file = fs::path(dir) / kManifest;
+  if (!fs::exists(file)) return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
+  PERSERVE_RETURN_IF_ERROR(ReadWhole(file, kMaxManifestBytes, &text));
+  return ParseManifest(dir, text, shard, shards, parts);
+}
+
+// A part's manifest line; `expected` >= 0: the bytes it must have.
+Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                ManifestPart* part) {
+  const auto found = parts.find(name);
+  if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}/{}: the manifest lists no {}", dir, kManifest, name));
+  const fs::path file = fs::path(dir) / name;
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (error || static_cast<int64_t>(size) != found->second.bytes ||
+      (expected >= 0 && found->second.bytes != expected)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes, the manifest says {}{} (truncated or damaged)", file.string(), error ? 0 : size,
+                    found->second.bytes, expected >= 0 ? fmt::format(" and its items need {}", expected) : ""));
+  }
+  *part = found->second;
+  return Status::Ok();
+}
+
+Status HashMismatch(const std::string& dir, const std::string& name) {
+  return Status::InvalidArgument(fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, name));
+}
+
+// Reads a part whole (of the size `expected`, when >= 0; at most `limit`)
+// and checks its hash.
+Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                int64_t limit, std::string* bytes) {
+  ManifestPart part;
+  PERSERVE_RETURN_IF_ERROR(FindPart(dir, name, parts, expected, &part));
+  PERSERVE_RETURN_IF_ERROR(ReadWhole(fs::path(dir) / name, static_cast<uintmax_t>(limit), bytes));
+  Hash64 hash;
+  hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
+  if (hash.Finish() != part.hash) return HashMismatch(dir, name);
+  return Status::Ok();
+}
+
+// Every value of a decoded state.bin, against its range and this server.
+Status ValidateState(const std::string& dir, const CheckpointState& state, const replay::Replay& replay, int shard,
+                     int shards) {
+  const std::string file = (fs::path(dir) / "state.bin").string();
+  auto bad = [&](std::string_view field, const std::string& what) {
+    return Status::InvalidArgument(fmt::format("{}: {} {} (damaged)", file, field, what));
+  };
+  if (state.format != kCheckpointFormat) {
+    return bad("format", fmt::format("is {}, the manifest's is {}", state.format, kCheckpointFormat));
+  }
+  const Schema& schema = replay.store().schema();
+  if (state.schema != schema.ToString() || state.capacity != replay.capacity()) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds a replay of schema {} and capacity {}; this server has schema {} and capacity {} (--column, "
+        "--capacity)",
+        dir, state.schema, state.capacity, schema.ToString(), replay.capacity()));
+  }
+  const double alpha = replay.alpha();
+  if (std::memcmp(&state.alpha, &alpha, sizeof(alpha)) != 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} was written with --alpha {}; this server has --alpha {}: its leaves are priority^{}, and a replay "
+        "mixing exponents samples by neither (restore with --alpha {})",
+        dir, state.alpha, alpha, state.alpha, state.alpha));
+  }
+  if (state.shard != shard || state.shards != shards) {
+    return bad("shard", fmt::format("is {} of {}, its manifest's {} of {}", state.shard, state.shards, shard, shards));
+  }
+  if (state.size < 0 || state.size > state.capacity) {
+    return bad("size", fmt::format("{} is outside [0, capacity {}]", state.size, state.capacity));
+  }
+  const replay::ReplayState& r = state.replay;
+  if (r.next_key < static_cast<uint64_t>(state.size)) {
+    return bad("next key", fmt::format("{} is below the {} items held (keys are next key - size .. next key - 1)",
+                                       r.next_key, state.size));
+  }
+  // Keys carry their shard in the top bits (proto::ShardKey): a next key past
+  // the local key space would issue keys that name another shard.
+  constexpr uint64_t kKeySpace = proto::kLocalKeyMask + 1;
+  if (r.next_key > kKeySpace) {
+    return bad("next key", fmt::format("{} is past a shard's key space (2^{} keys)", r.next_key, proto::kShardKeyShift));
+  }
+  if (!(r.max_priority > 0.0) || !std::isfinite(r.max_priority)) {
+    return bad("max priority", fmt::format("{} is not finite and > 0", r.max_priority));
+  }
+  const replay::ReplayCounters& c = r.counters;
+  for (const auto& [name, value] : {std::pair<std::string_view, int64_t>{"items added", c.items_added},
+                                    {"items sampled", c.items_sampled},
+                                    {"priorities updated", c.priorities_updated},
+                                    {"stale updates dropped", c.stale_updates_dropped},
+                                    {"priorities dropped", c.priorities_dropped}}) {
+    if (value < 0) return bad(name, fmt::format("{} is negative", value));
+  }
+  if (static_cast<uint64_t>(c.items_added) > r.next_key) {
+    return bad("items added", fmt::format("{} is past the {} keys ever issued", c.items_added, r.next_key));
+  }
+  const RateLimiterState& limiter = state.limiter;
+  if (limiter.inserted < 0 || limiter.sampled < 0) {
+    return bad("rate limiter", fmt::format("counts {} inserted and {} sampled: negative", limiter.inserted,
+                                           limiter.sampled));
+  }
+  if (limiter.observed && !(std::isfinite(limiter.lowest) && std::isfinite(limiter.highest) &&
+                            limiter.lowest <= limiter.highest)) {
+    return bad("rate limiter", fmt::format("offsets seen [{}, {}] are not a finite range", limiter.lowest,
+                                           limiter.highest));
+  }
+  for (size_t i = 0; i < state.episodes.size(); ++i) {
+    const replay::EpisodeCarry& e = state.episodes[i];
+    if (!std::isfinite(e.return_sum) || !std::isfinite(e.length_sum) || !(e.length_sum >= 0.0) ||
+        e.return_done > 1 || e.length_done > 1) {
+      return bad("episodes", fmt::format("stream {} carries return {} ({}), length {} ({}): not an episode's", i,
+                                         e.return_sum, e.return_done, e.length_sum, e.length_done));
+    }
+  }
+  return Status::Ok();
+}
+
+// Each leaf a stored item can have: finite, and 0 (an add whose columns
+// failed: never drawn) or at least the smallest normal double (a priority's
+// leaf is clamped up to it: tree/tree_algorithm.h). The tree refuses the rest
+// (negative, and a total past its limit) when the leaves go in.
+Status ValidateLeaves(const std::string& dir, std::span<const double> leaves, uint64_t oldest_key) {
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const double leaf = leaves[i];
+    if (std::isfinite(leaf) && (leaf == 0.0 || leaf >= std::numeric_limits<double>::min())) continue;
+    return Status::InvalidArgument(fmt::format("{}/leaves.bin: the leaf of key {} is {}: no stored item's (damaged)",
+                                               dir, oldest_key + i, leaf));
+  }
+  return Status::Ok();
+}
+
+// Where to restore from: `path` itself when it is a checkpoint, else the
+// newest complete checkpoint of this shard under `path` (a --checkpoint-dir).
+Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::string* dir) {
+  std::error_code error;
+  if (fs::exists(fs::path(path) / kManifest, error)) {
+    *dir = path;
+    return Status::Ok();
+  }
+  if (path.ends_with(kPartialSuffix) || fs::path(path).filename().string().ends_with(kPartialSuffix)) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} is a partial checkpoint: its writing was cut short (the job ended before it was complete), and it "
+        "cannot be restored",
+        path));
+  }
+  const std::string shard_dir = ShardDirectory(path, shard, shards);
+  *dir = NewestComplete(shard_dir);
+  if (!dir->empty()) return Status::Ok();
+  std::vector<std::string> partial, others;
+  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(kPartialSuffix)) partial.push_back(name);
+  }
+  if (!partial.empty()) {
+    std::sort(partial.begin(), partial.end());
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds only a partial checkpoint ({}): its writing was cut short (the job ended before it was "
+        "complete) and no complete checkpoint was written before it; there is nothing to restore",
+        shard_dir, fmt::join(partial, ", ")));
+  }
+  for (const auto& entry : fs::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("shard-")) others.push_back(name);
+  }
+  if (!others.empty()) {
+    std::sort(others.begin(), others.end());
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds no checkpoint for shard {} of {} server ranks (it has {}): restore with the same number of "
+        "server ranks",
+        path, shard, shards, fmt::join(others, ", ")));
+  }
+  return Status::NotFound(fmt::format("no complete checkpoint in {}", path));
+}
+
+Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::Replay* replay,
+                               CheckpointState* state, std::string* loaded) {
+  std::string dir;
+  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
+  Manifest parts;
+  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts));
+  std::string bytes;
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "state.bin", parts, -1, kMaxStateBytes, &bytes));
+  try {
+    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    archive(*state);
+    if (archive.bytes_left() > 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}/state.bin: {} bytes past the state's end (damaged)", dir, archive.bytes_left()));
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}/state.bin does not decode: {}", dir, e.what()));
+  }
+  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *replay, shard, shards));
+
+  const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
+  std::string leaf_bytes;
+  const int64_t leaves_size = state->size * static_cast<int64_t>(sizeof(double));
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "leaves.bin", parts, leaves_size, leaves_size, &leaf_bytes));
+  std::vector<double> leaves(static_cast<size_t>(state->size));
+  std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
+  PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir, leaves, oldest));
+
+  // The columns, in chunks of rows: each file's size checked first, its hash
+  // as it is read, and the replay is used only if every hash matches.
+  const Schema& schema = replay->store().schema();
+  const size_t columns = schema.columns.size();
+  std::vector<std::ifstream> files(columns);
+  std::vector<Hash64> hashes(columns);
+  std::vector<uint64_t> expected_hashes(columns);
+  for (size_t c = 0; c < columns; ++c) {
+    ManifestPart part;
+    PERSERVE_RETURN_IF_ERROR(FindPart(dir, ColumnFile(c), parts, state->size * schema.columns[c].ItemBytes(), &part));
+    expected_hashes[c] = part.hash;
+    files[c].open(fs::path(dir) / ColumnFile(c), std::ios::binary);
+    if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
+  }
+  const int64_t rows_per_chunk = RowsPerSlice(schema);
+  std::vector<std::byte> chunk;
+  for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, state->size - row);
+    chunk.resize(static_cast<size_t>(rows * schema.ItemBytes()));
+    std::byte* out = chunk.data();
+    for (size_t c = 0; c < columns; ++c) {
+      const std::streamsize length = static_cast<std::streamsize>(rows * schema.columns[c].ItemBytes());
+      if (!files[c].read(reinterpret_cast<char*>(out), length)) {
+        return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
+      }
+      hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
+      out += length;
+    }
+    const Status restored = replay->RestoreItems(oldest + static_cast<uint64_t>(row), rows, chunk,
+                                                 std::span(leaves).subspan(static_cast<size_t>(row),
+                                                                           static_cast<size_t>(rows)));
+    if (!restored.ok()) {
+      return Status::InvalidArgument(fmt::format("{}/leaves.bin: {} (damaged)", dir, restored.message()));
+    }
+  }
+  for (size_t c = 0; c < columns; ++c) {
+    if (hashes[c].Finish() != expected_hashes[c]) return HashMismatch(dir, ColumnFile(c));
+  }
+  PERSERVE_RETURN_IF_ERROR(replay->RestoreState(state->replay));
+  *loaded = dir;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
+                      CheckpointState* state, std::string* loaded) {
+  try {
+    return LoadCheckpointUnguarded(path, shard, shards, replay, state, loaded);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(fmt::format("out of memory restoring {}", path));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("restoring {} failed: {}", path, e.what()));
+  }
+}
+
+}  // namespace perserve::service

@@ -1,0 +1,283 @@
+// Restoring checkpoints from outside (issue 25): every field of the MANIFEST
+// and of state.bin is checked, forged values whose hashes were made to match
+// are refused by range, another --alpha is refused, a directory holding only
+// a partial checkpoint says so, and the round trips a mutation run let
+// through are pinned down: the hash of leaves.bin and state.bin, the leaves
+// of a partly filled replay, and a checkpoint of large rows while adds
+// overwrite rows it has not written yet.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "proto/bounded_input_archive.h"
+#include "server/service/checkpoint_test_util.h"
+
+namespace perserve::service {
+namespace {
+
+using namespace checkpoint_test;
+using std::chrono::microseconds;
+
+class CheckpointRestoreTest : public CheckpointTest {
+ protected:
+  // A replay of 300 items in a capacity of 500, checkpointed; the checkpoint's directory.
+  fs::path WriteOne(double alpha = 0.6) {
+    replay_ = MakeReplay(500, 17, alpha);
+    AddItems(replay_.get(), 0, 300, &rng_);
+    CheckpointWriter writer(dir_.string(), 0, 1);
+    const Status written = Write(&writer, replay_.get());
+    EXPECT_TRUE(written.ok()) << written.ToString();
+    return writer.last_path();
+  }
+
+  Status Load(double alpha = 0.6, int64_t capacity = 500) {
+    auto target = MakeReplay(capacity, 17, alpha);
+    std::string loaded;
+    return LoadCheckpoint(dir_.string(), 0, 1, target.get(), &state_, &loaded);
+  }
+
+  // The checkpoint's state, decoded.
+  static CheckpointState StateIn(const fs::path& checkpoint) {
+    const std::string bytes = ReadFile(checkpoint / "state.bin");
+    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    CheckpointState state;
+    archive(state);
+    return state;
+  }
+
+  std::unique_ptr<replay::Replay> replay_;
+  CheckpointState state_;
+};
+
+void ExpectRefused(const Status& status, Status::Code code, const std::string& mention) {
+  EXPECT_EQ(status.code(), code) << status.ToString();
+  EXPECT_NE(status.message().find(mention), std::string::npos)
+      << "\"" << status.message() << "\" lacks \"" << mention << "\"";
+}
+
+// One bit flipped in a hash's first hex digit ('6' -> 'v' is not a hex digit)
+// made std::stoull throw out of the server's main (exit 134). Each damaged
+// MANIFEST is a clear error naming the line.
+TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
+  const fs::path checkpoint = WriteOne();
+  const std::string good = ReadFile(checkpoint / "MANIFEST");
+  ASSERT_TRUE(Load().ok());
+  const size_t hash_at = good.find("part leaves.bin ");
+  ASSERT_NE(hash_at, std::string::npos);
+  const size_t first_digit = good.find(' ', good.find(' ', hash_at + 5) + 1) + 1;
+  struct Case {
+    std::string manifest;
+    std::string mention;
+  };
+  std::string bad_digit = good;
+  bad_digit[first_digit] = 'v';
+  std::string short_hash = good;
+  short_hash.erase(first_digit, 1);
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  const std::vector<Case> cases = {
+      {bad_digit, "line 4: the hash"},
+      {short_hash, "line 4: the hash"},
+      {replaced("part leaves.bin ", "part leaves.bin 12x"), "line 4: the byte count"},
+      {replaced("part leaves.bin ", "part leaves.bin -"), "line 4: the byte count"},
+      {replaced("part leaves.bin ", "part leaves.bin  "), "line 4"},
+      {replaced("part leaves.bin ", "part ../leaves.bin "), "an unknown part \"../leaves.bin\""},
+      {replaced("part leaves.bin", "part state.bin"), "state.bin listed twice"},
+      {replaced("perserve-checkpoint 1", "perserve-checkpoint 99999999999999999999"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 1", "perserve-checkpoint 1x"), "not a perserve checkpoint"},
+      {replaced("shard 0 of 1", "shard 0 of 1.5"), "line 2: not a \"shard S of K\" line"},
+      {replaced("shard 0 of 1", "shard 99999999999 of 1"), "line 2"},
+      {good + "part column-0.bin 1 0000000000000000\n", "a line after \"end\""},
+      {good.substr(0, good.size() - 1), "ends inside a line"},
+      {"", "not a perserve checkpoint manifest"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(checkpoint / "MANIFEST", std::ios::trunc | std::ios::binary) << c.manifest;
+    const Status status = Load();
+    EXPECT_FALSE(status.ok()) << c.manifest;
+    EXPECT_NE(status.message().find(c.mention), std::string::npos)
+        << "\"" << status.message() << "\" lacks \"" << c.mention << "\"";
+  }
+  std::ofstream(checkpoint / "MANIFEST", std::ios::trunc | std::ios::binary) << good;
+  EXPECT_TRUE(Load().ok());
+}
+
+// A restore that skipped the hash of leaves.bin or state.bin passed every
+// test: one flipped byte (the file's size unchanged) in either is refused.
+TEST_F(CheckpointRestoreTest, AFlippedByteInTheLeavesOrTheStateIsRefused) {
+  const fs::path checkpoint = WriteOne();
+  for (const std::string part : {"leaves.bin", "state.bin"}) {
+    const std::string good = ReadFile(checkpoint / part);
+    std::string flipped = good;
+    flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
+    std::ofstream(checkpoint / part, std::ios::trunc | std::ios::binary) << flipped;
+    ExpectRefused(Load(), Status::Code::kInvalidArgument, part + ": its hash does not match the manifest");
+    std::ofstream(checkpoint / part, std::ios::trunc | std::ios::binary) << good;
+    ASSERT_TRUE(Load().ok()) << part;
+  }
+}
+
+// A state.bin forged with its hash recomputed: every value out of range is
+// refused, naming state.bin and the field. (A next key of 2^54 + 5 restored,
+// and every key sampled after it carried shard bits: every update refused.)
+TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
+  const fs::path checkpoint = WriteOne();
+  const CheckpointState good = StateIn(checkpoint);
+  struct Case {
+    std::function<void(CheckpointState*)> forge;
+    std::string mention;
+  };
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {[](CheckpointState* s) { s->replay.next_key = (uint64_t{1} << 54) + 5; }, "next key"},
+      {[](CheckpointState* s) { s->replay.next_key = ~uint64_t{0}; }, "next key"},
+      {[](CheckpointState* s) { s->replay.next_key = 299; }, "next key"},
+      {[](CheckpointState* s) { s->size = 501; }, "size"},
+      {[](CheckpointState* s) { s->size = -1; }, "size"},
+      {[](CheckpointState* s) { s->format = 7; }, "format"},
+      {[](CheckpointState* s) { s->shards = 2; }, "shard"},
+      {[](CheckpointState* s) { s->replay.max_priority = nan; }, "max priority"},
+      {[](CheckpointState* s) { s->replay.max_priority = 0.0; }, "max priority"},
+      {[](CheckpointState* s) { s->replay.counters.items_added = 301; }, "items added"},
+      {[](CheckpointState* s) { s->replay.counters.items_sampled = -4; }, "items sampled"},
+      {[](CheckpointState* s) { s->replay.counters.stale_updates_dropped = -1; }, "stale updates dropped"},
+      {[](CheckpointState* s) { s->limiter.inserted = -1; }, "rate limiter"},
+      {[](CheckpointState* s) { s->limiter = {1, 1, true, nan, 3.0}; }, "rate limiter"},
+      {[](CheckpointState* s) { s->limiter = {1, 1, true, 5.0, 3.0}; }, "rate limiter"},
+      {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{nan, 0, 1.0, 0}}; }, "episodes"},
+      {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{1.0, 2, 1.0, 0}}; }, "episodes"},
+      {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{1.0, 0, -3.0, 0}}; }, "episodes"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CheckpointState forged = good;
+    cases[i].forge(&forged);
+    ForgePart(checkpoint, "state.bin", EncodeState(forged));
+    const Status status = Load();
+    EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << "case " << i << ": " << status.ToString();
+    EXPECT_NE(status.message().find("state.bin: " + cases[i].mention), std::string::npos)
+        << "case " << i << ": \"" << status.message() << "\" lacks \"state.bin: " << cases[i].mention << "\"";
+  }
+  // Bytes past the state's end.
+  ForgePart(checkpoint, "state.bin", EncodeState(good) + "x");
+  ExpectRefused(Load(), Status::Code::kInvalidArgument, "state.bin: 1 bytes past the state's end");
+  ForgePart(checkpoint, "state.bin", EncodeState(good));
+  EXPECT_TRUE(Load().ok());
+}
+
+// Leaves from outside: NaN, negative, infinite, subnormal (no priority's leaf
+// is: the tree clamps them to 2^-1022), or a total past the tree's limit.
+TEST_F(CheckpointRestoreTest, ForgedLeavesAreRefusedNamingLeavesBin) {
+  const fs::path checkpoint = WriteOne();
+  const std::string good = ReadFile(checkpoint / "leaves.bin");
+  for (const double leaf : {std::numeric_limits<double>::quiet_NaN(), -1.0, std::numeric_limits<double>::infinity(),
+                            1e-310, 1e308}) {
+    std::string forged = good;
+    for (size_t item : {size_t{7}, size_t{8}}) std::memcpy(forged.data() + item * sizeof(double), &leaf, sizeof(leaf));
+    ForgePart(checkpoint, "leaves.bin", forged);
+    const Status status = Load();
+    EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << leaf << ": " << status.ToString();
+    EXPECT_NE(status.message().find("leaves.bin"), std::string::npos) << leaf << ": " << status.message();
+  }
+  // A zero leaf is an add whose columns failed: never drawn, and restored as it was.
+  std::string with_zero = good;
+  const double zero = 0.0;
+  std::memcpy(with_zero.data() + 7 * sizeof(double), &zero, sizeof(zero));
+  ForgePart(checkpoint, "leaves.bin", with_zero);
+  EXPECT_TRUE(Load().ok());
+}
+
+// Written at alpha 0.6, restored with --alpha 0.5: the old leaves are p^0.6,
+// the new ones would be p^0.5. Refused, naming both.
+TEST_F(CheckpointRestoreTest, ARestoreWithAnotherAlphaIsRefused) {
+  WriteOne(0.6);
+  ExpectRefused(Load(0.5), Status::Code::kFailedPrecondition, "written with --alpha 0.6; this server has --alpha 0.5");
+  EXPECT_TRUE(Load(0.6).ok());
+}
+
+// A job stopped while its first checkpoint was written leaves only
+// checkpoint-000000.partial: the restore said "no checkpoint for shard 0 of 1
+// ... restore with the same number of server ranks", the wrong way.
+TEST_F(CheckpointRestoreTest, ADirectoryHoldingOnlyAPartialCheckpointSaysSo) {
+  auto replay = MakeReplay(500);
+  AddItems(replay.get(), 0, 100, &rng_);
+  std::string partial;
+  {
+    CheckpointWriter writer(dir_.string(), 0, 1);
+    ASSERT_TRUE(writer.Begin(*replay, StateOf(*replay)).ok());
+    partial = writer.path() + ".partial";
+    fs::copy(partial, dir_ / "left", fs::copy_options::recursive);
+  }
+  fs::rename(dir_ / "left", partial);  // as a job killed mid-write leaves it
+  ExpectRefused(Load(), Status::Code::kFailedPrecondition,
+                "holds only a partial checkpoint (checkpoint-000000.partial): its writing was cut short");
+  auto target = MakeReplay(500);
+  std::string loaded;
+  ExpectRefused(LoadCheckpoint(partial, 0, 1, target.get(), &state_, &loaded), Status::Code::kFailedPrecondition,
+                "is a partial checkpoint");
+}
+
+// The only round trip was a full, wrapped ring, where the next slot is the
+// oldest: leaves read from the wrong slot passed. Here the ring is partly
+// filled (oldest slot 0, next slot 300) and every key's leaf must come back
+// under that key, every node bit-exact.
+TEST_F(CheckpointRestoreTest, APartlyFilledReplayRoundTripsEveryLeafUnderItsKey) {
+  const fs::path checkpoint = WriteOne();
+  replay::UpdateCounts counts;
+  std::vector<uint64_t> keys;
+  std::vector<double> priorities;
+  for (uint64_t key = 0; key < 300; key += 3) keys.push_back(key), priorities.push_back(0.1 + key);
+  auto replay = std::move(replay_);
+  ASSERT_TRUE(replay->UpdatePriorities(keys, priorities, &counts).ok());
+  fs::remove_all(dir_);
+  CheckpointWriter writer(dir_.string(), 0, 1);
+  ASSERT_TRUE(Write(&writer, replay.get()).ok());
+  auto restored = MakeReplay(500);
+  std::string loaded;
+  const Status status = LoadCheckpoint(dir_.string(), 0, 1, restored.get(), &state_, &loaded);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(restored->size(), 300);
+  ASSERT_NE(restored->next_slot(), static_cast<int64_t>(restored->oldest_key() % 500)) << "a partly filled ring";
+  ExpectSameNodes(*replay, *restored);
+  EXPECT_EQ(Items(*restored), Items(*replay));
+}
+
+// BeforeAdd made a no-op passed every test: their rows were all written
+// before the first add (one slice held them all). Rows of 100 KB make a slice
+// 10 rows, so the adds between slices overwrite rows not written yet: the
+// checkpoint must still be the replay as it was when it began.
+TEST_F(CheckpointRestoreTest, AddsOverwritingRowsNotYetWrittenDoNotChangeTheCheckpoint) {
+  constexpr int64_t kCapacity = 64, kRowBytes = 100000;
+  auto replay = MakeReplay(kCapacity, 17, 0.6, kRowBytes);
+  AddItems(replay.get(), 0, kCapacity, &rng_);
+  const std::vector<std::byte> at_begin = Items(*replay);
+  CheckpointWriter writer(dir_.string(), 0, 1, kCapacity);
+  int64_t next_id = kCapacity;
+  int adds_before_done = 0;
+  const Status written = Write(&writer, replay.get(), [&] {
+    ASSERT_TRUE(writer.BeforeAdd(*replay, 16).ok());
+    AddItems(replay.get(), next_id, 16, &rng_);
+    next_id += 16;
+    ++adds_before_done;
+  });
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  ASSERT_GE(adds_before_done, 4) << "the adds overwrote the whole ring while the checkpoint was written";
+  auto restored = MakeReplay(kCapacity, 17, 0.6, kRowBytes);
+  std::string loaded;
+  const Status status = LoadCheckpoint(dir_.string(), 0, 1, restored.get(), &state_, &loaded);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(restored->next_key(), static_cast<uint64_t>(kCapacity));
+  EXPECT_TRUE(Items(*restored) == at_begin) << "rows overwritten after Begin went into the checkpoint";
+}
+
+}  // namespace
+}  // namespace perserve::service
