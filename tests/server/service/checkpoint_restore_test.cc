@@ -16,6 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "proto/bounded_input_archive.h"
+#include "proto/codec.h"
+#include "service/loopback_transport.h"
+#include "service/replay_service.h"
 #include "server/service/checkpoint_test_util.h"
 
 namespace perserve::service {
@@ -277,6 +280,46 @@ TEST_F(CheckpointRestoreTest, AddsOverwritingRowsNotYetWrittenDoNotChangeTheChec
   ASSERT_TRUE(status.ok()) << status.ToString();
   EXPECT_EQ(restored->next_key(), static_cast<uint64_t>(kCapacity));
   EXPECT_TRUE(Items(*restored) == at_begin) << "rows overwritten after Begin went into the checkpoint";
+}
+
+// No restore test ran a rate limiter: a restore that left it fresh passed.
+// Restored, the limiter holds an add the fresh one would take (the actors are
+// 90 items ahead), and the next checkpoint carries its state on.
+TEST_F(CheckpointRestoreTest, TheServiceRestoresTheRateLimitersStateAndActsOnIt) {
+  auto replay = MakeReplay(500);
+  AddItems(replay.get(), 0, 100, &rng_);
+  ServiceOptions options;
+  options.min_size_to_sample = 10;
+  options.samples_per_insert = 1.0;
+  options.error_buffer = 20.0;
+  options.stats_interval_seconds = 0.0;
+  options.checkpoint_dir = dir_.string();
+  LoopbackTransport transport(1);
+  ReplayService service(replay.get(), &transport, options);
+  CheckpointState restored;
+  restored.limiter = RateLimiterState{100, 0, true, 60.0, 90.0};
+  service.Restore(restored);
+
+  const std::vector<std::byte> columns(static_cast<size_t>(5 * replay->store().schema().ItemBytes()));
+  std::vector<std::byte> frame;
+  proto::EncodeFrame(proto::MessageKind::kAddRequest, 1, proto::AddRequest{5, false}, {std::span(columns)}, &frame);
+  transport.Push(0, std::move(frame));
+  bool handled = false;
+  ASSERT_TRUE(service.Step(&handled).ok());
+  EXPECT_EQ(service.held_adds(0), 1) << "the restored limiter holds the add (100 + 5 > 10 + 20)";
+
+  ASSERT_TRUE(service.RequestCheckpoint("test").ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (service.checkpoints()->active() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(service.Step(&handled).ok());
+  }
+  ASSERT_FALSE(service.checkpoints()->active());
+  ASSERT_TRUE(Load().ok());
+  EXPECT_EQ(state_.limiter.inserted, 100);
+  EXPECT_EQ(state_.limiter.sampled, 0);
+  EXPECT_TRUE(state_.limiter.observed);
+  EXPECT_EQ(state_.limiter.lowest, 60.0);
+  EXPECT_EQ(state_.limiter.highest, 90.0);
 }
 
 }  // namespace
