@@ -1,11 +1,13 @@
 // fuzz_join: what one peer contributes to the collective join (mpi/join.h),
 // read as the join reads it but without MPI (fuzz/inputs.h has the layout):
 // its {role, protocol version} entry (CheckJoinEntry), the schema length a
-// server rank broadcasts (CheckSchemaLength) and the schema's bytes
-// (proto::DeserializeSchema). Each must answer with a status, never crash or
+// server rank broadcasts (CheckSchemaLength), its alpha and capacity
+// (CheckServerInfo), the number of servers (CheckServerCount) and the
+// schema's bytes (proto::DeserializeSchema). Each must answer with a status, never crash or
 // hit UB; the checks must accept exactly what the protocol allows; and a
 // schema that decodes is valid and serializes back to the same bytes.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -33,6 +35,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Status length = mpi::CheckSchemaLength(join.rank, join.schema_length);
   const bool length_allowed = join.schema_length >= 1 && join.schema_length <= mpi::kMaxSchemaBytes;
   FUZZ_CHECK(length.code() == (length_allowed ? Status::Code::kOk : Status::Code::kInvalidArgument));
+
+  const Status info = mpi::CheckServerInfo(join.rank, join.alpha, join.capacity);
+  const bool info_allowed = std::isfinite(join.alpha) && join.alpha >= 0.0 && join.capacity >= 1.0 &&
+                            join.capacity <= static_cast<double>(mpi::kMaxServerCapacity) &&
+                            std::trunc(join.capacity) == join.capacity;
+  FUZZ_CHECK(info.code() == (info_allowed ? Status::Code::kOk : Status::Code::kInvalidArgument));
+  if (info.ok()) FUZZ_CHECK(static_cast<int64_t>(join.capacity) >= 1);  // the conversion the join then makes
+  const Status servers = mpi::CheckServerCount(join.servers);
+  FUZZ_CHECK(servers.code() == (join.servers <= 1024 ? Status::Code::kOk : Status::Code::kInvalidArgument));
 
   Schema schema;
   const Status decoded = proto::DeserializeSchema(join.schema, &schema);

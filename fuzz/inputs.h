@@ -18,13 +18,29 @@
 //        4     4  role             int32 (proto::Role)
 //        8     4  protocol version int32
 //       12     8  schema length    uint64, as broadcast before the schema
-//       20     .  schema bytes     what the server rank broadcasts
+//       20     8  alpha            double, as a server broadcasts it
+//       28     8  capacity         double, likewise
+//       36     4  server count     uint32, the servers in the role table
+//       40     .  schema bytes     what the server rank broadcasts
+//
+// fuzz_checkpoint: a checkpoint directory's files
+//
+//   offset  size  field
+//        0     1  control: bit 0 set: the MANIFEST is the input's own; clear:
+//                 one is written listing each part the input gives with its
+//                 true size and hash, so the state's and leaves' checks past
+//                 the hashes are reached too
+//        1     .  records, each: 1 byte part (mod kCheckpointParts: MANIFEST,
+//                 state.bin, leaves.bin, column-0.bin, column-1.bin), 4 bytes
+//                 n (little-endian), n bytes (fewer if the input ends first);
+//                 a later record of the same part replaces an earlier one
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <span>
 #include <vector>
 
@@ -78,10 +94,13 @@ struct JoinInput {
   int32_t role = 0;
   int32_t version = 0;
   uint64_t schema_length = 0;
+  double alpha = 0.0;
+  double capacity = 0.0;
+  uint32_t servers = 0;
   std::span<const std::byte> schema;
 };
 
-inline constexpr size_t kJoinFixedBytes = 20;
+inline constexpr size_t kJoinFixedBytes = 40;
 
 // False when `input` is shorter than the fixed fields.
 inline bool ParseJoinInput(std::span<const std::byte> input, JoinInput* join) {
@@ -90,19 +109,61 @@ inline bool ParseJoinInput(std::span<const std::byte> input, JoinInput* join) {
   std::memcpy(&join->role, input.data() + 4, 4);
   std::memcpy(&join->version, input.data() + 8, 4);
   std::memcpy(&join->schema_length, input.data() + 12, 8);
+  std::memcpy(&join->alpha, input.data() + 20, 8);
+  std::memcpy(&join->capacity, input.data() + 28, 8);
+  std::memcpy(&join->servers, input.data() + 36, 4);
   join->schema = input.subspan(kJoinFixedBytes);
   return true;
 }
 
-inline std::vector<std::byte> EncodeJoinInput(int32_t rank, int32_t role, int32_t version, uint64_t schema_length,
-                                              std::span<const std::byte> schema) {
+inline std::vector<std::byte> EncodeJoinInput(const JoinInput& join) {
   std::vector<std::byte> input(kJoinFixedBytes);
-  std::memcpy(input.data(), &rank, 4);
-  std::memcpy(input.data() + 4, &role, 4);
-  std::memcpy(input.data() + 8, &version, 4);
-  std::memcpy(input.data() + 12, &schema_length, 8);
-  input.insert(input.end(), schema.begin(), schema.end());
+  std::memcpy(input.data(), &join.rank, 4);
+  std::memcpy(input.data() + 4, &join.role, 4);
+  std::memcpy(input.data() + 8, &join.version, 4);
+  std::memcpy(input.data() + 12, &join.schema_length, 8);
+  std::memcpy(input.data() + 20, &join.alpha, 8);
+  std::memcpy(input.data() + 28, &join.capacity, 8);
+  std::memcpy(input.data() + 36, &join.servers, 4);
+  input.insert(input.end(), join.schema.begin(), join.schema.end());
   return input;
+}
+
+inline constexpr const char* kCheckpointParts[] = {"MANIFEST", "state.bin", "leaves.bin", "column-0.bin",
+                                                   "column-1.bin"};
+inline constexpr uint8_t kOwnManifestBit = 1;
+
+struct CheckpointInput {
+  bool own_manifest = false;
+  // By part index (kCheckpointParts); absent parts are not written.
+  std::vector<std::span<const std::byte>> parts = std::vector<std::span<const std::byte>>(std::size(kCheckpointParts));
+  std::vector<bool> present = std::vector<bool>(std::size(kCheckpointParts), false);
+};
+
+inline CheckpointInput ParseCheckpointInput(std::span<const std::byte> input) {
+  CheckpointInput parsed;
+  if (input.empty()) return parsed;
+  parsed.own_manifest = (static_cast<uint8_t>(input[0]) & kOwnManifestBit) != 0;
+  input = input.subspan(1);
+  while (input.size() >= 5) {
+    const size_t part = static_cast<uint8_t>(input[0]) % std::size(kCheckpointParts);
+    uint32_t length = 0;
+    std::memcpy(&length, input.data() + 1, 4);
+    input = input.subspan(5);
+    const size_t taken = std::min<size_t>(length, input.size());
+    parsed.parts[part] = input.first(taken);
+    parsed.present[part] = true;
+    input = input.subspan(taken);
+  }
+  return parsed;
+}
+
+inline void AppendCheckpointRecord(uint8_t part, std::span<const std::byte> bytes, std::vector<std::byte>* input) {
+  const auto length = static_cast<uint32_t>(bytes.size());
+  input->push_back(static_cast<std::byte>(part));
+  const auto* length_bytes = reinterpret_cast<const std::byte*>(&length);
+  input->insert(input->end(), length_bytes, length_bytes + 4);
+  input->insert(input->end(), bytes.begin(), bytes.end());
 }
 
 }  // namespace perserve::fuzz

@@ -6,20 +6,36 @@
 //                 learner adding, sampling, updating and closing, broken
 //                 messages among them;
 //   fuzz_join     join data of a server rank with the default and a small
-//                 schema, and entries of another version and role.
+//                 schema, and entries of another version and role, a NaN
+//                 capacity and one server too many;
+//   fuzz_checkpoint  real checkpoints of a 64-item replay (partly filled,
+//                 wrapped, with updated priorities), written by the
+//                 server's CheckpointWriter, with their own MANIFEST and
+//                 with one made to match.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
+#include <limits>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "fuzz/inputs.h"
 #include "proto/codec.h"
+#include "replay/replay.h"
+#include "service/checkpoint.h"
 
 namespace perserve::fuzz {
 namespace {
@@ -169,15 +185,86 @@ std::map<std::string, Bytes> JoinSeeds() {
   const auto learner = static_cast<int32_t>(proto::Role::kLearner);
   const std::string default_schema = proto::SerializeSchema(Schema::Default());
   const std::string small_schema = proto::SerializeSchema(ServiceSchema());
-  const auto bytes = [](const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); };
-  return {
-      {"server_default_schema",
-       EncodeJoinInput(0, server, proto::kProtocolVersion, default_schema.size(), bytes(default_schema))},
-      {"server_small_schema", EncodeJoinInput(1, server, proto::kProtocolVersion, small_schema.size(), bytes(small_schema))},
-      {"learner_no_schema", EncodeJoinInput(2, learner, proto::kProtocolVersion, 0, {})},
-      {"other_version", EncodeJoinInput(3, server, proto::kProtocolVersion + 1, small_schema.size(), bytes(small_schema))},
-      {"unknown_role", EncodeJoinInput(4, 5, proto::kProtocolVersion, uint64_t{1} << 40, bytes(small_schema))},
+  const auto join = [](int32_t rank, int32_t role, int32_t version, uint64_t length, const std::string& schema,
+                       double alpha = 0.6, double capacity = 1 << 21, uint32_t servers = 1) {
+    return EncodeJoinInput(JoinInput{rank, role, version, length, alpha, capacity, servers,
+                                     std::as_bytes(std::span(schema.data(), schema.size()))});
   };
+  return {
+      {"server_default_schema", join(0, server, proto::kProtocolVersion, default_schema.size(), default_schema)},
+      {"server_small_schema", join(1, server, proto::kProtocolVersion, small_schema.size(), small_schema, 1.0, 64, 2)},
+      {"learner_no_schema", join(2, learner, proto::kProtocolVersion, 0, "")},
+      {"other_version", join(3, server, proto::kProtocolVersion + 1, small_schema.size(), small_schema)},
+      {"unknown_role", join(4, 5, proto::kProtocolVersion, uint64_t{1} << 40, small_schema)},
+      {"nan_capacity", join(0, server, proto::kProtocolVersion, small_schema.size(), small_schema, 0.6,
+                            std::numeric_limits<double>::quiet_NaN())},
+      {"too_many_servers", join(0, server, proto::kProtocolVersion, small_schema.size(), small_schema, 0.6, 1024, 1025)},
+  };
+}
+
+// A checkpoint of a 64-item replay holding `items` added (then every third
+// priority updated), packed as fuzz_checkpoint reads it: `own_manifest` with
+// the writer's MANIFEST, else without one (the target makes it).
+Bytes CheckpointSeed(int64_t items, bool own_manifest) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<replay::Replay> replay;
+  if (!replay::Replay::Create(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, ServiceSchema(), &replay).ok()) {
+    return {};
+  }
+  for (int64_t first = 0; first < items; first += 16) {
+    const int64_t count = std::min<int64_t>(16, items - first);
+    std::vector<int64_t> ids;
+    std::vector<uint8_t> tags;
+    std::vector<double> priorities;
+    for (int64_t j = 0; j < count; ++j) {
+      ids.push_back(first + j);
+      tags.push_back(static_cast<uint8_t>(j));
+      tags.push_back(static_cast<uint8_t>(first));
+      priorities.push_back(0.25 + static_cast<double>(j));
+    }
+    Bytes bulk;
+    for (auto part : {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags))}) bulk.insert(bulk.end(), part.begin(), part.end());
+    uint64_t first_key = 0;
+    (void)replay->Add(count, bulk, priorities, &first_key);
+  }
+  std::vector<uint64_t> keys;
+  for (uint64_t key = replay->oldest_key(); key < replay->next_key(); key += 3) keys.push_back(key);
+  replay::UpdateCounts counts;
+  (void)replay->UpdatePriorities(keys, std::vector<double>(keys.size(), 7.5), &counts);
+
+  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-fuzz-seed-{}", ::getpid());
+  std::error_code error;
+  fs::remove_all(dir, error);
+  service::CheckpointState state;
+  state.schema = replay->store().schema().ToString();
+  state.capacity = replay->capacity();
+  state.alpha = replay->alpha();
+  state.replay = replay->State();
+  state.limiter = {items, 3 * items, true, -5.0, 12.0};
+  state.episodes = {replay::EpisodeCarry{2.5, 0, 3.0, 0}, replay::EpisodeCarry{}};
+  Bytes seed = {static_cast<std::byte>(own_manifest ? kOwnManifestBit : 0)};
+  {
+    service::CheckpointWriter writer(dir.string(), 0, 1, 64);
+    if (!writer.Begin(*replay, state).ok()) return {};
+    for (bool done = false; !done;) {
+      if (!writer.Step(*replay, std::chrono::microseconds(1000), &done).ok()) return {};
+    }
+    for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
+      std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
+      const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      AppendCheckpointRecord(static_cast<uint8_t>(part), std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);
+    }
+  }
+  fs::remove_all(dir, error);
+  return seed;
+}
+
+std::map<std::string, Bytes> CheckpointSeeds() {
+  return {{"partly_filled_own_manifest", CheckpointSeed(40, true)},
+          {"partly_filled", CheckpointSeed(40, false)},
+          {"wrapped_own_manifest", CheckpointSeed(100, true)},
+          {"wrapped", CheckpointSeed(100, false)},
+          {"empty", CheckpointSeed(0, false)}};
 }
 
 bool WriteSeeds(const std::filesystem::path& dir, const std::map<std::string, Bytes>& seeds) {
@@ -210,6 +297,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path dir = argv[1];
   const bool written = WriteSeeds(dir / "fuzz_frame", FrameSeeds()) &&
                        WriteSeeds(dir / "fuzz_service", ServiceSeeds()) &&
-                       WriteSeeds(dir / "fuzz_join", JoinSeeds());
+                       WriteSeeds(dir / "fuzz_join", JoinSeeds()) &&
+                       WriteSeeds(dir / "fuzz_checkpoint", CheckpointSeeds());
   return written ? 0 : 1;
 }

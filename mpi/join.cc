@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -50,6 +51,27 @@ Status CheckSchemaLength(int server_rank, uint64_t length) {
   if (length >= 1 && length <= kMaxSchemaBytes) return Status::Ok();
   return Status::InvalidArgument(fmt::format("server rank {} sent a schema of {} bytes; a schema takes 1 to {} bytes",
                                              server_rank, length, kMaxSchemaBytes));
+}
+
+Status CheckServerInfo(int server_rank, double alpha, double capacity) {
+  if (!std::isfinite(alpha) || !(alpha >= 0.0)) {
+    return Status::InvalidArgument(fmt::format("server rank {} sent alpha {}; alpha is finite and >= 0", server_rank,
+                                               alpha));
+  }
+  if (!(capacity >= 1.0 && capacity <= static_cast<double>(kMaxServerCapacity)) || capacity != std::floor(capacity)) {
+    return Status::InvalidArgument(fmt::format("server rank {} sent a capacity of {}; a capacity is a whole number "
+                                               "in [1, 2^40]",
+                                               server_rank, capacity));
+  }
+  return Status::Ok();
+}
+
+Status CheckServerCount(size_t servers) {
+  if (servers <= static_cast<size_t>(proto::kMaxShards)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{} ranks joined as perserve servers; at most {} can (a key names its shard in {} bits): launch fewer "
+      "server ranks",
+      servers, proto::kMaxShards, proto::kShardKeyBits));
 }
 
 namespace {
@@ -178,6 +200,7 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
   if (result->server_ranks.empty()) {
     return Status::FailedPrecondition("no rank joined as a perserve server: launch perserve-server in the job");
   }
+  PERSERVE_RETURN_IF_ERROR(CheckServerCount(result->server_ranks.size()));
 
   // Each server broadcasts its schema, alpha and capacity; everyone takes
   // part in every broadcast.
@@ -204,6 +227,9 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
     double info[2] = {0.0, 0.0};  // alpha, capacity (exact in a double up to 2^53)
     if (root == comm->rank()) info[0] = server->alpha, info[1] = static_cast<double>(server->capacity);
     PERSERVE_RETURN_IF_ERROR(Check(MPI_Bcast(info, 2, MPI_DOUBLE, root, comm->get()), "MPI_Bcast (alpha, capacity)"));
+    // Checked before the capacity becomes an integer (NaN or 1e300 would be
+    // undefined behaviour); every rank got the same values and stops alike.
+    PERSERVE_RETURN_IF_ERROR(CheckServerInfo(root, info[0], info[1]));
     schemas.push_back(std::move(schema));
     alphas.push_back(info[0]);
     result->capacities.push_back(static_cast<int64_t>(info[1]));

@@ -10,7 +10,8 @@
 //      one server; all ranks see the same table, so all agree on failure;
 //   4. each server rank, in rank order, broadcasts its schema (size, bytes),
 //      its alpha and its capacity; all servers must agree on schema and alpha
-//      (every rank refuses the join otherwise, naming the ranks).
+//      (every rank refuses the join otherwise, naming the ranks). At most
+//      proto::kMaxShards (1024) servers may join.
 //
 // Placement: the servers are shards of one replay. Actors (in rank order) are
 // dealt to the servers round-robin, one server each; every learner talks to
@@ -55,6 +56,9 @@ struct JoinResult {
 
 // The most bytes a schema may take on the wire (thousands of columns).
 inline constexpr uint64_t kMaxSchemaBytes = uint64_t{1} << 20;
+// The largest capacity a server may announce: the priority tree's largest
+// (tree::PriorityTree::kMaxCapacity, 2^40 leaves).
+inline constexpr int64_t kMaxServerCapacity = int64_t{1} << 40;
 
 // Collective over `parent`. A server passes what it serves; others nullptr.
 // On success `comm` holds the duplicated communicator all later messages use.
@@ -84,5 +88,12 @@ Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<Schema
 // The join's checks on what a peer sent, on their own (tests and fuzzing).
 Status CheckJoinEntry(int rank, int32_t role, int32_t version);
 Status CheckSchemaLength(int server_rank, uint64_t length);
+// A server's alpha and capacity as broadcast (both doubles): alpha finite and
+// >= 0, capacity a whole number in [1, kMaxServerCapacity]. Only then is the
+// capacity converted to an integer.
+Status CheckServerInfo(int server_rank, double alpha, double capacity);
+// At most proto::kMaxShards servers: a key carries its shard in its top
+// proto::kShardKeyBits bits, and more would wrap into another shard's keys.
+Status CheckServerCount(size_t servers);
 
 }  // namespace perserve::mpi

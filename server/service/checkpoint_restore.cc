@@ -253,8 +253,13 @@ Status ValidateState(const std::string& dir, const CheckpointState& state, const
     return bad("rate limiter", fmt::format("counts {} inserted and {} sampled: negative", limiter.inserted,
                                            limiter.sampled));
   }
-  if (limiter.observed && !(std::isfinite(limiter.lowest) && std::isfinite(limiter.highest) &&
-                            limiter.lowest <= limiter.highest)) {
+  // The offsets seen: none yet (+inf, -inf: a limiter off, or before the
+  // replay first held M items) or a finite range.
+  const bool none_seen = limiter.lowest == std::numeric_limits<double>::infinity() &&
+                         limiter.highest == -std::numeric_limits<double>::infinity();
+  const bool range_seen =
+      std::isfinite(limiter.lowest) && std::isfinite(limiter.highest) && limiter.lowest <= limiter.highest;
+  if (limiter.observed && !none_seen && !range_seen) {
     return bad("rate limiter", fmt::format("offsets seen [{}, {}] are not a finite range", limiter.lowest,
                                            limiter.highest));
   }
@@ -351,7 +356,7 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   const int64_t leaves_size = state->size * static_cast<int64_t>(sizeof(double));
   PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "leaves.bin", parts, leaves_size, leaves_size, &leaf_bytes));
   std::vector<double> leaves(static_cast<size_t>(state->size));
-  std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
+  if (!leaves.empty()) std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
   PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir, leaves, oldest));
 
   // The columns, in chunks of rows: each file's size checked first, its hash

@@ -31,7 +31,9 @@ struct Flags {
   uint64_t seed = 0x5eed;
   std::string log_level = "info";
   bool prefault_store = false;
-  double priority_eps = 0.0;
+  // Baselines' learners add 1e-6 to |TD error| (prioritized_replay_eps): the
+  // same default here, so a zero TD error is a valid priority (docs/operations.md).
+  double priority_eps = 1e-6;
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
   std::string restore;
@@ -128,7 +130,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int Main(int argc, char** argv) {
   CLI::App app{"perserve-server: a prioritized experience replay rank"};
   Flags flags;
   app.set_config("--config", "", "TOML/INI file with any of these options (column = [\"obs:uint8:84,84,4\", ...])");
@@ -157,11 +159,12 @@ int main(int argc, char** argv) {
                  "sampling seed; each server rank mixes it with its MPI rank, so ranks never share a seed and a "
                  "rerun with the same seed repeats its samples")->capture_default_str();
   app.add_option("--priority-eps", flags.priority_eps,
-                 "added to every priority (adds and updates) before the exponent: leaf = (p + eps)^alpha; "
-                 "with eps > 0 a zero priority is valid")->check(CLI::NonNegativeNumber)->capture_default_str();
+                 "added to every priority (adds and updates) before the exponent: leaf = (p + eps)^alpha, as "
+                 "Baselines' learners add 1e-6; with eps > 0 a zero priority is valid, with 0 it is refused")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--drop-bad-priorities", flags.drop_bad_priorities,
-               "an update's NaN, infinite, negative (or, with eps 0, zero) priorities are dropped and counted "
-               "(stats, update reply) instead of refusing the whole update");
+               "an update's NaN, infinite or negative priorities are dropped and counted (stats, update reply) "
+               "instead of refusing the whole update; with --priority-eps 0 a zero gets the smallest leaf");
   app.add_flag("--max-priority-from-adds", flags.max_priority_from_adds,
                "an actor's explicit priorities also raise the running max priority that priority-less adds get; "
                "off by default, as in Baselines: actors' priorities come from a stale network, and one outlier "
@@ -255,4 +258,17 @@ int main(int argc, char** argv) {
   const int code = Serve(flags, schema, options);
   MPI_Finalize();
   return code;
+}
+
+// No exception leaves main: one that escapes the server's own handling (an
+// allocation at start-up, a library's) ends the job with its message and
+// exit code 2, as every other start-up error does, instead of terminate().
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    Abort(std::string("stopped by an unexpected error: ") + e.what());
+  } catch (...) {
+    Abort("stopped by an unexpected error");
+  }
 }

@@ -16,9 +16,12 @@
 //               every rank ends normally (it used to be SIGABRT everywhere).
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +30,7 @@
 
 #include "perserve/client.h"
 #include "perserve/client_c.h"
+#include "proto/codec.h"
 #include "raw_client.h"
 
 namespace {
@@ -119,12 +123,19 @@ struct BrokenJoin {
   int32_t role = 1;               // proto::Role::kServer
   uint64_t schema_bytes = 0;      // 0: no broadcast at all (the join fails before it)
   std::string mention;
+  // Set: a valid schema, then these {alpha, capacity} (schema_bytes unused).
+  std::optional<std::array<double, 2>> info{};
 };
 
 BrokenJoin BrokenJoinFor(const std::string& variant) {
   if (variant == "huge_schema") return {1, uint64_t{1} << 62, "sent a schema of 4611686018427387904 bytes"};
   if (variant == "garbage_schema") return {1, 16, "sent a schema that does not decode"};
   if (variant == "unknown_role") return {9, 0, "rank 0 joined with an unknown role 9"};
+  // A capacity of NaN was cast to int64 unchecked (undefined behaviour).
+  if (variant == "nan_capacity") {
+    return {1, 0, "server rank 0 sent a capacity of nan", std::array{0.6, std::numeric_limits<double>::quiet_NaN()}};
+  }
+  if (variant == "negative_alpha") return {1, 0, "server rank 0 sent alpha -1", std::array{-1.0, 1024.0}};
   CHECK(false, "unknown bad_join variant {}", variant);
   return {};
 }
@@ -144,7 +155,15 @@ int BrokenServer(const BrokenJoin& broken) {
   CHECK(MPI_Iallgather(mine, 2, MPI_INT32_T, table.data(), 2, MPI_INT32_T, comm, &request) == MPI_SUCCESS,
         "allgather");
   CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS, "allgather wait");
-  if (broken.schema_bytes > 0) {
+  if (broken.info) {
+    const std::string schema = perserve::proto::SerializeSchema(perserve::Schema::Default());
+    uint64_t length = schema.size();
+    CHECK(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, comm) == MPI_SUCCESS, "bcast size");
+    CHECK(MPI_Bcast(const_cast<char*>(schema.data()), static_cast<int>(length), MPI_BYTE, 0, comm) == MPI_SUCCESS,
+          "bcast schema");
+    std::array<double, 2> info = *broken.info;
+    CHECK(MPI_Bcast(info.data(), 2, MPI_DOUBLE, 0, comm) == MPI_SUCCESS, "bcast info");
+  } else if (broken.schema_bytes > 0) {
     uint64_t length = broken.schema_bytes;
     CHECK(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, comm) == MPI_SUCCESS, "bcast size");
     if (length <= perserve::mpi::kMaxSchemaBytes) {

@@ -15,6 +15,11 @@
 //                        "exact" (ClientOptions::exact_shard_totals).
 //   learners ROLE        actors add for a while; two learners sample and
 //                        update concurrently over two shards.
+//   tiny ROLE MODE       (servers --alpha 2 --priority-eps 0) the actors add
+//                        as for sampling; the learner updates one drawn key
+//                        to 1e-200, whose leaf (1e-400 underflows) is clamped
+//                        to 2^-1022: every weight drawn after it, over every
+//                        shard, is > 0 and <= 1 (a zero min made them all 0).
 #include <mpi.h>
 
 #include <chrono>
@@ -227,6 +232,37 @@ int SamplingLearner(bool exact, int servers) {
   return 0;
 }
 
+int TinyPriorityLearner(bool exact) {
+  perserve::ClientOptions options;
+  options.exact_shard_totals = exact;
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(learner->Peers(&peers));
+  (void)ActorIndices(peers, false);
+  MPI_Barrier(peers);  // every item is in
+  perserve::SampleBatch batch;
+  CHECK_OK(learner->Sample(512, kBeta, &batch));
+  perserve::UpdateResult result;
+  CHECK_OK(learner->UpdatePriorities(std::vector<uint64_t>{batch.keys[0]}, std::vector<double>{1e-200}, &result));
+  CHECK(result.applied == 1, "applied {}", result.applied);
+  double smallest = 1.0;
+  for (int b = 0; b < 40; ++b) {
+    CHECK_OK(learner->Sample(512, kBeta, &batch));
+    for (int64_t i = 0; i < batch.size; ++i) {
+      CHECK(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0, "weight {} for key {:#x}", batch.weights[i],
+            batch.keys[i]);
+      smallest = std::min(smallest, batch.weights[i]);
+    }
+  }
+  MPI_Barrier(peers);
+  MPI_Comm_free(&peers);
+  CHECK_OK(learner->Close());
+  fmt::print("[learner] tiny: every weight over the shards in (0, 1] after a priority of 1e-200 (smallest {:.3g})\n",
+             smallest);
+  return 0;
+}
+
 int LearnersActor(double seconds) {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
@@ -284,6 +320,8 @@ int main(int argc, char** argv) {
   int code = 1;
   if (scenario == "sampling") {
     code = role == "actor" ? SamplingActor() : SamplingLearner(arg == "exact", servers);
+  } else if (scenario == "tiny") {
+    code = role == "actor" ? SamplingActor() : TinyPriorityLearner(arg == "exact");
   } else if (scenario == "learners") {
     code = role == "actor" ? LearnersActor(std::stod(arg)) : LearnersLearner(std::stod(arg), servers);
   }

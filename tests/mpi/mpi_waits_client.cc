@@ -142,13 +142,14 @@ int PolicyLearner() {
   CHECK_OK(learner->Sample(512, 0.4, &batch));
   std::vector<double> priorities(512, 2.0);
   priorities[7] = std::nan("");
-  priorities[8] = 0.0;
+  priorities[8] = -1.0;
+  priorities[9] = 0.0;  // valid under the default --priority-eps 1e-6: applied, not dropped
   perserve::UpdateResult result;
   CHECK_OK(learner->UpdatePriorities(batch.keys, priorities, &result));
   CHECK(result.dropped == 2 && result.applied == 510 && result.stale == 0, "applied {} stale {} dropped {}",
         result.applied, result.stale, result.dropped);
   CHECK_OK(learner->Close());
-  fmt::print("policy: 510 priorities applied, the NaN and the zero dropped\n");
+  fmt::print("policy: 510 priorities applied (the zero among them), the NaN and the negative one dropped\n");
   return 0;
 }
 

@@ -28,7 +28,9 @@ int perserve_tree_set_strategy(perserve_tree* t, const char* strategy);
 /* Sets leaf indices[j] to values[j]; repeated indices: the last one wins. */
 int perserve_tree_update(perserve_tree* t, const int64_t* indices, const double* values, int64_t k);
 /* Sets leaf indices[j] to priorities[j]^alpha, computed where the tree lives
- * (on the GPU for a CUDA tree). alpha finite and >= 0. */
+ * (on the GPU for a CUDA tree). alpha finite and >= 0. A power below the
+ * smallest normal double (an underflow, or 0 from a zero priority) is clamped
+ * up to it, 2^-1022: a leaf set from a priority is never 0. */
 int perserve_tree_update_with_exponent(perserve_tree* t, const int64_t* indices, const double* priorities,
                                        int64_t k, double alpha);
 /* k stratified proportional draws: out_indices[i] and its leaf value out_values[i],
@@ -40,7 +42,8 @@ int perserve_tree_sample(perserve_tree* t, uint64_t seed, uint64_t counter, int6
 int perserve_tree_find_prefixsum(perserve_tree* t, const double* masses, int64_t* out_indices, int64_t k);
 int perserve_tree_get(perserve_tree* t, const int64_t* indices, double* out_values, int64_t k);
 double perserve_tree_total(perserve_tree* t);
-/* Min over the leaves ever set; +inf when none was. */
+/* Min over the positive leaves (a leaf set to 0 is an empty slot); +inf when
+ * there is none. */
 double perserve_tree_min(perserve_tree* t);
 int64_t perserve_tree_capacity(perserve_tree* t); /* after rounding */
 /* The episodic prefix sum: running sums of x that reset at episode boundaries.

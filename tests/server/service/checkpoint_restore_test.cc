@@ -157,6 +157,8 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
       {[](CheckpointState* s) { s->limiter.inserted = -1; }, "rate limiter"},
       {[](CheckpointState* s) { s->limiter = {1, 1, true, nan, 3.0}; }, "rate limiter"},
       {[](CheckpointState* s) { s->limiter = {1, 1, true, 5.0, 3.0}; }, "rate limiter"},
+      {[](CheckpointState* s) { s->limiter = {1, 1, true, 5.0, -std::numeric_limits<double>::infinity()}; },
+       "rate limiter"},
       {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{nan, 0, 1.0, 0}}; }, "episodes"},
       {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{1.0, 2, 1.0, 0}}; }, "episodes"},
       {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{1.0, 0, -3.0, 0}}; }, "episodes"},
@@ -173,7 +175,10 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
   // Bytes past the state's end.
   ForgePart(checkpoint, "state.bin", EncodeState(good) + "x");
   ExpectRefused(Load(), Status::Code::kInvalidArgument, "state.bin: 1 bytes past the state's end");
-  ForgePart(checkpoint, "state.bin", EncodeState(good));
+  // A limiter that is off (or never saw M items) has seen no offset: +inf, -inf.
+  CheckpointState off = good;
+  off.limiter = {10, 0, true, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  ForgePart(checkpoint, "state.bin", EncodeState(off));
   EXPECT_TRUE(Load().ok());
 }
 

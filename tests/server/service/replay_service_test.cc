@@ -39,9 +39,10 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(2, 1); }
 
-  void Start(int clients, int64_t min_size, int messages_per_client_pass = 4) {
+  void Start(int clients, int64_t min_size, int messages_per_client_pass = 4, double alpha = 1.0) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
-    ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{64, 1.0, tree::Device::kCpu, 3}, IdSchema(), &replay_).ok());
+    ASSERT_TRUE(
+        replay::Replay::Create(replay::ReplayOptions{64, alpha, tree::Device::kCpu, 3}, IdSchema(), &replay_).ok());
     ServiceOptions options{min_size, 0.0};
     options.messages_per_client_pass = messages_per_client_pass;
     service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
@@ -69,6 +70,33 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<ReplayService> service_;
   std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
+
+// Issue 25 through the service: with alpha 2 an update to 1e-200 made its
+// leaf 0, the min 0, and every weight in every later sample reply 0.
+TEST_F(ServiceTest, AnUpdateWhosePowerUnderflowsLeavesEverySampledWeightPositive) {
+  Start(2, 1, 4, /*alpha=*/2.0);
+  transport_->Push(0, AddFrame(1, 0, 8, {1, 2, 3, 4, 5, 6, 7, 8}));
+  Step();
+  Reply(0, MessageKind::kAddReply, 1);
+  const std::vector<uint64_t> keys = {0};
+  const std::vector<double> priorities = {1e-200};
+  transport_->Push(1, Frame(MessageKind::kUpdateRequest, 2, proto::UpdateRequest{1},
+                            {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))}));
+  Step();
+  proto::UpdateReply updated;
+  ASSERT_TRUE(proto::DecodeMeta(Reply(1, MessageKind::kUpdateReply, 2), &updated).ok());
+  EXPECT_EQ(updated.applied, 1);
+  transport_->Push(1, Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{64, 0.4}));
+  Step();
+  const proto::Frame sample = Reply(1, MessageKind::kSampleReply, 3);
+  ASSERT_GE(sample.bulk.size(), 64u * 24);
+  for (int i = 0; i < 64; ++i) {
+    double weight = 0.0;
+    std::memcpy(&weight, sample.bulk.data() + 64 * 8 + 8 * i, 8);
+    EXPECT_GT(weight, 0.0) << "draw " << i;
+    EXPECT_LE(weight, 1.0) << "draw " << i;
+  }
+}
 
 TEST_F(ServiceTest, AddSampleUpdateCloseRoundTrip) {
   transport_->Push(0, AddFrame(1, 0, 4, {1.0, 2.0, 3.0, 4.0}));
