@@ -69,13 +69,10 @@ LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptio
 }
 
 LearnerClient::~LearnerClient() {
-  OpenClients::Unregister(this);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
+  OpenClients::CloseFromDestructor(this, "learner", [this] { return Close(); });
 }
 
-void LearnerClient::CloseAtFinalize() { OpenClients::Report("learner", Close()); }
+void LearnerClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("learner", Close()); }
 
 const Schema& LearnerClient::schema() const { return connection_->schema(); }
 

@@ -7,14 +7,15 @@ wait on MPI release the GIL.
 
 Clients still open at interpreter exit are closed then (an actor flushes
 first); a client still open when MPI_Finalize runs (``MPI.Finalize()`` called
-by hand) is closed by the C++ library inside it, with a line on stderr. A
-close after either is harmless.
+by hand) is closed by the C++ library inside it, with a line on stderr; one
+dropped without ``close()`` closes when it is collected. A close after any of
+these is harmless. An error of such a close reaches no caller: it is printed
+to stderr with the rank, and the interpreter exits with status 1.
 """
 from __future__ import annotations
 
 import atexit
 import math
-import sys
 import weakref
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -22,7 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _perserve
-from .errors import FailedPreconditionError, InvalidArgumentError
+from .errors import FailedPreconditionError, InternalError, InvalidArgumentError
 
 _open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
 
@@ -31,13 +32,16 @@ _open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
 def _close_open_clients() -> None:
     # Python's atexit handlers run before mpi4py finalizes MPI: a client still
     # open at exit closes (flushing) while there is a server to tell. Nobody
-    # is left to catch an error, so it goes to stderr rather than nowhere.
+    # is left to catch an error, so the C++ library prints it (naming the
+    # rank) and counts it, and the interpreter then exits with status 1
+    # (_perserve's Py_AtExit hook), as it does for an error printed by a close
+    # at MPI_Finalize or in the destructor of a client never closed.
     for client in list(_open_clients):
         try:
             client.close()
         except Exception as error:  # noqa: BLE001 - reported, not raised, at exit
-            print(f"perserve: rank {MPI.COMM_WORLD.Get_rank() if not MPI.Is_finalized() else '?'}: "
-                  f"the {type(client).__name__.lower()}'s close at exit failed: {error!r}", file=sys.stderr)
+            _perserve.report_unreceived_close_error(type(client).__name__.lower(), "at interpreter exit",
+                                                    getattr(error, "code", InternalError.code), str(error))
 
 
 def _timeout_seconds(timeout: Optional[float]) -> float:
