@@ -135,7 +135,7 @@ Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch
   while (samples_in_flight() < options_.prefetch) {
     PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
   }
-  return Status::Ok();
+  return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
 Status LearnerClient::RequestSample(int64_t batch_size, double beta, double timeout_seconds) {
@@ -178,7 +178,8 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   if (pending_samples_.empty()) return Status::FailedPrecondition("no sample request is in flight");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
-  return ReceiveOldest(batch);
+  PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
+  return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
 Status LearnerClient::ReceiveOldest(SampleBatch* batch) {

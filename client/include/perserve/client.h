@@ -284,10 +284,16 @@ class LearnerClient {
                           UpdateResult* result = nullptr);
 
   // The same without waiting for the answer: the acknowledgement is
-  // collected in the background (by later calls), and a rejection is
-  // returned by the next call of any of this learner's functions (which then
-  // does nothing else). Waits while options.max_in_flight updates are
-  // unacknowledged. Keys and priorities are copied.
+  // collected in the background (by later calls). A rejection is returned
+  // by the first call of this learner that finds its answer arrived: at its
+  // start (the call then does nothing else) or, for Sample and
+  // ReceiveSample, after receiving a reply (that sample is then dropped).
+  // A server answers its client in order, so at the latest by the Sample or
+  // ReceiveSample that receives a request sent after this update (with
+  // prefetch k, the (k+1)-th Sample after it), by the SendPriorityUpdate
+  // that waits for it (max_in_flight unacknowledged), or by Flush or Close.
+  // Keys and priorities are copied; their values are the server's policy to
+  // judge (docs/operations.md), not checked here.
   Status SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities);
   // Waits for every update sent; returns a rejection not yet returned.
   Status Flush();

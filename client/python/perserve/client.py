@@ -255,9 +255,10 @@ class Learner(_Client):
 
     ``sample`` keeps up to ``prefetch`` requests of the same batch size and
     beta in flight, so the next samples travel while the caller trains;
-    ``update_priorities`` returns without waiting for the server, its
-    acknowledgement is collected in the background, and a rejection raises
-    at the learner's next call.
+    ``update_priorities`` returns without waiting for the server, and its
+    acknowledgement is collected in the background: a rejection raises from
+    the first call that finds it arrived, at the latest from the ``sample``
+    that receives a request sent after the update (docs/python.md).
 
     With several server ranks the learner samples over all of them as one
     replay (each item with its share of the global total) and sends each
@@ -319,11 +320,13 @@ class Learner(_Client):
         """New priorities for sampled keys (the server's policy judges them:
         perserve-server refuses an update with a NaN, infinite, negative or,
         without --priority-eps, zero priority whole, or with
-        --drop-bad-priorities drops just those and counts them). Returns at once
-        (None); with ``wait=True`` waits for the server and returns this
-        update's ``UpdateResult(applied, stale, dropped)``, stale counting keys
-        whose items were overwritten, dropped bad priorities the server
-        dropped (``--drop-bad-priorities``)."""
+        --drop-bad-priorities drops just those and counts them). Returns at
+        once (None): a rejection raises from a later call, at the latest from
+        the ``sample`` that receives a request sent after this update (the
+        (prefetch+1)-th), or from ``flush``. With ``wait=True`` waits for the
+        server and returns this update's ``UpdateResult(applied, stale,
+        dropped)``, stale counting keys whose items were overwritten, dropped
+        bad priorities the server dropped (``--drop-bad-priorities``)."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         priorities = np.ascontiguousarray(priorities, dtype=np.float64)
         if keys.ndim != 1 or keys.shape != priorities.shape:
