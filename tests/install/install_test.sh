@@ -6,6 +6,8 @@
 #   3. the same C program builds with `pkg-config --cflags --libs perserve`
 #   4. all four run under mpirun beside P/bin/perserve-server
 #   5. the installed Python package imports from P (the extension finds P/lib)
+#   6. the installed first example runs from P/share/perserve/examples with
+#      PYTHONPATH=P/lib/python3/site-packages, as the README's Installing says
 # Usage: install_test.sh <build-dir> <python3>
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -35,4 +37,7 @@ mpirun -np 1 "$prefix/bin/perserve-server" --column id:int64 --column x:float32:
 site=$(find "$prefix" -type d -name perserve -path '*site-packages*' | head -1)
 PYTHONPATH=$(dirname "$site") "$python" -c \
   "import perserve, perserve._perserve as ext; assert ext.__file__.startswith('$prefix'), ext.__file__; print('installed perserve imports from', ext.__file__)"
+mpirun -np 1 "$prefix/bin/perserve-server" --stats-interval 0 : \
+       -np 2 env PYTHONPATH="$prefix/lib/python3/site-packages" "$python" -m mpi4py \
+         "$prefix/share/perserve/examples/actor_learner.py"
 echo "install_test: OK"
