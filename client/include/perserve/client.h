@@ -246,7 +246,10 @@ class LearnerClient {
 
   const Schema& schema() const;
 
-  // Draws batch_size items proportional to priority^alpha. Waits (the server
+  // Draws batch_size items proportional to priority^alpha, with replacement
+  // (one draw in each of batch_size equal segments of the total, as in
+  // Baselines: an item can come more than once, and a batch larger than the
+  // replay mostly repeats). Waits (the server
   // defers the reply) until the replay holds its minimum size. With
   // options.prefetch = k > 0 it returns the oldest in-flight request's reply
   // and leaves k requests of (batch_size, beta) in flight; replies to

@@ -293,7 +293,8 @@ class Learner(_Client):
 
     def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> Sample:
         """Draws batch_size items proportional to priority^alpha, with IS
-        weights for ``beta``; waits until the replay holds its minimum size.
+        weights for ``beta``, with replacement (an item can come more than
+        once); waits until the replay holds its minimum size.
         Samples prefetched with another batch size or beta are dropped.
 
         ``timeout`` (seconds, None: wait as long as it takes): a request the
