@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import sys
 import weakref
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -42,6 +43,29 @@ def _close_open_clients() -> None:
         except Exception as error:  # noqa: BLE001 - reported, not raised, at exit
             _perserve.report_unreceived_close_error(type(client).__name__.lower(), "at interpreter exit",
                                                     getattr(error, "code", InternalError.code), str(error))
+
+
+def _abort_job_on_uncaught_exception() -> None:
+    """Makes an uncaught exception end the whole MPI job, as ``python3 -m
+    mpi4py`` does: in a plain ``python3`` rank it ends only that rank, while
+    the server and the other ranks wait for it for ever (a learner that
+    raised leaves its actors adding). Installed at a client's join, once,
+    around whatever excepthook is set then (which still prints the
+    traceback); not in an interactive session, where an exception ends
+    nothing. A hook set after the join replaces it."""
+    if getattr(sys.excepthook, "_perserve_aborts_job", False) or sys.flags.interactive or hasattr(sys, "ps1"):
+        return
+    previous = sys.excepthook
+
+    def print_then_abort(kind, value, traceback) -> None:
+        previous(kind, value, traceback)
+        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            print(f"perserve: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
+                  "(as python3 -m mpi4py would)", file=sys.stderr, flush=True)
+            MPI.COMM_WORLD.Abort(1)
+
+    print_then_abort._perserve_aborts_job = True
+    sys.excepthook = print_then_abort
 
 
 def _timeout_seconds(timeout: Optional[float]) -> float:
@@ -185,6 +209,7 @@ class Actor(_Client):
     def __init__(self, comm: Optional[MPI.Comm] = None, *, max_in_flight: int = 4,
                  add_timeout: Optional[float] = None) -> None:
         self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight, _timeout_seconds(add_timeout))
+        _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
@@ -271,6 +296,7 @@ class Learner(_Client):
                  exact_shard_totals: bool = False) -> None:
         self._prefetch = prefetch
         self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight, exact_shard_totals)
+        _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
@@ -355,6 +381,7 @@ class Bystander:
 
     def __init__(self, comm: Optional[MPI.Comm] = None) -> None:
         self._handle = _perserve.Bystander(_fortran_handle(comm))
+        _abort_job_on_uncaught_exception()
 
     def peers(self) -> MPI.Comm:
         """See Actor.peers."""
