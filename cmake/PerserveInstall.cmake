@@ -6,6 +6,7 @@
 #   bin/perserve-server              perserve::server (an imported executable)
 #   lib/cmake/perserve/              perserveConfig.cmake, its version file, the targets
 #   lib/pkgconfig/perserve.pc        the client library for pkg-config
+#   share/perserve/examples/         client/examples: the README's first programs and the Ape-X agent
 #   PERSERVE_PYTHON_INSTALL_DIR      the Python package (client/python/CMakeLists.txt)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -28,6 +29,8 @@ if(NOT PERSERVE_TREE_ONLY)
   set_target_properties(perserve-server PROPERTIES EXPORT_NAME server)
   list(APPEND PERSERVE_EXPORTED_TARGETS perserve_client perserve-server)
   set(PERSERVE_HAS_CLIENT ON)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/perserve/examples
+          USE_SOURCE_PERMISSIONS)
 endif()
 
 install(TARGETS ${PERSERVE_EXPORTED_TARGETS} EXPORT perserveTargets

@@ -2,6 +2,8 @@
 
     mpirun -np 1 build/server/perserve-server : -np 3 python3 -m mpi4py client/examples/actor_learner.py
 (with PYTHONPATH=build/python; the server's default schema is CartPole-like).
+Installed as P/share/perserve/examples/actor_learner.py; run it there with
+PYTHONPATH=P/lib/python3/site-packages and P/bin/perserve-server.
 """
 from mpi4py import MPI
 import numpy as np

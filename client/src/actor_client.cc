@@ -33,13 +33,10 @@ ActorClient::ActorClient(std::unique_ptr<Connection> connection, ClientOptions o
     : connection_(std::move(connection)), options_(options) {}
 
 ActorClient::~ActorClient() {
-  OpenClients::Unregister(this);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
+  OpenClients::CloseFromDestructor(this, "actor", [this] { return Close(); });
 }
 
-void ActorClient::CloseAtFinalize() { OpenClients::Report("actor", Close()); }
+void ActorClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("actor", Close()); }
 
 const Schema& ActorClient::schema() const { return connection_->schema(); }
 

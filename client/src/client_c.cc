@@ -439,6 +439,8 @@ int64_t perserve_schema_column_bytes(const perserve_schema* s, int column) {
 
 const char* perserve_schema_string(const perserve_schema* s) { return s == nullptr ? nullptr : s->text.c_str(); }
 
+int64_t perserve_unreceived_close_errors(void) { return perserve::UnreceivedCloseErrors(); }
+
 const char* perserve_client_last_error(void) {
   return last_error_lost ? "RESOURCE_EXHAUSTED: out of memory (the error's text could not be kept)"
                          : last_error.c_str();

@@ -69,13 +69,10 @@ LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptio
 }
 
 LearnerClient::~LearnerClient() {
-  OpenClients::Unregister(this);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) (void)Close();  // after MPI_Finalize there is no server to tell
+  OpenClients::CloseFromDestructor(this, "learner", [this] { return Close(); });
 }
 
-void LearnerClient::CloseAtFinalize() { OpenClients::Report("learner", Close()); }
+void LearnerClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("learner", Close()); }
 
 const Schema& LearnerClient::schema() const { return connection_->schema(); }
 
@@ -138,7 +135,7 @@ Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch
   while (samples_in_flight() < options_.prefetch) {
     PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
   }
-  return Status::Ok();
+  return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
 Status LearnerClient::RequestSample(int64_t batch_size, double beta, double timeout_seconds) {
@@ -181,7 +178,8 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   if (pending_samples_.empty()) return Status::FailedPrecondition("no sample request is in flight");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
-  return ReceiveOldest(batch);
+  PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
+  return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
 Status LearnerClient::ReceiveOldest(SampleBatch* batch) {

@@ -10,6 +10,11 @@
 // Without it, a client that forgot Close() would leave its server waiting
 // for the close, and the whole job hanging in MPI_Finalize.
 //
+// A close the library makes on its owner's behalf (that hook, or the
+// destructor of a client never closed) returns its error to nobody: it is
+// printed to stderr, naming the rank, and counted (UnreceivedCloseErrors in
+// perserve/client.h), so a program can still end with a failing status.
+//
 // Thread safe: a mutex guards the registry, and the close functions run
 // without it held (they unregister themselves). The registry is never
 // destroyed, so clients destroyed during static destruction, or an
@@ -21,9 +26,12 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,20 +75,49 @@ class OpenClients {
     }
   }
 
-  // The line (and the error, if any) a client closed by the hook prints.
-  static void Report(const char* role, const Status& closed) noexcept {
+  // The line a client closed by the hook prints, then its close's error.
+  static void ReportClosedAtFinalize(const char* role, const Status& closed) noexcept {
     try {
-      int rank = -1;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       fmt::print(stderr, "perserve: rank {}: {} closed at MPI_Finalize; call close() yourself to see its errors\n",
-                 rank, role);
-      if (!closed.ok()) {
-        fmt::print(stderr, "perserve: rank {}: the {}'s close at MPI_Finalize failed: {}\n", rank, role,
-                   closed.ToString());
-      }
-      std::fflush(stderr);
+                 RankForMessages(), role);
     } catch (...) {  // nothing may leave an MPI callback
     }
+    ReportCloseError(role, "at MPI_Finalize", closed);
+  }
+
+  // A close nobody is left to receive the result of: `close` runs unless MPI
+  // is finalized (no server to tell then), and its error is reported. For the
+  // destructors of clients never closed.
+  template <class Close>
+  static void CloseFromDestructor(const void* client, const char* role, Close close) noexcept {
+    Unregister(client);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) ReportCloseError(role, "by its destructor (close() was never called)", close());
+  }
+
+  // Prints "perserve: rank R: the <role>'s close <when> failed: <status>" to
+  // stderr and counts it; nothing if `closed` is OK. Callable at any time,
+  // before MPI_Init or after MPI_Finalize too.
+  static void ReportCloseError(std::string_view role, std::string_view when, const Status& closed) noexcept {
+    if (closed.ok()) return;
+    {
+      Registry& registry = Get();
+      std::lock_guard lock(registry.mutex);
+      ++registry.close_errors_reported;
+    }
+    try {
+      fmt::print(stderr, "perserve: rank {}: the {}'s close {} failed: {}\n", RankForMessages(), role, when,
+                 closed.ToString());
+      std::fflush(stderr);
+    } catch (...) {  // called from MPI callbacks and destructors: nothing may leave
+    }
+  }
+
+  static int64_t CloseErrorsReported() noexcept {
+    Registry& registry = Get();
+    std::lock_guard lock(registry.mutex);
+    return registry.close_errors_reported;
   }
 
  private:
@@ -88,7 +125,19 @@ class OpenClients {
     std::mutex mutex;
     std::vector<std::pair<const void*, std::function<void()>>> clients;  // oldest first
     bool hook_set = false;
+    int64_t close_errors_reported = 0;
   };
+
+  // This process's rank in MPI_COMM_WORLD, or "?" outside MPI_Init..MPI_Finalize.
+  static std::string RankForMessages() {
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    int rank = -1;
+    if (!initialized || finalized || MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) return "?";
+    return std::to_string(rank);
+  }
 
   static Registry& Get() {
     static Registry* registry = new Registry;  // never destroyed: see the top

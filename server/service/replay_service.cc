@@ -376,9 +376,16 @@ std::string ReplayService::Describe(SampleWait wait, int client) const {
   return "unknown";
 }
 
-Status ReplayService::HopelessError(SampleWait wait, int client) const {
-  return Status::FailedPrecondition(fmt::format(
-      "no actor remains open and this sample waits for {}: it can never be served", Describe(wait, client)));
+void ReplayService::RefuseHopeless(const DeferredSample& sample, SampleWait wait) {
+  const std::string why = fmt::format("no actor remains open and this sample waits for {}: it can never be served",
+                                      Describe(wait, sample.client));
+  if (!sample.shard_sample || !sample.fractions.empty()) {
+    return ReplyError(sample.client, sample.request_id, Status::FailedPrecondition(why));
+  }
+  spdlog::debug("{} request {}: a probe of this shard: {}", transport_->ClientName(sample.client), sample.request_id,
+                why);
+  Reply(sample.client, proto::MessageKind::kErrorReply, sample.request_id,
+        proto::ErrorReply{static_cast<int32_t>(Status::Code::kFailedPrecondition), why});
 }
 
 void ReplayService::HandleSample(int client, const proto::Frame& frame) {
@@ -402,7 +409,7 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
 }
 
 void ReplayService::Defer(DeferredSample sample, SampleWait wait) {
-  if (Hopeless(wait)) return ReplyError(sample.client, sample.request_id, HopelessError(wait, sample.client));
+  if (Hopeless(wait)) return RefuseHopeless(sample, wait);
   if (deferred_per_client_[sample.client] >= options_.max_deferred_samples) {
     return ReplyError(sample.client, sample.request_id,
                       Status::ResourceExhausted(fmt::format(
@@ -703,7 +710,7 @@ void ReplayService::FailHopelessSamples() {
     const DeferredSample failed = std::move(*it);
     it = deferred_.erase(it);
     --deferred_per_client_[failed.client];
-    ReplyError(failed.client, failed.request_id, HopelessError(wait, failed.client));
+    RefuseHopeless(failed, wait);
   }
 }
 

@@ -257,7 +257,12 @@ class ReplayService {
   bool Hopeless(SampleWait wait) const {
     return open_actors_ == 0 && (wait == SampleWait::kMinSize || wait == SampleWait::kRateLimiter);
   }
-  Status HopelessError(SampleWait wait, int client) const;
+  // Answers FAILED_PRECONDITION to a sample that can never be served. A
+  // learner's probe of this shard's state (a shard sample of no items) gets
+  // it too, but as the state it asked for, not an error: the learner leaves
+  // an actor-less shard out (warned about at start), so it is neither
+  // counted in `errors` nor logged as a warning.
+  void RefuseHopeless(const DeferredSample& sample, SampleWait wait);
   // Whether an add of `count` items from `client` must be held: behind the
   // client's held adds, or by the rate limiter (LimiterHolds).
   bool HoldAdd(int client, int64_t count) const;

@@ -9,7 +9,8 @@
 //                             capacity: rejected), and calls MPI_Finalize
 //                             with neither Flush nor Close. The hook must
 //                             have flushed (n acknowledged, 1 rejected) and
-//                             printed the closing line and the rejection.
+//                             printed the closing line and the rejection,
+//                             and counted it (UnreceivedCloseErrors).
 //   learner <items> <actors>  its first sample waits until the replay holds
 //                             all items; checks the sampled ids (with one
 //                             actor, key == id), sends a priority update
@@ -98,6 +99,7 @@ int Actor(int64_t items) {
         "stderr: {}", said);
   CHECK(actor->items_acknowledged() == items && actor->rejected_batches() == 1, "{} acknowledged, {} rejected",
         actor->items_acknowledged(), actor->rejected_batches());
+  CHECK(perserve::UnreceivedCloseErrors() == 1, "{} close errors counted", perserve::UnreceivedCloseErrors());
   CHECK_OK(actor->Close());  // closed already: harmless
   actor.reset();             // the destructor after MPI_Finalize does nothing
   return 0;
@@ -124,6 +126,7 @@ int Learner(int64_t items, int actors) {
   CHECK(Contains(said, ClosedLine("learner")), "stderr: {}", said);
   CHECK(!Contains(said, "close at MPI_Finalize failed"), "stderr: {}", said);
   CHECK(learner->updates().applied == 10, "{} applied", learner->updates().applied);
+  CHECK(perserve::UnreceivedCloseErrors() == 0, "{} close errors counted", perserve::UnreceivedCloseErrors());
   CHECK_OK(learner->Close());
   learner.reset();
   std::printf("finalize_test: learner saw all %lld items; the update was acknowledged inside MPI_Finalize\n",

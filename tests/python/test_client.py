@@ -210,6 +210,24 @@ def test_priority_updates_do_not_wait_and_errors_raise_later(client, role):
     client.flush()  # reported once
 
 
+def test_update_rejection_raises_from_the_sample_requested_after_it(client, role):
+    # The server answers one client in order, so the reply to a sample
+    # requested after an update comes after the update's answer: receiving
+    # it must raise the update's rejection (before, it returned the sample
+    # and the rejection waited for a later call).
+    if role != "learner":
+        return
+    while client.samples_in_flight:
+        client.receive_sample()
+    for _ in range(5):  # each time, whenever the server's answer arrives
+        client.update_priorities(np.array([1 << 40], dtype=np.uint64), [1.0])  # never issued
+        client.request_sample(8, 0.4)
+        with pytest.raises(perserve.NotFoundError, match="an earlier priority update was rejected"):
+            client.receive_sample()
+        assert client.samples_in_flight == 0  # that sample is dropped with the error
+    assert len(client.sample(8, 0.4)) == 8  # and the learner goes on
+
+
 def test_errors_are_typed_exceptions(client, role):
     if role != "learner":
         return

@@ -27,7 +27,11 @@
 // prints one line to stderr saying so, and another with any error its close
 // returned, since nobody is left to receive it: call Close() yourself to see
 // errors. Forgetting Close() therefore no longer leaves the server (and with
-// it the job) waiting. Destructors after MPI_Finalize do nothing.
+// it the job) waiting. A client destroyed without Close() closes in its
+// destructor and prints its error the same way; destructors after
+// MPI_Finalize do nothing. Each error printed so is counted in
+// UnreceivedCloseErrors(), for a program that wants to end with a failing
+// status then (the Python package does).
 #pragma once
 
 #include <mpi.h>
@@ -38,6 +42,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "perserve/schema.h"
@@ -149,7 +154,7 @@ class ActorClient {
  public:
   // Collective over `comm` (every rank of it joins).
   static Status Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<ActorClient>* actor);
-  ~ActorClient();  // Close()s, ignoring errors
+  ~ActorClient();  // Close()s if not closed, printing its error (see the top of this file)
 
   const Schema& schema() const;
 
@@ -237,11 +242,14 @@ class ActorClient {
 class LearnerClient {
  public:
   static Status Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<LearnerClient>* learner);
-  ~LearnerClient();
+  ~LearnerClient();  // Close()s if not closed, printing its error (see the top of this file)
 
   const Schema& schema() const;
 
-  // Draws batch_size items proportional to priority^alpha. Waits (the server
+  // Draws batch_size items proportional to priority^alpha, with replacement
+  // (one draw in each of batch_size equal segments of the total, as in
+  // Baselines: an item can come more than once, and a batch larger than the
+  // replay mostly repeats). Waits (the server
   // defers the reply) until the replay holds its minimum size. With
   // options.prefetch = k > 0 it returns the oldest in-flight request's reply
   // and leaves k requests of (batch_size, beta) in flight; replies to
@@ -279,10 +287,16 @@ class LearnerClient {
                           UpdateResult* result = nullptr);
 
   // The same without waiting for the answer: the acknowledgement is
-  // collected in the background (by later calls), and a rejection is
-  // returned by the next call of any of this learner's functions (which then
-  // does nothing else). Waits while options.max_in_flight updates are
-  // unacknowledged. Keys and priorities are copied.
+  // collected in the background (by later calls). A rejection is returned
+  // by the first call of this learner that finds its answer arrived: at its
+  // start (the call then does nothing else) or, for Sample and
+  // ReceiveSample, after receiving a reply (that sample is then dropped).
+  // A server answers its client in order, so at the latest by the Sample or
+  // ReceiveSample that receives a request sent after this update (with
+  // prefetch k, the (k+1)-th Sample after it), by the SendPriorityUpdate
+  // that waits for it (max_in_flight unacknowledged), or by Flush or Close.
+  // Keys and priorities are copied; their values are the server's policy to
+  // judge (docs/operations.md), not checked here.
   Status SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities);
   // Waits for every update sent; returns a rejection not yet returned.
   Status Flush();
@@ -348,6 +362,19 @@ class Bystander {
   explicit Bystander(std::unique_ptr<client_internal::Connection> connection);
   std::unique_ptr<client_internal::Connection> connection_;  // null once freed at MPI_Finalize
 };
+
+// Close errors nobody was left to receive: those of the closes the library
+// made itself (at MPI_Finalize, in the destructor of a client never closed)
+// and those reported with ReportUnreceivedCloseError, each printed to stderr.
+// A program may end with a failing status when this is > 0: after
+// MPI_Finalize, `return perserve::UnreceivedCloseErrors() > 0;` from main.
+int64_t UnreceivedCloseErrors();
+
+// For wrappers that close clients on their owners' behalf (the Python package
+// at interpreter exit): prints "perserve: rank R: the <role>'s close <when>
+// failed: <status>" to stderr, as the library does for its own closes, and
+// counts it in UnreceivedCloseErrors(). Nothing if `closed` is OK.
+void ReportUnreceivedCloseError(std::string_view role, std::string_view when, const Status& closed);
 
 // Collective over `comm`, as the clients' joins.
 Status JoinAsBystander(MPI_Comm comm, std::unique_ptr<Bystander>* bystander);

@@ -19,7 +19,10 @@
  * (an actor flushes first), with a line on stderr saying so: close clients
  * yourself to see their errors. Its handle is then still to be freed with
  * perserve_*_close (which returns 0) or perserve_bystander_free, before or
- * after MPI_Finalize.
+ * after MPI_Finalize. A close error printed there (nobody is left to
+ * receive it) is counted by perserve_unreceived_close_errors(): after
+ * MPI_Finalize, `return perserve_unreceived_close_errors() > 0;` from main
+ * ends the program with a failing status then.
  */
 #ifndef PERSERVE_CLIENT_C_H_
 #define PERSERVE_CLIENT_C_H_
@@ -165,6 +168,10 @@ int perserve_schema_column_ndim(const perserve_schema* s, int column);
 int64_t perserve_schema_column_dim(const perserve_schema* s, int column, int axis);
 int64_t perserve_schema_column_bytes(const perserve_schema* s, int column); /* bytes per item */
 const char* perserve_schema_string(const perserve_schema* s);
+
+/* Close errors printed to stderr because nobody was left to receive them
+ * (perserve::UnreceivedCloseErrors in client.h). */
+int64_t perserve_unreceived_close_errors(void);
 
 const char* perserve_client_last_error(void);
 /* The code of the last error on this thread (enum perserve_status_code; PERSERVE_OK before any). */

@@ -7,8 +7,10 @@ wait on MPI release the GIL.
 
 Clients still open at interpreter exit are closed then (an actor flushes
 first); a client still open when MPI_Finalize runs (``MPI.Finalize()`` called
-by hand) is closed by the C++ library inside it, with a line on stderr. A
-close after either is harmless.
+by hand) is closed by the C++ library inside it, with a line on stderr; one
+dropped without ``close()`` closes when it is collected. A close after any of
+these is harmless. An error of such a close reaches no caller: it is printed
+to stderr with the rank, and the interpreter exits with status 1.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _perserve
-from .errors import FailedPreconditionError, InvalidArgumentError
+from .errors import FailedPreconditionError, InternalError, InvalidArgumentError
 
 _open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
 
@@ -31,13 +33,39 @@ _open_clients: "weakref.WeakSet[_Client]" = weakref.WeakSet()
 def _close_open_clients() -> None:
     # Python's atexit handlers run before mpi4py finalizes MPI: a client still
     # open at exit closes (flushing) while there is a server to tell. Nobody
-    # is left to catch an error, so it goes to stderr rather than nowhere.
+    # is left to catch an error, so the C++ library prints it (naming the
+    # rank) and counts it, and the interpreter then exits with status 1
+    # (_perserve's Py_AtExit hook), as it does for an error printed by a close
+    # at MPI_Finalize or in the destructor of a client never closed.
     for client in list(_open_clients):
         try:
             client.close()
         except Exception as error:  # noqa: BLE001 - reported, not raised, at exit
-            print(f"perserve: rank {MPI.COMM_WORLD.Get_rank() if not MPI.Is_finalized() else '?'}: "
-                  f"the {type(client).__name__.lower()}'s close at exit failed: {error!r}", file=sys.stderr)
+            _perserve.report_unreceived_close_error(type(client).__name__.lower(), "at interpreter exit",
+                                                    getattr(error, "code", InternalError.code), str(error))
+
+
+def _abort_job_on_uncaught_exception() -> None:
+    """Makes an uncaught exception end the whole MPI job, as ``python3 -m
+    mpi4py`` does: in a plain ``python3`` rank it ends only that rank, while
+    the server and the other ranks wait for it for ever (a learner that
+    raised leaves its actors adding). Installed at a client's join, once,
+    around whatever excepthook is set then (which still prints the
+    traceback); not in an interactive session, where an exception ends
+    nothing. A hook set after the join replaces it."""
+    if getattr(sys.excepthook, "_perserve_aborts_job", False) or sys.flags.interactive or hasattr(sys, "ps1"):
+        return
+    previous = sys.excepthook
+
+    def print_then_abort(kind, value, traceback) -> None:
+        previous(kind, value, traceback)
+        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            print(f"perserve: rank {MPI.COMM_WORLD.Get_rank()}: uncaught {kind.__name__}: aborting the MPI job "
+                  "(as python3 -m mpi4py would)", file=sys.stderr, flush=True)
+            MPI.COMM_WORLD.Abort(1)
+
+    print_then_abort._perserve_aborts_job = True
+    sys.excepthook = print_then_abort
 
 
 def _timeout_seconds(timeout: Optional[float]) -> float:
@@ -181,6 +209,7 @@ class Actor(_Client):
     def __init__(self, comm: Optional[MPI.Comm] = None, *, max_in_flight: int = 4,
                  add_timeout: Optional[float] = None) -> None:
         self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight, _timeout_seconds(add_timeout))
+        _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
@@ -251,9 +280,10 @@ class Learner(_Client):
 
     ``sample`` keeps up to ``prefetch`` requests of the same batch size and
     beta in flight, so the next samples travel while the caller trains;
-    ``update_priorities`` returns without waiting for the server, its
-    acknowledgement is collected in the background, and a rejection raises
-    at the learner's next call.
+    ``update_priorities`` returns without waiting for the server, and its
+    acknowledgement is collected in the background: a rejection raises from
+    the first call that finds it arrived, at the latest from the ``sample``
+    that receives a request sent after the update (docs/python.md).
 
     With several server ranks the learner samples over all of them as one
     replay (each item with its share of the global total) and sends each
@@ -266,6 +296,7 @@ class Learner(_Client):
                  exact_shard_totals: bool = False) -> None:
         self._prefetch = prefetch
         self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight, exact_shard_totals)
+        _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
         _open_clients.add(self)
 
@@ -288,7 +319,8 @@ class Learner(_Client):
 
     def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> Sample:
         """Draws batch_size items proportional to priority^alpha, with IS
-        weights for ``beta``; waits until the replay holds its minimum size.
+        weights for ``beta``, with replacement (an item can come more than
+        once); waits until the replay holds its minimum size.
         Samples prefetched with another batch size or beta are dropped.
 
         ``timeout`` (seconds, None: wait as long as it takes): a request the
@@ -315,11 +347,13 @@ class Learner(_Client):
         """New priorities for sampled keys (the server's policy judges them:
         perserve-server refuses an update with a NaN, infinite, negative or,
         without --priority-eps, zero priority whole, or with
-        --drop-bad-priorities drops just those and counts them). Returns at once
-        (None); with ``wait=True`` waits for the server and returns this
-        update's ``UpdateResult(applied, stale, dropped)``, stale counting keys
-        whose items were overwritten, dropped bad priorities the server
-        dropped (``--drop-bad-priorities``)."""
+        --drop-bad-priorities drops just those and counts them). Returns at
+        once (None): a rejection raises from a later call, at the latest from
+        the ``sample`` that receives a request sent after this update (the
+        (prefetch+1)-th), or from ``flush``. With ``wait=True`` waits for the
+        server and returns this update's ``UpdateResult(applied, stale,
+        dropped)``, stale counting keys whose items were overwritten, dropped
+        bad priorities the server dropped (``--drop-bad-priorities``)."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
         priorities = np.ascontiguousarray(priorities, dtype=np.float64)
         if keys.ndim != 1 or keys.shape != priorities.shape:
@@ -347,6 +381,7 @@ class Bystander:
 
     def __init__(self, comm: Optional[MPI.Comm] = None) -> None:
         self._handle = _perserve.Bystander(_fortran_handle(comm))
+        _abort_job_on_uncaught_exception()
 
     def peers(self) -> MPI.Comm:
         """See Actor.peers."""

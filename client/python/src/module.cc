@@ -19,6 +19,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -257,6 +259,25 @@ class BystanderHandle : public Guarded<Bystander> {
   }
 };
 
+// Registered with Py_AtExit, so it runs once the interpreter is finalized:
+// after the package's atexit handler has closed the clients still open
+// (perserve/client.py) and after any close at MPI_Finalize called by hand.
+// A close error printed then, which no Python code could catch, makes the
+// process exit with status 1 (a job's launcher then reports the rank),
+// instead of 0 as if nothing had been lost. MPI is finalized first, as
+// mpi4py's own exit hook, which exit() skips, would have done.
+void ExitFailingAfterUnreceivedCloseErrors() {
+  if (UnreceivedCloseErrors() == 0) return;
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+  std::fprintf(stderr, "perserve: exit status 1: %lld close error(s) above reached no caller\n",
+               static_cast<long long>(UnreceivedCloseErrors()));
+  std::exit(1);
+}
+
 }  // namespace
 }  // namespace perserve::python
 
@@ -278,6 +299,18 @@ PYBIND11_MODULE(_perserve, m) {
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
     }
   });
+
+  m.def(
+      "report_unreceived_close_error",
+      [](const std::string& role, const std::string& when, int code, const std::string& message) {
+        perserve::ReportUnreceivedCloseError(role, when, perserve::Status::FromCode(code, message));
+      },
+      py::arg("role"), py::arg("when"), py::arg("code"), py::arg("message"));
+  m.def("unreceived_close_errors", &perserve::UnreceivedCloseErrors);
+  if (Py_AtExit(&ExitFailingAfterUnreceivedCloseErrors) != 0) {
+    PyErr_WarnEx(PyExc_RuntimeWarning,
+                 "perserve: could not register its exit hook: a close error at exit will not fail the exit status", 1);
+  }
 
   py::class_<Actor>(m, "Actor")
       .def(py::init<int64_t, int, double>(), py::arg("comm"), py::arg("max_in_flight"),

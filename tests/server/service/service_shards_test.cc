@@ -141,6 +141,21 @@ TEST_F(ServiceShardsTest, AWaitingProbeFailsAtOnceWhenNoActorCanFillTheShard) {
   const Status hopeless = ErrorStatus(1, 2);
   EXPECT_EQ(hopeless.code(), Status::Code::kFailedPrecondition);
   EXPECT_NE(hopeless.message().find("no actor remains open"), std::string::npos) << hopeless.message();
+  // The shard's state, which the learner expects (it leaves the shard out),
+  // not an error of the service: an actor-less shard that works counts none.
+  EXPECT_EQ(service_->counters().errors, 0);
+}
+
+TEST_F(ServiceShardsTest, AWaitingProbeFailsWhenTheLastActorClosesAndCountsNoError) {
+  StartShard(0, 4);
+  transport_->Push(1, ShardSampleFrame(1, {}, /*wait=*/true));
+  Step();
+  EXPECT_TRUE(transport_->outbox(1).empty()) << "the probe waits for 4 items";
+  transport_->Push(0, Frame(MessageKind::kCloseRequest, 2, proto::Empty{}));
+  Step();
+  Reply(0, MessageKind::kCloseReply, 2);
+  EXPECT_EQ(ErrorStatus(1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(service_->counters().errors, 0);
 }
 
 TEST_F(ServiceShardsTest, BadShardSamplesGetTypedErrors) {
