@@ -27,7 +27,8 @@ failures = []
 for mode, line in EXPECTED.items():
     try:
         run = subprocess.run([mpiexec, "-np", "1", server, "--column", "id:int64", "--capacity", "1000",
-                              "--stats-interval", "0", ":", "-np", "1", python, "-m", "mpi4py", script, mode],
+                              # eps 0: a zero priority is refused (the default 1e-6 accepts it)
+                              "--priority-eps", "0", "--stats-interval", "0", ":", "-np", "1", python, "-m", "mpi4py", script, mode],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         failures.append(f"{mode}: the job did not end within 60 s")
