@@ -816,14 +816,22 @@ void ReplayService::BeginCheckpoint() {
   state.replay = replay_->State();
   state.limiter = limiter_.State();
   state.episodes = episodes_.carries();
+  const bool final_checkpoint = stop_after_checkpoint_;
   const Status begun = checkpoints_->Begin(*replay_, std::move(state));
-  if (!begun.ok()) return CheckpointEnded(begun);
+  if (!begun.ok()) {
+    CheckpointEnded(begun);
+    if (final_checkpoint) StopServing();
+    return;
+  }
   spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added)", checkpoints_->path(), checkpoint_reason_,
                replay_->size(), replay_->counters().items_added);
+  // SIGTERM's checkpoint holds what was acknowledged before this Begin:
+  // from now on adds and updates are answered UNAVAILABLE, not acknowledged.
+  if (final_checkpoint) StopServing();
 }
 
 void ReplayService::StepCheckpoint() {
-  if (options_.take_signal) {
+  if (options_.take_signal && !stopping_) {
     const int signal = options_.take_signal();
     if (signal == SIGUSR1 || signal == SIGTERM) {
       const bool term = signal == SIGTERM;
@@ -836,7 +844,7 @@ void ReplayService::StepCheckpoint() {
     }
   }
   if (checkpoints_ == nullptr) return;
-  if (Clock::now() >= next_periodic_checkpoint_) {
+  if (!stopping_ && Clock::now() >= next_periodic_checkpoint_) {
     next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(options_.checkpoint_every_seconds));
     (void)RequestCheckpoint(fmt::format("every {} s", options_.checkpoint_every_seconds));
@@ -865,14 +873,20 @@ void ReplayService::CheckpointEnded(const Status& error) {
       ReplyError(client, request_id, error);
     }
   }
-  if (stop_after_checkpoint_) return StopServing();
+  // The final one ended; one that was being written when SIGTERM came is
+  // followed by SIGTERM's own (it lacks the adds acknowledged since).
+  if (stopping_) return;
   if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
 }
 
 Status ReplayService::StoppedError() const {
-  const std::string where = checkpoints_ != nullptr && !checkpoints_->last_path().empty()
-                                ? "; its last checkpoint: " + checkpoints_->last_path()
-                                : "";
+  std::string where;
+  if (WritingFinalCheckpoint()) {
+    where = "; its final checkpoint, holding everything acknowledged before this, is being written to " +
+            checkpoints_->path();
+  } else if (checkpoints_ != nullptr && !checkpoints_->last_path().empty()) {
+    where = "; its last checkpoint: " + checkpoints_->last_path();
+  }
   return Status::Unavailable("the server has stopped serving (SIGTERM)" + where);
 }
 
@@ -896,9 +910,16 @@ void ReplayService::StopServing() {
   spdlog::info("SIGTERM: no longer serving; every request is answered UNAVAILABLE until the {} open clients "
                "close, or for {} s{}",
                open_clients_, kStopGrace.count(),
-               checkpoints_ != nullptr && !checkpoints_->last_path().empty()
+               checkpoints_ != nullptr && (checkpoints_->active() || !checkpoints_->last_path().empty())
                    ? "; restore with --restore " + options_.checkpoint_dir
                    : "");
+  // A launcher kills this rank a fixed time after SIGTERM (docs/checkpoints.md):
+  // which checkpoint a restore takes if the final one is cut short.
+  if (WritingFinalCheckpoint()) {
+    spdlog::info("SIGTERM: if this rank is killed before {} is complete, --restore takes {}", checkpoints_->path(),
+                 checkpoints_->last_path().empty() ? "nothing (no checkpoint is complete yet)"
+                                                   : checkpoints_->last_path());
+  }
 }
 
 void ReplayService::ReplyError(int client, uint64_t request_id, const Status& error) {

@@ -140,8 +140,11 @@ class ReplayService {
   Status Step(bool* handled);
 
   // Every client has closed, or after SIGTERM they have had their grace
-  // period (kStopGrace) to see UNAVAILABLE and close.
-  bool done() const { return open_clients_ == 0 || (stopping_ && Clock::now() >= stop_deadline_); }
+  // period (kStopGrace) to see UNAVAILABLE and close; never while the final
+  // checkpoint SIGTERM asked for is being written.
+  bool done() const {
+    return !WritingFinalCheckpoint() && (open_clients_ == 0 || (stopping_ && Clock::now() >= stop_deadline_));
+  }
   // After a restore: the rate limiter's and the episodes' saved state.
   void Restore(const CheckpointState& state);
   // Starts a checkpoint now (the reason goes to the log); FAILED_PRECONDITION
@@ -223,9 +226,12 @@ class ReplayService {
   // Answers the waiters of the checkpoint that ended (its path, or `error`).
   void CheckpointEnded(const Status& error);
   // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
-  // closes), until every client has closed or kStopGrace has passed.
+  // closes), until every client has closed or kStopGrace has passed. Called
+  // when the final checkpoint begins, so nothing is acknowledged that it
+  // lacks (a checkpoint is the replay as it was at its Begin).
   void StopServing();
   Status StoppedError() const;
+  bool WritingFinalCheckpoint() const { return stopping_ && checkpoints_ != nullptr && checkpoints_->active(); }
   static constexpr std::chrono::seconds kStopGrace{10};
   void HandleShardSample(int client, const proto::Frame& frame);
   // Queues a sample that cannot be served now, or refuses it (hopeless, or
@@ -336,7 +342,7 @@ class ReplayService {
   std::unique_ptr<CheckpointWriter> checkpoints_;
   std::vector<std::pair<int, uint64_t>> checkpoint_waiters_, next_checkpoint_waiters_;
   bool checkpoint_wanted_ = false;       // the next one should begin
-  bool stop_after_checkpoint_ = false;   // SIGTERM
+  bool stop_after_checkpoint_ = false;   // SIGTERM: the next checkpoint to begin is the final one
   bool stopping_ = false;
   Clock::time_point stop_deadline_;
   std::string checkpoint_reason_;

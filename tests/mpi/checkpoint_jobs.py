@@ -2,7 +2,8 @@
 checkpoint a learner asks for; the job restarted with --restore holds every
 item (and only those); a restore with another number of server ranks or
 another capacity is refused naming both; SIGTERM to a server writes a
-checkpoint, answers UNAVAILABLE and ends the job, and that checkpoint restores.
+checkpoint holding exactly the items the actors were acknowledged (issue 26),
+answers UNAVAILABLE and ends the job, and that checkpoint restores.
 
 Usage: checkpoint_jobs.py MPIEXEC SERVER PYTHON CLIENT_SCRIPT WORK_DIR
 """
@@ -119,11 +120,12 @@ rc, out = job(2, 2, "read", 6000, server_flags=["--restore", ckpt], capacity=500
 expect("another capacity is refused", out, r"capacity 4000; this server has schema id:int64: and capacity 5000",
        code=1, rc=rc)
 
-# SIGTERM: a server that keeps serving until told, the clients until UNAVAILABLE.
+# SIGTERM: a server that keeps serving until told, the clients (two actors, as in
+# issue 26) until UNAVAILABLE.
 term_dir = os.path.join(work, "term")
 term = Job([mpiexec, "-np", "1", server, *flags, "--capacity", "4000", "--checkpoint-dir", term_dir, ":",
-            "-np", "2", python, "-m", "mpi4py", client, "term", "1"])
-if term.wait_for(r"serving 2 clients", 120):
+            "-np", "3", python, "-m", "mpi4py", client, "term", "1"])
+if term.wait_for(r"serving 3 clients", 120):
     time.sleep(1)  # adding and sampling
     pid = term.server_pid(term_dir)
     if pid:
@@ -131,11 +133,19 @@ if term.wait_for(r"serving 2 clients", 120):
 rc, out = term.finish(120)
 expect("SIGTERM writes a checkpoint and ends the job", out, r"checkpoint: writing .*\(SIGTERM",
        r"checkpoint: .*term/shard-0-of-1/checkpoint-000000 is complete",
-       r"SIGTERM: no longer serving", r"actor 0: .*the server has stopped serving \(SIGTERM\); its last checkpoint",
+       r"SIGTERM: no longer serving",
+       r"actor 0: .*the server has stopped serving \(SIGTERM\); its final checkpoint, holding everything "
+       r"acknowledged before this, is being written to .*checkpoint-000000",
        r"learner: .*the server has stopped serving", code=0, rc=rc)
 added = re.search(r"checkpoint: writing .*\(SIGTERM.* (\d+) ever added\)", out)
+acknowledged = sum(int(n) for n in re.findall(r"actor \d+: (\d+) items acknowledged", out))
+print(f"== SIGTERM: the actors' acknowledged items {acknowledged}, the checkpoint's "
+      f"{added.group(1) if added else None}")
+if added and int(added.group(1)) != acknowledged:  # nothing acknowledged is lost, nothing unacknowledged kept
+    failures.append(f"SIGTERM job: the actors were acknowledged {acknowledged} items, its checkpoint holds "
+                    f"{added.group(1)}:\n{out}")
 if added:
-    rc, out = job(1, 1, "read", int(added.group(1)), server_flags=["--restore", term_dir])
+    rc, out = job(1, 2, "read", int(added.group(1)), server_flags=["--restore", term_dir])
     expect("the SIGTERM checkpoint restores", out, rf"learner: restored {added.group(1)} items", code=0, rc=rc)
 else:
     failures.append("SIGTERM job: no final line with the items added")

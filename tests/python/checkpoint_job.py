@@ -6,7 +6,8 @@ the last rank learns, the others but the servers act.
     checkpoint_job.py read SERVERS N  (after --restore) the learner finds N items ever added,
                                       samples only ids that were written; actors add one more batch
     checkpoint_job.py term SERVERS    actors add and the learner samples until the server,
-                                      sent SIGTERM, answers UNAVAILABLE (or the job is killed)
+                                      sent SIGTERM, answers UNAVAILABLE (or the job is killed);
+                                      each actor prints the items the server acknowledged
 Columns besides id (the crash job's large one) are zeros.
 """
 import os
@@ -86,4 +87,5 @@ else:
                 actor.close()
             except perserve.UnavailableError as rest:
                 print(f"actor {index}: at close: {rest.message}", flush=True)
+            print(f"actor {index}: {actor.items_acknowledged} items acknowledged", flush=True)
         peers.Free() if mode != "term" else None
