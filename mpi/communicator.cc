@@ -1,5 +1,7 @@
 #include "mpi/communicator.h"
 
+#include <utility>
+
 namespace perserve::mpi {
 
 Status Check(int code, const char* what) {
@@ -10,16 +12,39 @@ Status Check(int code, const char* what) {
   return Status::Internal(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(length)));
 }
 
+Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatype type,
+                      const StopWaiting& stop_waiting, std::vector<std::byte>* owner) {
+  if (!stop_waiting) return Check(MPI_Mrecv(buffer, count, type, message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  MPI_Request request = MPI_REQUEST_NULL;
+  PERSERVE_RETURN_IF_ERROR(Check(MPI_Imrecv(buffer, count, type, message, &request), "MPI_Imrecv"));
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point abandon_at = Clock::time_point::max();
+  for (;;) {
+    int completed = 0;
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Test(&request, &completed, MPI_STATUS_IGNORE), "MPI_Test"));
+    if (completed) return Status::Ok();
+    if (abandon_at == Clock::time_point::max() && stop_waiting()) abandon_at = Clock::now() + kAbandonAfter;
+    if (Clock::now() >= abandon_at) break;
+  }
+  (void)MPI_Request_free(&request);
+  if (owner != nullptr) {
+    static std::vector<std::vector<std::byte>> abandoned;  // the targets of receives that may still complete
+    abandoned.push_back(std::exchange(*owner, {}));
+  }
+  return Status::Unavailable("its sender stopped sending a message already begun");
+}
+
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
-                    int* matched_tag) {
+                    int* matched_tag, const StopWaiting& stop_waiting) {
   size_t length = 0;
-  PERSERVE_RETURN_IF_ERROR(ReceiveGrowing(comm, source, tag, wait, buffer, &length, received, matched_tag));
+  PERSERVE_RETURN_IF_ERROR(
+      ReceiveGrowing(comm, source, tag, wait, buffer, &length, received, matched_tag, stop_waiting));
   if (*received) buffer->resize(length);
   return Status::Ok();
 }
 
 Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, size_t* length,
-                      bool* received, int* matched_tag) {
+                      bool* received, int* matched_tag, const StopWaiting& stop_waiting) {
   int flag = 1;
   MPI_Message message;
   MPI_Status status;
@@ -35,7 +60,7 @@ Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector
   PERSERVE_RETURN_IF_ERROR(Check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count"));
   *length = static_cast<size_t>(count);
   if (buffer->size() < *length) buffer->resize(*length);
-  return Check(MPI_Mrecv(buffer->data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  return ReceiveMatched(&message, buffer->data(), count, MPI_BYTE, stop_waiting, buffer);
 }
 
 Communicator::~Communicator() {

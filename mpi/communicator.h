@@ -6,7 +6,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,21 @@ namespace perserve::mpi {
 // Turns an MPI return code into a Status naming the call that failed.
 Status Check(int code, const char* what);
 
+// Ends the wait for a matched message's bytes: a sender that dies after its
+// message was matched (a launcher's SIGTERM reaches every rank at once) never
+// sends the rest, and MPI_Mrecv would wait for ever. Once this returns true,
+// the wait ends kAbandonAfter later (a live sender finishes within it) with
+// UNAVAILABLE. Empty: wait for ever.
+using StopWaiting = std::function<bool()>;
+inline constexpr std::chrono::milliseconds kAbandonAfter{500};
+
+// Completes a matched message into (buffer, count, type), as MPI_Mrecv, but
+// polling, so `stop_waiting` can end the wait. An abandoned receive may still
+// write into the buffer later: `owner`'s storage (if given) is then kept
+// until exit; other buffers are the caller's to keep from being read.
+Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatype type,
+                      const StopWaiting& stop_waiting, std::vector<std::byte>* owner = nullptr);
+
 // Receives the next message from `source` with `tag` into `buffer` (resized
 // to fit). With wait false it returns at once, *received false, when none is
 // waiting; with wait true it blocks until one arrives. A matched probe
@@ -24,14 +41,14 @@ Status Check(int code, const char* what);
 // take the message between the probe and the receive.
 // `tag` may be MPI_ANY_TAG; the matched message's tag goes to *matched_tag if given.
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
-                    int* matched_tag = nullptr);
+                    int* matched_tag = nullptr, const StopWaiting& stop_waiting = {});
 // The same into a buffer that only grows: the message's bytes are the first
 // *length of `buffer`, the rest is left from earlier messages. A receiver
 // that alternates small and large messages in one buffer then neither
 // reallocates nor zero-fills the large ones' bytes again (a learner's
 // 29 MB Atari sample reply after a priority update's acknowledgement).
 Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, size_t* length,
-                      bool* received, int* matched_tag = nullptr);
+                      bool* received, int* matched_tag = nullptr, const StopWaiting& stop_waiting = {});
 
 class Communicator {
  public:

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "mpi/communicator.h"
 #include "proto/messages.h"
@@ -29,7 +30,12 @@ std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined)
 }
 
 Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
-  return mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag);
+  const Status status =
+      mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag, stop_waiting_);
+  if (status.code() != Status::Code::kUnavailable) return status;
+  spdlog::warn("{}: a message given up on: {}", ClientName(client), status.message());
+  *received = false;
+  return Status::Ok();
 }
 
 Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
@@ -57,19 +63,17 @@ Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
 Status MpiTransport::ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) {
   ProbedColumns& probed = probed_[client];
   if (probed.message == MPI_MESSAGE_NULL) return Status::Internal("ReceiveColumns before ProbeColumns found them");
-  if (regions.empty()) {  // dropped: received into a buffer freed at once
+  if (regions.empty()) {  // dropped: received into a buffer freed at once (kept, if abandoned)
     std::vector<std::byte> dropped(static_cast<size_t>(probed.bytes));
-    return mpi::Check(MPI_Mrecv(dropped.data(), static_cast<int>(dropped.size()), MPI_BYTE, &probed.message,
-                                MPI_STATUS_IGNORE),
-                      "MPI_Mrecv");
+    return mpi::ReceiveMatched(&probed.message, dropped.data(), static_cast<int>(dropped.size()), MPI_BYTE,
+                               stop_waiting_, &dropped);
   }
   blocks_.Clear();
   for (const std::span<std::byte> region : regions) blocks_.Add(region.data(), region.size());
   MPI_Datatype type = MPI_DATATYPE_NULL;
   PERSERVE_RETURN_IF_ERROR(blocks_.Commit(&type));
-  const Status status =
-      mpi::Check(MPI_Mrecv(MPI_BOTTOM, 1, type, &probed.message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-  MPI_Type_free(&type);
+  const Status status = mpi::ReceiveMatched(&probed.message, MPI_BOTTOM, 1, type, stop_waiting_);
+  MPI_Type_free(&type);  // a receive still pending keeps its own reference
   return status;
 }
 

@@ -29,7 +29,15 @@ class MpiTransport final : public Transport {
   bool TakesColumnsApart() const override { return true; }
   Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override;
   // A datatype over the regions (an hindexed type when there are several).
+  // An abandoned receive (mpi::StopWaiting) may still write into the
+  // regions later: the replay gives a failed add's rows a zero leaf, so they
+  // are never drawn.
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override;
+  // Once `stop_waiting` returns true (SIGTERM: the server is to stop), a
+  // message whose sender died after it was matched is given up on
+  // (mpi::StopWaiting) instead of holding the loop for ever: TryReceive
+  // logs it and receives nothing, ReceiveColumns answers UNAVAILABLE.
+  void SetStopWaiting(mpi::StopWaiting stop_waiting) { stop_waiting_ = std::move(stop_waiting); }
   Status Send(int client, std::vector<std::byte> frame) override;
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
   // One message: an MPI hindexed datatype over the head and each row of each
@@ -59,6 +67,7 @@ class MpiTransport final : public Transport {
   std::vector<ProbedColumns> probed_;
   uint64_t next_token_ = 1;
   mpi::ByteBlocks blocks_;  // a datatype's blocks, reused across messages
+  mpi::StopWaiting stop_waiting_;
 };
 
 }  // namespace perserve::service

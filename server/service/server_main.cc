@@ -57,9 +57,17 @@ uint64_t ShardSeed(uint64_t seed, int world_rank) {
   return z ^ (z >> 31);
 }
 
-// The last SIGUSR1 or SIGTERM, taken by the service loop each pass.
+// The last SIGUSR1 or SIGTERM, taken by the service loop each pass; and
+// whether SIGTERM ever came (the transport stops waiting for a dead sender).
+// SIGINT is taken as SIGTERM: srun forwards a double Ctrl-C to every task
+// as SIGINT, and a server started by hand is stopped with Ctrl-C.
 std::atomic<int> pending_signal{0};
-void OnSignal(int signal) { pending_signal.store(signal); }
+std::atomic<bool> terminating{false};
+void OnSignal(int signal) {
+  if (signal == SIGINT) signal = SIGTERM;
+  if (signal == SIGTERM) terminating.store(true);
+  pending_signal.store(signal);
+}
 
 // Ends the whole job with a message: every other rank is waiting in the join.
 [[noreturn]] void Abort(const std::string& message) {
@@ -104,6 +112,9 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   }
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
                                                perserve::service::MpiTransport::ClientRoles(joined));
+  // mpirun and srun send SIGTERM to every rank at once: a client may die
+  // mid-message, and the final checkpoint must not wait for it.
+  transport.SetStopWaiting([] { return terminating.load(); });
   perserve::service::ServiceOptions service_options = flags.service;
   service_options.shard = std::max(0, joined.shard);
   service_options.shards = static_cast<int>(joined.server_ranks.size());
@@ -201,7 +212,7 @@ static int Main(int argc, char** argv) {
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-dir", flags.service.checkpoint_dir,
-                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1 and SIGTERM, and "
+                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM or SIGINT, and "
                  "with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
   app.add_option("--checkpoint-every", flags.service.checkpoint_every_seconds,
                  "seconds between checkpoints (0: only when asked); needs --checkpoint-dir")
@@ -255,6 +266,7 @@ static int Main(int argc, char** argv) {
   // SIGTERM during the start-up is acted on at the first pass of the loop.
   std::signal(SIGUSR1, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
   const int code = Serve(flags, schema, options);
   MPI_Finalize();
   return code;

@@ -8,21 +8,20 @@ answers UNAVAILABLE and ends the job, and that checkpoint restores.
 Usage: checkpoint_jobs.py MPIEXEC SERVER PYTHON CLIENT_SCRIPT WORK_DIR
 """
 import os
-import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
+
+from job_driver import Job, expect, failures
 
 mpiexec, server, python, client, work = sys.argv[1:6]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 ckpt = os.path.join(work, "checkpoints")
 flags = ["--column", "id:int64", "--min-size-to-sample", "100", "--stats-interval", "0"]
-failures = []
 
 
 def job(servers, actors, mode, *args, server_flags=(), capacity=4000, timeout=120):
@@ -30,78 +29,6 @@ def job(servers, actors, mode, *args, server_flags=(), capacity=4000, timeout=12
                "-np", str(actors + 1), python, "-m", "mpi4py", client, mode, str(servers), *map(str, args)]
     run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return run.returncode, run.stdout
-
-
-class Job:
-    """A job whose output is read line by line as it comes (a thread), so a
-    test can act on what it prints and never blocks on a silent one."""
-
-    def __init__(self, command):
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines = []
-        self._queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            self._queue.put(line)
-        self._queue.put(None)
-
-    def wait_for(self, pattern, seconds):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                return None
-            if line is None:
-                return None
-            self.lines.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
-        return None
-
-    def finish(self, seconds):
-        """Waits for the job's end; (exit status, everything it printed)."""
-        try:
-            self.process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            self.lines.append(f"(the job did not end within {seconds} s)\n")
-        while True:
-            line = self._queue.get()
-            if line is None:
-                break
-            self.lines.append(line)
-        return self.process.returncode, "".join(self.lines)
-
-    @staticmethod
-    def server_pid(marker):
-        """The server rank's own process (mpirun's command line names it too),
-        from /proc: pgrep hangs under the sanitized build's LD_PRELOAD."""
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv[0].decode(errors="replace") == server and any(marker.encode() in arg for arg in argv):
-                return int(entry)
-        return None
-
-
-def expect(name, output, *patterns, code=None, rc=0):
-    problems = [f"no line matches {p!r}" for p in patterns if not re.search(p, output)]
-    if code is not None and (rc == 0) != (code == 0):
-        problems.append(f"exit status {rc}, expected {'0' if code == 0 else 'non-zero'}")
-    print(f"== {name}: {'ok' if not problems else 'FAILED'}")
-    if problems:
-        print(output)
-        failures.extend(f"{name}: {p}" for p in problems)
 
 
 rc, out = job(2, 2, "write", server_flags=["--checkpoint-dir", ckpt])
@@ -127,7 +54,7 @@ term = Job([mpiexec, "-np", "1", server, *flags, "--capacity", "4000", "--checkp
             "-np", "3", python, "-m", "mpi4py", client, "term", "1"])
 if term.wait_for(r"serving 3 clients", 120):
     time.sleep(1)  # adding and sampling
-    pid = term.server_pid(term_dir)
+    pid = term.server_pid(server, term_dir)
     if pid:
         os.kill(pid, signal.SIGTERM)
 rc, out = term.finish(120)
@@ -160,7 +87,7 @@ crash = Job([mpiexec, "-np", "1", server, *big, ":", "-np", "2", python, "-m", "
 first = None
 if crash.wait_for(r"serving 2 clients", 120):
     time.sleep(3)  # the store fills
-    pid = crash.server_pid(crash_dir)
+    pid = crash.server_pid(server, crash_dir)
     if pid:
         os.kill(pid, signal.SIGUSR1)
         first = crash.wait_for(r"checkpoint: writing .*checkpoint-000000 .* (\d+) ever added\)", 60)

@@ -1,0 +1,67 @@
+"""The ways a job is ended from outside keep its last checkpoint (issue 26):
+Ctrl-C (SIGINT) and SIGTERM to mpirun, and `timeout` around it. mpirun
+then sends every rank SIGCONT, waits odls_base_sigkill_timeout seconds,
+sends every rank SIGTERM, waits as long again and sends SIGKILL
+(docs/checkpoints.md). The actors die at that SIGTERM, mid-message some of
+them; the server writes its final checkpoint (400 MB here) within the grace
+and that checkpoint, complete, restores every item it was begun with.
+
+Usage: launcher_signal_jobs.py MPIEXEC SERVER PYTHON CLIENT_SCRIPT WORK_DIR
+"""
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+
+from job_driver import Job, expect, failures
+
+mpiexec, server, python, client, work = sys.argv[1:6]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+GRACE = 10  # seconds between mpirun's SIGTERM to every rank and its SIGKILL
+env = dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout=str(GRACE))
+large = ["--column", "id:int64", "--column", "obs:uint8:100000", "--capacity", "4000", "--min-size-to-sample", "100",
+         "--stats-interval", "0"]
+
+
+def run(name, stop, wrapper=()):
+    """A job of two actors and a learner, ended by `stop` (a signal to mpirun,
+    or None: `wrapper` ends it); then its checkpoint directory is checked and restored."""
+    checkpoints = os.path.join(work, name.split()[0].lower())
+    job = Job([*wrapper, mpiexec, "-np", "1", server, *large, "--checkpoint-dir", checkpoints, ":",
+               "-np", "3", python, "-m", "mpi4py", client, "term", "1"], env=env)
+    serving = job.wait_for(r"serving 3 clients", 120)
+    if serving and stop is not None:
+        time.sleep(3)  # the store fills
+        job.process.send_signal(stop)
+    began = time.monotonic()
+    rc, out = job.finish(2 * GRACE + 60)
+    print(f"== {name}: the job ended {time.monotonic() - began:.1f} s after the signal, exit status {rc}")
+    expect(f"{name}: the server writes its final checkpoint within the grace", out,
+           r"checkpoint: writing .*checkpoint-000000 \(SIGTERM", r"checkpoint-000000 is complete")
+    shard = os.path.join(checkpoints, "shard-0-of-1")
+    left = sorted(os.listdir(shard)) if os.path.isdir(shard) else []
+    if left != ["checkpoint-000000"]:
+        failures.append(f"{name}: expected one complete checkpoint, found {left}:\n{out}")
+    added = re.search(r"checkpoint: writing .*\(SIGTERM.* (\d+) ever added\)", out)
+    if not (serving and added):
+        failures.append(f"{name}: the job did not serve, or wrote no SIGTERM checkpoint:\n{out}")
+        return
+    restore = Job([mpiexec, "-np", "1", server, *large, "--restore", checkpoints, ":",
+                   "-np", "3", python, "-m", "mpi4py", client, "read", "1", added.group(1)])
+    rc, out = restore.finish(120)
+    expect(f"{name}: its checkpoint restores", out, rf"learner: restored {added.group(1)} items", code=0, rc=rc)
+
+
+run("SIGINT to mpirun (Ctrl-C)", signal.SIGINT)
+run("SIGTERM to mpirun", signal.SIGTERM)
+# timeout's SIGTERM once the job has served a while; -k beyond mpirun's own
+# 2 x GRACE, or timeout's SIGKILL ends mpirun before its ranks.
+run("timeout around mpirun", None, wrapper=["timeout", "-k", str(2 * GRACE + 30), "25"])
+
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print("launcher signal jobs: all passed")
