@@ -9,6 +9,13 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # update (~8 KB) then need no rendezvous handshake with the busy server rank.
 # Measured 1.3-2.7x more small-transition intake (README, Performance).
 export OMPI_MCA_btl_vader_eager_limit=${OMPI_MCA_btl_vader_eager_limit:-16384}
+# mpirun, on Ctrl-C, SIGTERM, `timeout` or a rank's failure, sends every rank
+# SIGCONT, waits this many seconds, sends SIGTERM, waits as long again, then
+# SIGKILL (Open MPI's default: 1 s). The replay ranks write their final
+# checkpoint between SIGTERM and SIGKILL: give it longer than the server's
+# "checkpoint: ... is complete: ... in X s" line says one takes. The price:
+# a job ended that way takes twice this to end (docs/checkpoints.md).
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-30}
 # Idle OpenMP threads sleep instead of spinning, so oversubscribed ranks do not
 # steal each other's cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}

@@ -104,13 +104,16 @@ diagnose() {  # what Slurm and the processes say about jobs that did not end
   ps -eo pid,stat,wchan:24,etime,args | grep -E 'perserve|slurmstepd|srun' | grep -v grep | sed 's/^/   ps: /' | cut -c1-200
   for log in "$dir"/log/slurmd-*.log; do echo "   $(basename "$log"):"; tail -n 6 "$log" | sed 's/^/     /'; done
 }
-run_job() {  # run_job NAME SCRIPT [REGEX]: submits a shrunk copy, waits, checks its output (and REGEX in it)
-  local name=$1 script=$2 expect=${3:-} copy="$dir/jobs/$1.sbatch" out="$dir/jobs/$1.out"
+shrink() {  # shrink SCRIPT OUT: the job script with its resources fitted to this cluster, its output to OUT
   sed -e 's/ --gpus=1//' -e 's/ --gpus-per-node=1//' \
       -e 's/--nodes=2 --ntasks=8/--nodes=1 --ntasks=2/' \
       -e 's/^#SBATCH --nodes=2$/#SBATCH --nodes=3 --partition=all/' \
       -e 's/^#SBATCH --ntasks=10$/#SBATCH --ntasks=4/' \
-      -e "s|^#SBATCH --output=.*|#SBATCH --output=$out|" "$script" >"$copy"
+      -e "s|^#SBATCH --output=.*|#SBATCH --output=$2|" "$1"
+}
+run_job() {  # run_job NAME SCRIPT [REGEX]: submits a shrunk copy, waits, checks its output (and REGEX in it)
+  local name=$1 script=$2 expect=${3:-} copy="$dir/jobs/$1.sbatch" out="$dir/jobs/$1.out"
+  shrink "$script" "$out" >"$copy"
   echo "== $name: sbatch --wait $(basename "$script") (shrunk copy)"
   local rc=0
   timeout -s KILL 150 sbatch --wait "$copy" || rc=$?
@@ -139,9 +142,35 @@ run_job() {  # run_job NAME SCRIPT [REGEX]: submits a shrunk copy, waits, checks
 # The het job's two replay ranks, one a node, are shards of one replay.
 run_job hetjob "$repo/scripts/slurm/perserve-hetjob.sbatch" "shard 1 of 2 \(servers at ranks 0-1"
 run_job single "$repo/scripts/slurm/perserve-single.sbatch"
+# scancel while the job serves: Slurm sends every task SIGCONT and SIGTERM,
+# and SIGKILL KillWait (30 s) later; the server writes its final checkpoint
+# within that, complete, and the job started again restores it (issue 26).
+cancelled() {
+  local copy="$dir/jobs/cancelled.sbatch" out="$dir/jobs/cancelled.out" checkpoints="$dir/checkpoints" job
+  shrink "$repo/scripts/slurm/perserve-single.sbatch" "$out" >"$copy"
+  echo "== cancelled: scancel while perserve-single.sbatch serves"
+  job=$(SERVER_FLAGS="$SERVER_FLAGS --checkpoint-dir $checkpoints" ACTOR_ARGS="--role actor --seconds 300" \
+        LEARNER_ARGS="--role learner --seconds 300" sbatch --parsable "$copy")
+  for _ in $(seq 1 60); do grep -q "serving" "$out" 2>/dev/null && break; sleep 1; done
+  sleep 3  # adding and sampling
+  scancel "$job"
+  for _ in $(seq 1 90); do [ -n "$(squeue -h -j "$job" 2>/dev/null)" ] || break; sleep 1; done
+  sed 's/^/   | /' "$out" 2>/dev/null | grep -E "checkpoint|SIGTERM|CANCELLED|error" | cut -c1-200 | tail -n 8
+  # The directory, not the log, says it is complete (only SIGTERM takes one
+  # here): the job's output ends when srun does, seen before the server's
+  # "checkpoint: writing" line, and after it.
+  if [ "$(ls "$checkpoints/shard-0-of-1" 2>/dev/null)" != checkpoint-000000 ]; then
+    echo "   the final checkpoint is not complete: $(ls "$checkpoints"/shard-0-of-1 2>/dev/null)"
+    failures=$((failures + 1))
+    return
+  fi
+  SERVER_FLAGS="$SERVER_FLAGS --restore $checkpoints" \
+    run_job restored "$repo/scripts/slurm/perserve-single.sbatch" "restored .*checkpoint-000000: "
+}
+cancelled
 if [ "$failures" -ne 0 ]; then
   echo "slurm job scripts: $failures checks failed"
   tail -n 20 "$dir"/log/*.log
   exit 1
 fi
-echo "slurm job scripts: hetjob and single allocation ran end to end"
+echo "slurm job scripts: hetjob and single allocation ran end to end; a cancelled job's checkpoint restored"
