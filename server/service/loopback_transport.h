@@ -13,7 +13,7 @@
 //     ProbeColumns takes the columns message it matched out of the order
 //     TryReceive sees; only ReceiveColumns receives it, and until then
 //     ProbeColumns answers that same message again (MpiTransport remembers
-//     it).
+//     it). ColumnsArrived asks without claiming (MPI_Iprobe).
 //   - Arrival: a message arrives when the test pushes it, so a probe that
 //     found nothing says nothing about a later receive, which can match a
 //     message no probe has seen.
@@ -101,7 +101,8 @@ class LoopbackTransport final : public Transport {
   // The oldest message no probe has claimed, whatever its tag.
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override {
     Inbox& inbox = inboxes_[client];
-    const auto found = std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return !message.claimed; });
+    const auto found =
+        std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return !message.claimed; });
     *received = found != inbox.end();
     if (*received) {
       *buffer = std::move(found->bytes);
@@ -121,6 +122,12 @@ class LoopbackTransport final : public Transport {
       found->claimed = true;
       *bytes = static_cast<int64_t>(found->bytes.size());
     }
+    return Status::Ok();
+  }
+  Status ColumnsArrived(int client, bool* arrived) const override {
+    const Inbox& inbox = inboxes_[client];
+    *arrived = std::any_of(inbox.begin(), inbox.end(),
+                           [](const Message& message) { return message.tag == proto::kAddColumnsTag; });
     return Status::Ok();
   }
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override {

@@ -292,11 +292,21 @@ bool ReplayService::ColumnsMissing(int client, bool columns_follow) {
   return ColumnsYetToCome(client);
 }
 
+// A client's columns messages reach its adds by two paths: the loop's receive
+// (TakeColumns gives them to the oldest held add still without) and an add's
+// own matched probe (ProbeColumns, when it is applied). Both follow the
+// client's order only while no probe leaves a claimed message unreceived: the
+// loop's next receive would then take a later add's columns and give them to
+// an earlier add. So ProbeColumns is called only to receive at once
+// (AddColumnsApart, DropLateColumns), and whether they have come (an add
+// deciding to wait; the stats line, a refusal or a second close describing
+// the held adds) is asked of ColumnsArrived, which claims nothing. Simpler
+// than remembering claimed messages in the service: the order stays the
+// transport's.
 bool ReplayService::ColumnsYetToCome(int client) const {
   if (columns_to_drop_[client] > 0) return true;  // the next to come are a refused add's
   bool arrived = false;
-  int64_t bytes = 0;
-  return !transport_->ProbeColumns(client, &arrived, &bytes).ok() || !arrived;
+  return !transport_->ColumnsArrived(client, &arrived).ok() || !arrived;
 }
 
 void ReplayService::DropColumns(int client) {
