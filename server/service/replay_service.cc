@@ -826,6 +826,11 @@ void ReplayService::BeginCheckpoint() {
 }
 
 void ReplayService::StepCheckpoint() {
+  // What follows a checkpoint's end happens here, between operations: it can
+  // end inside an add (BeforeAdd failed), where a snapshot begun would miss
+  // the rows that add overwrites next, and stopping would empty the held adds
+  // being served. Before the signals: a SIGTERM now waits for its own checkpoint.
+  if (std::exchange(checkpoint_ended_, false) && stop_after_checkpoint_) return StopServing();
   if (options_.take_signal) {
     const int signal = options_.take_signal();
     if (signal == SIGUSR1 || signal == SIGTERM) {
@@ -839,6 +844,7 @@ void ReplayService::StepCheckpoint() {
     }
   }
   if (checkpoints_ == nullptr) return;
+  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
   if (Clock::now() >= next_periodic_checkpoint_) {
     next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(options_.checkpoint_every_seconds));
@@ -868,8 +874,7 @@ void ReplayService::CheckpointEnded(const Status& error) {
       ReplyError(client, request_id, error);
     }
   }
-  if (stop_after_checkpoint_) return StopServing();
-  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
+  checkpoint_ended_ = true;  // StepCheckpoint stops serving or begins the next
 }
 
 Status ReplayService::StoppedError() const {
@@ -882,6 +887,7 @@ Status ReplayService::StoppedError() const {
 void ReplayService::StopServing() {
   if (stopping_) return;
   stopping_ = true;
+  checkpoint_wanted_ = false;  // its waiters are answered below
   stop_deadline_ = Clock::now() + kStopGrace;
   const Status stopping = StoppedError();
   for (const DeferredSample& waiting : std::exchange(deferred_, {})) {

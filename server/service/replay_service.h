@@ -220,7 +220,8 @@ class ReplayService {
   void BeginCheckpoint();
   // Each pass: signals, the periodic timer, and a slice of the one being written.
   void StepCheckpoint();
-  // Answers the waiters of the checkpoint that ended (its path, or `error`).
+  // Answers the waiters of the checkpoint that ended (its path, or `error`);
+  // the next pass's StepCheckpoint does what follows (may run inside an add).
   void CheckpointEnded(const Status& error);
   // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
   // closes), until every client has closed or kStopGrace has passed.
@@ -332,6 +333,7 @@ class ReplayService {
   std::vector<std::pair<int, uint64_t>> checkpoint_waiters_, next_checkpoint_waiters_;
   bool checkpoint_wanted_ = false;       // the next one should begin
   bool stop_after_checkpoint_ = false;   // SIGTERM
+  bool checkpoint_ended_ = false;        // one ended since StepCheckpoint last looked
   bool stopping_ = false;
   Clock::time_point stop_deadline_;
   std::string checkpoint_reason_;
