@@ -655,7 +655,14 @@ void ReplayService::ServeDeferredSamples(bool* any_blocked) {
   if (deferred_.empty()) return;
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_.begin(); it != deferred_.end();) {
-    if (blocked_[it->client] || WaitFor(*it) != SampleWait::kNone) {
+    const SampleWait wait = blocked_[it->client] ? SampleWait::kNone : WaitFor(*it);
+    // What it waits for can change after the last actor closed (its unread
+    // replies read, then the rate limiter's): hopeless is checked each time.
+    if (!blocked_[it->client] && Hopeless(wait)) {
+      it = FailWaitingSample(it, HopelessError(wait, it->client));
+      continue;
+    }
+    if (blocked_[it->client] || wait != SampleWait::kNone) {
       blocked_[it->client] = true;
       *any_blocked = true;
       ++it;
@@ -680,15 +687,11 @@ void ReplayService::ExpireDeadlines() {
       ++it;
       continue;
     }
-    const DeferredSample expired = std::move(*it);
-    it = deferred_.erase(it);
-    --deferred_per_client_[expired.client];
     ++counters_.deadlines_exceeded;
-    ReplyError(expired.client, expired.request_id,
-               Status::DeadlineExceeded(fmt::format(
-                   "the sample waited {:.3f} s, its timeout, for {}",
-                   std::chrono::duration<double>(now - expired.arrived).count(),
-                   Describe(WaitFor(expired), expired.client))));
+    it = FailWaitingSample(it, Status::DeadlineExceeded(fmt::format(
+                                   "the sample waited {:.3f} s, its timeout, for {}",
+                                   std::chrono::duration<double>(now - it->arrived).count(),
+                                   Describe(WaitFor(*it), it->client))));
   }
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     if (it->deadline > now) {
@@ -710,11 +713,18 @@ void ReplayService::FailHopelessSamples() {
       ++it;
       continue;
     }
-    const DeferredSample failed = std::move(*it);
-    it = deferred_.erase(it);
-    --deferred_per_client_[failed.client];
-    ReplyError(failed.client, failed.request_id, HopelessError(wait, failed.client));
+    it = FailWaitingSample(it, HopelessError(wait, it->client));
   }
+}
+
+std::deque<ReplayService::DeferredSample>::iterator ReplayService::FailWaitingSample(
+    std::deque<DeferredSample>::iterator it, const Status& error) {
+  const int client = it->client;
+  const uint64_t request_id = it->request_id;
+  it = deferred_.erase(it);
+  --deferred_per_client_[client];
+  ReplyError(client, request_id, error);
+  return it;
 }
 
 void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {

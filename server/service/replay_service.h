@@ -251,6 +251,9 @@ class ReplayService {
   void ExpireDeadlines();
   // With no actor open: fails every waiting sample that can never be served.
   void FailHopelessSamples();
+  // Takes a waiting sample out and answers it `error`. Returns the next one.
+  std::deque<DeferredSample>::iterator FailWaitingSample(std::deque<DeferredSample>::iterator it,
+                                                         const Status& error);
   // Closes `client` (its adds all applied): the reply, then the bookkeeping.
   void FinishClose(int client, uint64_t request_id);
   SampleWait WaitFor(int client, int64_t batch_size) const;
