@@ -389,23 +389,27 @@ int OverwriteLearner() {
 constexpr int kLentPayload = 8192;
 constexpr int64_t kLentItems = 4000;
 
-int LentActor(int lent_buffers) {
+// Adds ids 0 .. items - 1 in batches of 8 rows of 8 KiB (64 KiB: their
+// columns go apart), filling `buffers` sets of buffers in turn; lent
+// (AddBorrowed) or copied (Add).
+int PayloadActor(int64_t items, int buffers, bool lent) {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
   constexpr int64_t kBatch = 8;
-  std::vector<std::vector<int64_t>> ids(lent_buffers, std::vector<int64_t>(kBatch));
-  std::vector<std::vector<uint8_t>> payloads(lent_buffers, std::vector<uint8_t>(kBatch * kLentPayload));
-  for (int64_t start = 0, round = 0; start < kLentItems; start += kBatch, ++round) {
-    const size_t set = static_cast<size_t>(round % lent_buffers);
+  std::vector<std::vector<int64_t>> ids(buffers, std::vector<int64_t>(kBatch));
+  std::vector<std::vector<uint8_t>> payloads(buffers, std::vector<uint8_t>(kBatch * kLentPayload));
+  for (int64_t start = 0, round = 0; start < items; start += kBatch, ++round) {
+    const size_t set = static_cast<size_t>(round % buffers);
     for (int64_t j = 0; j < kBatch; ++j) {
       ids[set][j] = start + j;
       for (int b = 0; b < kLentPayload; ++b) payloads[set][j * kLentPayload + b] = PayloadByte(start + j, b);
     }
-    CHECK_OK(actor->AddBorrowed(
-        perserve::ColumnSpans{kBatch, {std::as_bytes(std::span(ids[set])), std::as_bytes(std::span(payloads[set]))}}));
+    const perserve::ColumnSpans batch{kBatch,
+                                      {std::as_bytes(std::span(ids[set])), std::as_bytes(std::span(payloads[set]))}};
+    CHECK_OK(lent ? actor->AddBorrowed(batch) : actor->Add(batch));
   }
   CHECK_OK(actor->Close());
-  CHECK(actor->items_acknowledged() == kLentItems, "acknowledged {}", actor->items_acknowledged());
+  CHECK(actor->items_acknowledged() == items, "acknowledged {}", actor->items_acknowledged());
   return 0;
 }
 
@@ -440,27 +444,9 @@ int LentLearner() {
 // Issue 24's recipe for defect 1 (server flags: --column id:int64 --column
 // payload:uint8:8192 --samples-per-insert 1 --error-buffer 40
 // --messages-per-client-pass 1 --stats-interval 1e-6): 16 adds of 8 rows,
-// 64 KiB each, so their columns come apart; one actor, so key k holds id k.
+// 64 KiB each, so their columns come apart (PayloadActor); one actor, so key
+// k holds id k.
 constexpr int64_t kHeldColumnsItems = 128;
-
-int HeldColumnsActor() {
-  std::unique_ptr<perserve::ActorClient> actor;
-  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
-  constexpr int64_t kBatch = 8;
-  std::vector<int64_t> ids(kBatch);
-  std::vector<uint8_t> payload(kBatch * kLentPayload);
-  for (int64_t start = 0; start < kHeldColumnsItems; start += kBatch) {
-    for (int64_t j = 0; j < kBatch; ++j) {
-      ids[j] = start + j;
-      for (int b = 0; b < kLentPayload; ++b) payload[j * kLentPayload + b] = PayloadByte(start + j, b);
-    }
-    CHECK_OK(actor->Add(
-        perserve::ColumnSpans{kBatch, {std::as_bytes(std::span(ids)), std::as_bytes(std::span(payload))}}));
-  }
-  CHECK_OK(actor->Close());
-  CHECK(actor->items_acknowledged() == kHeldColumnsItems, "acknowledged {}", actor->items_acknowledged());
-  return 0;
-}
 
 // Samples as the rate limiter lets it until every add is in; the last sample
 // may be refused FAILED_PRECONDITION (the actor has closed, the limiter holds it).
@@ -522,7 +508,7 @@ int main(int argc, char** argv) {
   if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
   if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
   if (scenario == "buffers" && role == "self") code = BuffersSelf();
-  if (scenario == "lent" && role == "actor") code = LentActor(argc > 3 ? std::atoi(argv[3]) : 5);
+  if (scenario == "lent" && role == "actor") code = PayloadActor(kLentItems, argc > 3 ? std::atoi(argv[3]) : 5, true);
   if (scenario == "lent" && role == "learner") code = LentLearner();
   if (scenario == "stale" && role == "actor") code = StaleActor();
   if (scenario == "stale" && role == "learner") code = StaleLearner();
@@ -533,7 +519,7 @@ int main(int argc, char** argv) {
   if (scenario == "flood" && role == "learner") code = FloodLearner();
   if (scenario == "overwrite" && role == "actor") code = OverwriteActor();
   if (scenario == "overwrite" && role == "learner") code = OverwriteLearner();
-  if (scenario == "held_columns" && role == "actor") code = HeldColumnsActor();
+  if (scenario == "held_columns" && role == "actor") code = PayloadActor(kHeldColumnsItems, 1, false);
   if (scenario == "held_columns" && role == "learner") code = HeldColumnsLearner();
   if (code == 2) fmt::print(stderr, "usage: mpi_test_client <scenario> <role>\n");
   MPI_Finalize();

@@ -230,15 +230,15 @@ class HeldColumnsApartTest : public ColumnsApartTest {
     Added(100);
   }
 
-  void CloseTheLearner() {
+  // Closes the learner, so the held adds 1 and 2 (ids 8.. and 16..) go: each
+  // is stored under its keys, read from the store.
+  void ReleaseAndCheckTheHeldAdds() {
     transport_->Push(kLearner, Frame(MessageKind::kCloseRequest, 200, proto::Empty{}));
     Step();
     Reply(kLearner, MessageKind::kCloseReply, 200);
-  }
-
-  // Keys 0 .. count - 1 hold their ids, read from the store.
-  void ExpectStoredKeysHoldTheirIds(int64_t count) {
-    for (int64_t key = 0; key < count; ++key) {
+    EXPECT_EQ(Added(1).first_key, 8u);
+    EXPECT_EQ(Added(2).first_key, 16u);
+    for (int64_t key = 0; key < 24; ++key) {
       int64_t id = -1;
       std::memcpy(&id, replay_->store().Rows(0, key % kCapacity, 1).data(), sizeof(id));
       EXPECT_EQ(id, key) << "key " << key << " holds another add's row";
@@ -262,10 +262,7 @@ TEST_F(HeldColumnsApartTest, TheStatsLineLeavesEachHeldAddItsOwnColumns) {
     (void)service_->DescribeClients();
   }
   EXPECT_EQ(transport_->waiting(kActor), 0u);
-  CloseTheLearner();
-  EXPECT_EQ(Added(1).first_key, 8u);
-  EXPECT_EQ(Added(2).first_key, 16u);
-  ExpectStoredKeysHoldTheirIds(24);
+  ReleaseAndCheckTheHeldAdds();
 }
 
 // Columns that come after a later add's request go to the held adds in their
@@ -278,10 +275,7 @@ TEST_F(HeldColumnsApartTest, ColumnsAfterTwoHeldAddsGoToTheOldestFirst) {
   for (int pass = 0; pass < 4; ++pass) Step();
   EXPECT_EQ(service_->held_adds(kActor), 2);
   EXPECT_EQ(transport_->waiting(kActor), 0u) << "the loop took both columns messages";
-  CloseTheLearner();
-  EXPECT_EQ(Added(1).first_key, 8u);
-  EXPECT_EQ(Added(2).first_key, 16u);
-  ExpectStoredKeysHoldTheirIds(24);
+  ReleaseAndCheckTheHeldAdds();
 }
 
 TEST_F(ColumnsApartTest, ColumnsGoStraightIntoTheStoreAcrossTheRingsEnd) {
