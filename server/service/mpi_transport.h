@@ -28,6 +28,7 @@ class MpiTransport final : public Transport {
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   bool TakesColumnsApart() const override { return true; }
   Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override;
+  Status ColumnsArrived(int client, bool* arrived) const override;
   // A datatype over the regions (an hindexed type when there are several).
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override;
   Status Send(int client, std::vector<std::byte> frame) override;

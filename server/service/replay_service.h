@@ -220,7 +220,8 @@ class ReplayService {
   void BeginCheckpoint();
   // Each pass: signals, the periodic timer, and a slice of the one being written.
   void StepCheckpoint();
-  // Answers the waiters of the checkpoint that ended (its path, or `error`).
+  // Answers the waiters of the checkpoint that ended (its path, or `error`);
+  // the next pass's StepCheckpoint does what follows (may run inside an add).
   void CheckpointEnded(const Status& error);
   // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
   // closes), until every client has closed or kStopGrace has passed.
@@ -250,6 +251,11 @@ class ReplayService {
   void ExpireDeadlines();
   // With no actor open: fails every waiting sample that can never be served.
   void FailHopelessSamples();
+  // Takes the waiting sample at *it out of the queue (*it moves to the next).
+  DeferredSample TakeWaitingSample(std::deque<DeferredSample>::iterator* it);
+  // Takes a waiting sample out and answers it `error`. Returns the next one.
+  std::deque<DeferredSample>::iterator FailWaitingSample(std::deque<DeferredSample>::iterator it,
+                                                         const Status& error);
   // Closes `client` (its adds all applied): the reply, then the bookkeeping.
   void FinishClose(int client, uint64_t request_id);
   SampleWait WaitFor(int client, int64_t batch_size) const;
@@ -337,6 +343,7 @@ class ReplayService {
   std::vector<std::pair<int, uint64_t>> checkpoint_waiters_, next_checkpoint_waiters_;
   bool checkpoint_wanted_ = false;       // the next one should begin
   bool stop_after_checkpoint_ = false;   // SIGTERM
+  bool checkpoint_ended_ = false;        // one ended since StepCheckpoint last looked
   bool stopping_ = false;
   Clock::time_point stop_deadline_;
   std::string checkpoint_reason_;
