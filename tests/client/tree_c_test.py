@@ -189,7 +189,7 @@ class TreeCApiTest(unittest.TestCase):
             tree.close()
 
     def test_batched_descent_matches_the_reference_at_every_batch_size(self):
-        # The CPU tree descends up to 256 paths a level at a time: sizes below,
+        # The CPU tree descends up to 512 paths a level at a time: sizes below,
         # at and past one group and a remainder, masses sorted (stratified) and
         # in any order, a tree with zero leaves, a run of zeros and an empty tail.
         rng = np.random.default_rng(28)
@@ -202,7 +202,7 @@ class TreeCApiTest(unittest.TestCase):
             self.assertEqual(tree.update(indices, leaves), 0, last_error())
             levels = reference_levels(leaves)
             total = levels[-1][0]
-            for k in (1, 7, 255, 256, 257, 512, 1000, 1024):
+            for k in (1, 7, 511, 512, 513, 1000, 1024, 1500):
                 stratified = (np.arange(k) + rng.random(k)) * total / k
                 edges = rng.choice([0.0, total, np.nextafter(total, math.inf), 2.0 * total,
                                     np.cumsum(leaves)[999], np.cumsum(leaves)[2999]], size=k)

@@ -16,18 +16,19 @@
 
 namespace perserve::tree {
 
-// Paths advanced together. A group must take longer to step through than a
-// line takes to arrive, or the first lane waits for its line: at ~5 ns a line
-// when the core is fetching as fast as it can, 64 lanes already cover a DRAM
-// miss; 256 measured best at 512 and 1024 descents, 32 was 1.2x slower.
-inline constexpr size_t kDescentLanes = 256;
+// Paths advanced together. A pass over the group must take longer than a
+// line takes to arrive, or a lane waits for its line; and every group walks
+// the top levels again, each level a dependent miss when they are cold.
+// 256 and 512 measured alike at 512 cold descents on a quiet machine, 512
+// ahead when the other core is busy; 32 was 1.2x slower quiet.
+inline constexpr size_t kDescentLanes = 512;
 
 // indices[i] = the leaf (0-based) the descent of masses[i] lands on, by
 // tree_algorithm.h's DescendStep for every path: bit-identical to
 // FindPrefixSumLeaf(nodes, capacity, masses[i]) for each i, whatever the batch
 // size and order. Same preconditions: capacity a power of two, every mass
-// finite and >= 0, the total (nodes[1].sum) > 0; sizes equal. Reads only.
-// O(k log capacity) work.
+// finite and >= 0, the total (nodes[1].sum) > 0; sizes equal. Reads only;
+// O(k log capacity) work, single-threaded.
 void DescendBatch(const TreeNode* nodes, int64_t capacity, std::span<const double> masses,
                   std::span<int64_t> indices);
 
