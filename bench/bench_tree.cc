@@ -13,7 +13,7 @@
 //                          memory-level-parallelism limit; counter "lines")
 //   Update/<strategy>/<k>  k random leaves set to random values
 //   Update/classic/<k>     the same k leaves in the classic pair of segment
-//                          trees (ClassicTrees below: the reference point)
+//                          trees (classic_trees.h: the reference point)
 //   Sample/cpu/<B>         B stratified draws through the tree's own Sample()
 //                          (masses, descents and leaf values)
 //   Sample/cuda/<B>        the same on the CUDA tree: Philox masses, descents
@@ -25,13 +25,14 @@
 // without a usable CUDA device the CUDA rows are skipped with the reason.
 // Every row is wall time as the calling host thread sees it.
 //
-// bench/summarize_tree.py turns the JSON into ratios (batched vs naive, auto vs
-// the fastest strategy at each k) and the crossover points.
+// bench/summarize_tree.py turns the JSON into ratios (batched vs naive, cold
+// batched vs classic and vs the limit, auto vs the fastest strategy at each k)
+// and the crossover points.
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <span>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
