@@ -10,6 +10,26 @@ constexpr int kIntoL2 = 2;  // prefetcht1
 constexpr int kIntoL1 = 3;  // prefetcht0
 // How many lanes before its step a lane's pair is pulled from L2 into L1.
 constexpr size_t kNearLanes = 16;
+// Steps from the nodes above this level (indices below it) read pairs among
+// nodes 2-511: 8 KiB that every path crosses, which the first lanes bring in
+// and the rest find cached, so prefetching them only costs instructions
+// (skipping it measured 6-8% faster, warm and cold).
+constexpr int64_t kFirstPrefetchedLevel = 256;
+
+// Advances lanes [0, lanes) one level, with both prefetch stages.
+void StepAndPrefetch(const TreeNode* nodes, int64_t capacity, size_t lanes, int64_t* node, double* mass) {
+  const auto step = [&](size_t lane) {
+    node[lane] = DescendStep(nodes, node[lane], &mass[lane]);
+    if (node[lane] < capacity) __builtin_prefetch(&nodes[2 * node[lane]], kReadOnly, kIntoL2);
+  };
+  const size_t with_near = lanes > kNearLanes ? lanes - kNearLanes : 0;
+  size_t lane = 0;
+  for (; lane < with_near; ++lane) {
+    __builtin_prefetch(&nodes[2 * node[lane + kNearLanes]], kReadOnly, kIntoL1);
+    step(lane);
+  }
+  for (; lane < lanes; ++lane) step(lane);
+}
 
 }  // namespace
 
@@ -38,13 +58,11 @@ void DescendBatch(const TreeNode* nodes, int64_t capacity, std::span<const doubl
       node[lane] = 1;
       mass[lane] = masses[base + lane];
     }
-    for (int64_t level_start = 1; level_start < capacity; level_start *= 2) {  // nodes [level_start, 2 level_start)
-      for (size_t lane = 0; lane < lanes; ++lane) {
-        if (lane + kNearLanes < lanes) __builtin_prefetch(&nodes[2 * node[lane + kNearLanes]], kReadOnly, kIntoL1);
-        node[lane] = DescendStep(nodes, node[lane], &mass[lane]);
-        if (node[lane] < capacity) __builtin_prefetch(&nodes[2 * node[lane]], kReadOnly, kIntoL2);
-      }
+    int64_t level_start = 1;  // the level's nodes are [level_start, 2 level_start)
+    for (; level_start < std::min(capacity, kFirstPrefetchedLevel); level_start *= 2) {
+      for (size_t lane = 0; lane < lanes; ++lane) node[lane] = DescendStep(nodes, node[lane], &mass[lane]);
     }
+    for (; level_start < capacity; level_start *= 2) StepAndPrefetch(nodes, capacity, lanes, node, mass);
     for (size_t lane = 0; lane < lanes; ++lane) indices[base + lane] = node[lane] - capacity;
   }
 }
