@@ -4,9 +4,16 @@
 //   Descent/naive/512      512 descents one at a time (tree_algorithm.h's
 //                          FindPrefixSumLeaf in a loop, no per-call overhead)
 //   Descent/batched/512    the same 512 stratified masses through FindPrefixSum
+//   Descent/cold/<form>/<B> B stratified masses drawn afresh each call, the
+//                          structure evicted from every cache first, the call
+//                          alone timed: <form> batched (FindPrefixSum),
+//                          classic (ClassicTrees: TorchRL's ScanLowerBound) or
+//                          limit (only the lines those descents read, fetched
+//                          with nothing waiting on anything: the
+//                          memory-level-parallelism limit; counter "lines")
 //   Update/<strategy>/<k>  k random leaves set to random values
 //   Update/classic/<k>     the same k leaves in the classic pair of segment
-//                          trees (ClassicTrees below: the reference point)
+//                          trees (classic_trees.h: the reference point)
 //   Sample/cpu/<B>         B stratified draws through the tree's own Sample()
 //                          (masses, descents and leaf values)
 //   Sample/cuda/<B>        the same on the CUDA tree: Philox masses, descents
@@ -18,18 +25,21 @@
 // without a usable CUDA device the CUDA rows are skipped with the reason.
 // Every row is wall time as the calling host thread sees it.
 //
-// bench/summarize_tree.py turns the JSON into ratios (batched vs naive, auto vs
-// the fastest strategy at each k) and the crossover points.
+// bench/summarize_tree.py turns the JSON into ratios (batched vs naive, cold
+// batched vs classic and vs the limit, auto vs the fastest strategy at each k)
+// and the crossover points.
 #include <algorithm>
-#include <limits>
-#include <span>
+#include <chrono>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
+#include "classic_trees.h"
+#include "cold_cache.h"
 #include "tree/cpu/cpu_priority_tree.h"
 #include "tree/cuda/cuda_device.h"
 
@@ -86,49 +96,6 @@ PriorityTree* SharedCudaTree(std::string* why) {
   return tree;
 }
 
-// The classic segment tree of PER implementations (OpenAI Baselines, and the
-// C++ SumSegmentTree / MinSegmentTree pair TorchRL's prioritized sampler
-// keeps): one array of 2 x capacity values per operation; an update sets each
-// leaf and walks to the root, in the sum tree, then in the min tree. Written
-// here from that algorithm, as the reference point in the same process
-// (TorchRL itself cannot be installed on this machine: no PyPI), with the one
-// check such a tree makes (the index in range).
-class ClassicTrees {
- public:
-  explicit ClassicTrees(int64_t capacity)
-      : capacity_(capacity), sums_(2 * capacity, 0.0), mins_(2 * capacity, std::numeric_limits<double>::infinity()) {}
-
-  void Fill(std::span<const double> leaves) {
-    std::copy(leaves.begin(), leaves.end(), sums_.begin() + capacity_);
-    std::copy(leaves.begin(), leaves.end(), mins_.begin() + capacity_);
-    for (int64_t node = capacity_ - 1; node >= 1; --node) {
-      sums_[node] = sums_[2 * node] + sums_[2 * node + 1];
-      mins_[node] = std::min(mins_[2 * node], mins_[2 * node + 1]);
-    }
-  }
-  bool Update(std::span<const int64_t> indices, std::span<const double> values) {
-    return Set(&sums_, indices, values, [](double a, double b) { return a + b; }) &&
-           Set(&mins_, indices, values, [](double a, double b) { return std::min(a, b); });
-  }
-  double Total() const { return sums_[1]; }
-
- private:
-  template <typename Op>
-  bool Set(std::vector<double>* tree, std::span<const int64_t> indices, std::span<const double> values, Op op) {
-    double* t = tree->data();
-    for (size_t j = 0; j < indices.size(); ++j) {
-      if (indices[j] < 0 || indices[j] >= capacity_) return false;
-      int64_t node = indices[j] + capacity_;
-      t[node] = values[j];
-      for (node >>= 1; node >= 1; node >>= 1) t[node] = op(t[2 * node], t[2 * node + 1]);
-    }
-    return true;
-  }
-
-  int64_t capacity_;
-  std::vector<double> sums_, mins_;
-};
-
 ClassicTrees& SharedClassicTrees() {
   static ClassicTrees* trees = [] {
     auto* t = new ClassicTrees(kCapacity);
@@ -170,6 +137,58 @@ void Descent(benchmark::State& state, PriorityTree* tree, int k, bool batched) {
     }
     benchmark::DoNotOptimize(out.data());
   }
+  state.SetItemsProcessed(state.iterations() * k);
+}
+
+// The Descent/cold rows: how a descent meets the tree in a server, which does
+// other work between samples (every call's masses are new, and the tree's
+// lower levels are out of the caches). Each call evicts its structure from
+// every cache level and draws fresh masses, untimed, then times the call.
+enum class ColdDescent { kBatched, kClassic, kLimit };
+constexpr int kColdIterations = 200;  // fixed: each untimed eviction takes ~0.75 ms
+
+void DescentCold(benchmark::State& state, ColdDescent form, int k) {
+  if (!PERSERVE_BENCH_CAN_EVICT) {
+    state.SkipWithError("cold rows need clflush (x86)");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const CpuPriorityTree& tree = SharedTree();
+  const ClassicTrees& classic = SharedClassicTrees();
+  const size_t tree_bytes = 2 * tree.capacity() * sizeof(TreeNode);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<double> masses(k);
+  std::vector<int64_t> leaves(k);
+  double lines = 0.0;
+  for (auto _ : state) {
+    for (int i = 0; i < k; ++i) masses[i] = StratifiedMass(i, 1.0 - unit(rng), tree.Total(), k);
+    std::vector<const TreeNode*> limit_lines;
+    if (form == ColdDescent::kLimit) limit_lines = LinesDescentsRead(tree.nodes(), tree.capacity(), masses);
+    lines += static_cast<double>(limit_lines.size());
+    if (form == ColdDescent::kClassic) {
+      EvictFromCaches(classic.sums().data(), classic.sums().size_bytes());
+    } else {
+      EvictFromCaches(tree.nodes(), tree_bytes);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    switch (form) {
+      case ColdDescent::kBatched:
+        if (!tree.FindPrefixSum(masses, leaves).ok()) state.SkipWithError("descent failed");
+        break;
+      case ColdDescent::kClassic:
+        classic.FindPrefixSum(masses, leaves);
+        break;
+      case ColdDescent::kLimit:
+        benchmark::DoNotOptimize(FetchLines(limit_lines));
+        break;
+    }
+    const auto stop = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(leaves.data());
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+  }
+  if (form == ColdDescent::kLimit) state.counters["lines"] = lines / static_cast<double>(state.iterations());
   state.SetItemsProcessed(state.iterations() * k);
 }
 
@@ -247,6 +266,14 @@ void RegisterAll() {
     benchmark::RegisterBenchmark(batched ? "Descent/batched/512" : "Descent/naive/512",
                                  [batched](benchmark::State& state) { Descent(state, &SharedTree(), 512, batched); })
         ->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  for (int k : {512, 1024}) {
+    for (auto [form, name] : {std::pair{ColdDescent::kBatched, "batched"}, std::pair{ColdDescent::kClassic, "classic"},
+                              std::pair{ColdDescent::kLimit, "limit"}}) {
+      benchmark::RegisterBenchmark(("Descent/cold/" + std::string(name) + "/" + std::to_string(k)).c_str(),
+                                   [form, k](benchmark::State& state) { DescentCold(state, form, k); })
+          ->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kColdIterations);
+    }
   }
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,
                                   UpdateStrategy::kAuto}) {

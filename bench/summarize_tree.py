@@ -3,7 +3,8 @@
 
 Reads the JSON (repetitions are reduced to their median), prints a table of
 wall times per row, and checks the targets as ratios within the one run:
-batched descent >= 2x naive, "auto" within 1.1x of the fastest concrete
+batched descent >= 2x naive, cold batched descents (Descent/cold/*) >= 3x the
+classic segment tree's and within 2x of the memory-level-parallelism limit, "auto" within 1.1x of the fastest concrete
 strategy at every batch size, "auto" against the classic pair of segment
 trees (Update/classic/<k>, the reference point: >= 1.5x at the small batches
 an actor sends, 8 and 50), and (when the CUDA rows ran) Sample/cuda/1024
@@ -27,7 +28,8 @@ def load_medians(path):
     for row in data["benchmarks"]:
         if row.get("run_type") == "aggregate" or row.get("error_occurred"):
             continue
-        name = re.sub(r"/real_time$", "", row["run_name"] if "run_name" in row else row["name"])
+        name = row["run_name"] if "run_name" in row else row["name"]
+        name = re.sub(r"(/iterations:\d+)?/(real|manual)_time$", "", name)
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[row["time_unit"]]
         samples.setdefault(name, []).append(row["real_time"] * scale)
     return data.get("context", {}), {name: statistics.median(v) for name, v in samples.items()}
@@ -40,6 +42,14 @@ def summarize(context, us):
     if naive and batched:
         summary["checks"]["descent_batched_speedup"] = {"ratio": naive / batched, "target": 2.0,
                                                         "met": naive / batched >= 2.0}
+    for k in (512, 1024):
+        cold = {form: us.get(f"Descent/cold/{form}/{k}") for form in ("batched", "classic", "limit")}
+        if None in cold.values():
+            continue
+        summary["checks"][f"cold_descent_{k}_3x_classic"] = {
+            "ratio": cold["classic"] / cold["batched"], "target": 3.0, "met": cold["classic"] / cold["batched"] >= 3.0}
+        summary["checks"][f"cold_descent_{k}_within_2x_limit"] = {
+            "ratio": cold["batched"] / cold["limit"], "target": 2.0, "met": cold["batched"] / cold["limit"] <= 2.0}
     sizes = sorted({int(n.split("/")[2]) for n in us if n.startswith("Update/")})
     rows = []
     for k in sizes:

@@ -51,19 +51,30 @@ Bytes Frame(MessageKind kind, uint64_t request_id, const Meta& meta,
   return frame;
 }
 
-// An add of `count` items of ServiceSchema(), ids from `first_id`.
-Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_priorities) {
+// `count` items of ServiceSchema(), ids from `first_id`, and their
+// priorities (0.5, 1.5, ...) when asked for.
+struct ServiceItems {
   std::vector<int64_t> ids;
   std::vector<uint8_t> tags;
   std::vector<double> priorities;
+};
+
+ServiceItems MakeServiceItems(int64_t first_id, int64_t count, bool with_priorities) {
+  ServiceItems items;
   for (int64_t j = 0; j < count; ++j) {
-    ids.push_back(first_id + j);
-    tags.push_back(static_cast<uint8_t>(j));
-    tags.push_back(static_cast<uint8_t>(255 - j));
-    if (with_priorities) priorities.push_back(0.5 + static_cast<double>(j));
+    items.ids.push_back(first_id + j);
+    items.tags.push_back(static_cast<uint8_t>(j));
+    items.tags.push_back(static_cast<uint8_t>(255 - j));
+    if (with_priorities) items.priorities.push_back(0.5 + static_cast<double>(j));
   }
+  return items;
+}
+
+Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_priorities) {
+  const ServiceItems items = MakeServiceItems(first_id, count, with_priorities);
   return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, with_priorities},
-               {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags)), std::as_bytes(std::span(priorities))});
+               {std::as_bytes(std::span(items.ids)), std::as_bytes(std::span(items.tags)),
+                std::as_bytes(std::span(items.priorities))});
 }
 
 Bytes UpdateFrame(uint64_t request_id, const std::vector<uint64_t>& keys, const std::vector<double>& priorities) {
@@ -213,19 +224,13 @@ Bytes CheckpointSeed(int64_t items, bool own_manifest) {
   }
   for (int64_t first = 0; first < items; first += 16) {
     const int64_t count = std::min<int64_t>(16, items - first);
-    std::vector<int64_t> ids;
-    std::vector<uint8_t> tags;
-    std::vector<double> priorities;
-    for (int64_t j = 0; j < count; ++j) {
-      ids.push_back(first + j);
-      tags.push_back(static_cast<uint8_t>(j));
-      tags.push_back(static_cast<uint8_t>(first));
-      priorities.push_back(0.25 + static_cast<double>(j));
-    }
+    const ServiceItems added = MakeServiceItems(first, count, /*with_priorities=*/true);
     Bytes bulk;
-    for (auto part : {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags))}) bulk.insert(bulk.end(), part.begin(), part.end());
+    for (auto part : {std::as_bytes(std::span(added.ids)), std::as_bytes(std::span(added.tags))}) {
+      bulk.insert(bulk.end(), part.begin(), part.end());
+    }
     uint64_t first_key = 0;
-    (void)replay->Add(count, bulk, priorities, &first_key);
+    (void)replay->Add(count, bulk, added.priorities, &first_key);
   }
   std::vector<uint64_t> keys;
   for (uint64_t key = replay->oldest_key(); key < replay->next_key(); key += 3) keys.push_back(key);

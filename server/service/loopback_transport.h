@@ -1,6 +1,29 @@
 // LoopbackTransport: an in-memory Transport, so the service loop is tested
-// without mpirun. Tests push frames into a client's inbox and read the
-// replies from its outbox.
+// without mpirun. Tests push frames into a client's inbox (the client sends
+// them) and read the replies from its outbox (the client receives them).
+//
+// It keeps the MPI rules the service depends on, as MpiTransport meets them:
+//   - Non-overtaking: a client's messages are matched in the order it sent
+//     them (Push order) among those a receive or probe can match. TryReceive
+//     (any tag, like MPI_Improbe with MPI_ANY_TAG) takes the oldest message
+//     not yet received; ProbeColumns (tag kAddColumnsTag) matches the oldest
+//     columns message, so it may pass requests sent before it, never another
+//     columns message.
+//   - A matched probe claims its message (MPI_Improbe + MPI_Mrecv):
+//     ProbeColumns takes the columns message it matched out of the order
+//     TryReceive sees; only ReceiveColumns receives it, and until then
+//     ProbeColumns answers that same message again (MpiTransport remembers
+//     it). ColumnsArrived asks without claiming (MPI_Iprobe).
+//   - Arrival: a message arrives when the test pushes it, so a probe that
+//     found nothing says nothing about a later receive, which can match a
+//     message no probe has seen.
+//   - Completion: a send of at most eager_limit bytes completes at once
+//     (eager); a larger one only when the client takes it from its outbox
+//     (rendezvous), so until then a sample reply counts as unread. The
+//     default limit 0 makes every send rendezvous. Rows sent from the store
+//     (SendRowsInPlace) are read only when the client receives them (Deliver).
+// Not modelled: messages lost or failing in flight (but FailSends), and
+// Drain, which returns at once (the test takes the replies afterwards).
 #pragma once
 
 #include <algorithm>
@@ -21,15 +44,23 @@ class LoopbackTransport final : public Transport {
 
   // Test side.
   void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag) {
-    inboxes_[client].push_back({std::move(frame), tag});
+    inboxes_[client].push_back({std::move(frame), tag, /*claimed=*/false});
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
+  // The messages of `client` not received yet (claimed ones too) ...
   size_t waiting(int client) const { return inboxes_[client].size(); }
   // ... of them, those of `tag`.
   size_t waiting(int client, int tag) const {
     return static_cast<size_t>(std::count_if(inboxes_[client].begin(), inboxes_[client].end(),
-                                             [tag](const auto& message) { return message.second == tag; }));
+                                             [tag](const Message& message) { return message.tag == tag; }));
   }
+  // ... of them, the one a matched probe has claimed (0 or 1).
+  size_t claimed(int client) const {
+    return static_cast<size_t>(std::count_if(inboxes_[client].begin(), inboxes_[client].end(),
+                                             [](const Message& message) { return message.claimed; }));
+  }
+  // Sends of at most `bytes` complete at once; larger ones when taken (see above).
+  void SetEagerLimit(size_t bytes) { eager_limit_ = bytes; }
   // Before the service is made: it counts the roles once, at its start.
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
   // Makes every later Send fail, as an MPI_Isend can.
@@ -67,27 +98,44 @@ class LoopbackTransport final : public Transport {
 
   // Service side.
   int client_count() const override { return static_cast<int>(inboxes_.size()); }
+  // The oldest message no probe has claimed, whatever its tag.
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override {
-    *received = !inboxes_[client].empty();
+    Inbox& inbox = inboxes_[client];
+    const auto found =
+        std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return !message.claimed; });
+    *received = found != inbox.end();
     if (*received) {
-      *buffer = std::move(inboxes_[client].front().first);
-      *tag = inboxes_[client].front().second;
-      inboxes_[client].pop_front();
+      *buffer = std::move(found->bytes);
+      *tag = found->tag;
+      inbox.erase(found);
     }
     return Status::Ok();
   }
   bool TakesColumnsApart() const override { return true; }
+  // The columns message claimed before, else claims the oldest one.
   Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override {
-    const auto found = FindColumns(client);
-    *arrived = found != inboxes_[client].end();
-    if (*arrived) *bytes = static_cast<int64_t>(found->first.size());
+    Inbox& inbox = inboxes_[client];
+    auto found = std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return message.claimed; });
+    if (found == inbox.end()) found = FindColumns(client);
+    *arrived = found != inbox.end();
+    if (*arrived) {
+      found->claimed = true;
+      *bytes = static_cast<int64_t>(found->bytes.size());
+    }
+    return Status::Ok();
+  }
+  Status ColumnsArrived(int client, bool* arrived) const override {
+    const Inbox& inbox = inboxes_[client];
+    *arrived = std::any_of(inbox.begin(), inbox.end(),
+                           [](const Message& message) { return message.tag == proto::kAddColumnsTag; });
     return Status::Ok();
   }
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override {
-    const auto found = FindColumns(client);
-    if (found == inboxes_[client].end()) return Status::Internal("ReceiveColumns before ProbeColumns found them");
-    store::TransitionStore::CopyInto(found->first, regions);
-    inboxes_[client].erase(found);
+    Inbox& inbox = inboxes_[client];
+    const auto found = std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return message.claimed; });
+    if (found == inbox.end()) return Status::Internal("ReceiveColumns before ProbeColumns found them");
+    store::TransitionStore::CopyInto(found->bytes, regions);
+    inbox.erase(found);
     return Status::Ok();
   }
   Status Send(int client, std::vector<std::byte> frame) override {
@@ -118,7 +166,7 @@ class LoopbackTransport final : public Transport {
     tokens->swap(completed_);
     completed_.clear();
   }
-  // A reply is unread until the test pops it from the outbox (or while in flight).
+  // A reply is unread while in flight, and while in the outbox unless it went eagerly.
   Unread UnreadSampleReplies(int client) const override {
     Unread unread;
     for (const InFlight& sent : in_flight_) {
@@ -129,7 +177,7 @@ class LoopbackTransport final : public Transport {
     for (const std::vector<std::byte>& frame : outboxes_[client]) {
       uint16_t kind = 0;
       if (frame.size() >= proto::kFrameHeaderBytes) std::memcpy(&kind, frame.data() + 6, sizeof(kind));
-      if (kind != static_cast<uint16_t>(proto::MessageKind::kSampleReply)) continue;
+      if (kind != static_cast<uint16_t>(proto::MessageKind::kSampleReply) || frame.size() <= eager_limit_) continue;
       ++unread.replies;
       unread.bytes += static_cast<int64_t>(frame.size());
     }
@@ -140,17 +188,24 @@ class LoopbackTransport final : public Transport {
   Status Drain() override { return Status::Ok(); }
 
  private:
-  // The client's oldest columns message (kAddColumnsTag), as MPI would match it.
-  using Inbox = std::deque<std::pair<std::vector<std::byte>, int>>;
+  struct Message {
+    std::vector<std::byte> bytes;
+    int tag;
+    bool claimed;  // matched by ProbeColumns: only ReceiveColumns takes it
+  };
+  using Inbox = std::deque<Message>;  // in the order the client sent them
+  // The client's oldest unclaimed columns message (kAddColumnsTag), as MPI would match it.
   Inbox::iterator FindColumns(int client) {
-    return std::find_if(inboxes_[client].begin(), inboxes_[client].end(),
-                        [](const auto& message) { return message.second == proto::kAddColumnsTag; });
+    return std::find_if(inboxes_[client].begin(), inboxes_[client].end(), [](const Message& message) {
+      return !message.claimed && message.tag == proto::kAddColumnsTag;
+    });
   }
 
   std::vector<Inbox> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
   std::vector<ClientRole> roles_;
   bool fail_sends_ = false;
+  size_t eager_limit_ = 0;
   struct InFlight {
     int client;
     std::vector<std::byte> head;

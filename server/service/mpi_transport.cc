@@ -60,6 +60,17 @@ Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
   return Status::Ok();
 }
 
+Status MpiTransport::ColumnsArrived(int client, bool* arrived) const {
+  *arrived = probed_[client].message != MPI_MESSAGE_NULL;
+  if (*arrived) return Status::Ok();
+  int flag = 0;
+  PERSERVE_RETURN_IF_ERROR(
+      mpi::Check(MPI_Iprobe(client_ranks_[client], proto::kAddColumnsTag, comm_, &flag, MPI_STATUS_IGNORE),
+                 "MPI_Iprobe"));
+  *arrived = flag != 0;
+  return Status::Ok();
+}
+
 Status MpiTransport::ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) {
   ProbedColumns& probed = probed_[client];
   if (probed.message == MPI_MESSAGE_NULL) return Status::Internal("ReceiveColumns before ProbeColumns found them");

@@ -28,6 +28,7 @@ class MpiTransport final : public Transport {
   Status TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) override;
   bool TakesColumnsApart() const override { return true; }
   Status ProbeColumns(int client, bool* arrived, int64_t* bytes) override;
+  Status ColumnsArrived(int client, bool* arrived) const override;
   // A datatype over the regions (an hindexed type when there are several).
   // An abandoned receive (mpi::StopWaiting) may still write into the
   // regions later: the replay gives a failed add's rows a zero leaf, so they

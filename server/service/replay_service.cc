@@ -292,11 +292,21 @@ bool ReplayService::ColumnsMissing(int client, bool columns_follow) {
   return ColumnsYetToCome(client);
 }
 
+// A client's columns messages reach its adds by two paths: the loop's receive
+// (TakeColumns gives them to the oldest held add still without) and an add's
+// own matched probe (ProbeColumns, when it is applied). Both follow the
+// client's order only while no probe leaves a claimed message unreceived: the
+// loop's next receive would then take a later add's columns and give them to
+// an earlier add. So ProbeColumns is called only to receive at once
+// (AddColumnsApart, DropLateColumns), and whether they have come (an add
+// deciding to wait; the stats line, a refusal or a second close describing
+// the held adds) is asked of ColumnsArrived, which claims nothing. Simpler
+// than remembering claimed messages in the service: the order stays the
+// transport's.
 bool ReplayService::ColumnsYetToCome(int client) const {
   if (columns_to_drop_[client] > 0) return true;  // the next to come are a refused add's
   bool arrived = false;
-  int64_t bytes = 0;
-  return !transport_->ProbeColumns(client, &arrived, &bytes).ok() || !arrived;
+  return !transport_->ColumnsArrived(client, &arrived).ok() || !arrived;
 }
 
 void ReplayService::DropColumns(int client) {
@@ -652,15 +662,20 @@ void ReplayService::ServeDeferredSamples(bool* any_blocked) {
   if (deferred_.empty()) return;
   blocked_.assign(open_.size(), false);
   for (auto it = deferred_.begin(); it != deferred_.end();) {
-    if (blocked_[it->client] || WaitFor(*it) != SampleWait::kNone) {
+    const SampleWait wait = blocked_[it->client] ? SampleWait::kNone : WaitFor(*it);
+    // What it waits for can change after the last actor closed (its unread
+    // replies read, then the rate limiter's): hopeless is checked each time.
+    if (!blocked_[it->client] && Hopeless(wait)) {
+      RefuseHopeless(TakeWaitingSample(&it), wait);
+      continue;
+    }
+    if (blocked_[it->client] || wait != SampleWait::kNone) {
       blocked_[it->client] = true;
       *any_blocked = true;
       ++it;
       continue;
     }
-    const DeferredSample waiting = std::move(*it);
-    it = deferred_.erase(it);
-    --deferred_per_client_[waiting.client];
+    const DeferredSample waiting = TakeWaitingSample(&it);
     try {
       Serve(waiting);
     } catch (const std::bad_alloc&) {
@@ -677,15 +692,11 @@ void ReplayService::ExpireDeadlines() {
       ++it;
       continue;
     }
-    const DeferredSample expired = std::move(*it);
-    it = deferred_.erase(it);
-    --deferred_per_client_[expired.client];
     ++counters_.deadlines_exceeded;
-    ReplyError(expired.client, expired.request_id,
-               Status::DeadlineExceeded(fmt::format(
-                   "the sample waited {:.3f} s, its timeout, for {}",
-                   std::chrono::duration<double>(now - expired.arrived).count(),
-                   Describe(WaitFor(expired), expired.client))));
+    it = FailWaitingSample(it, Status::DeadlineExceeded(fmt::format(
+                                   "the sample waited {:.3f} s, its timeout, for {}",
+                                   std::chrono::duration<double>(now - it->arrived).count(),
+                                   Describe(WaitFor(*it), it->client))));
   }
   for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
     if (it->deadline > now) {
@@ -707,11 +718,22 @@ void ReplayService::FailHopelessSamples() {
       ++it;
       continue;
     }
-    const DeferredSample failed = std::move(*it);
-    it = deferred_.erase(it);
-    --deferred_per_client_[failed.client];
-    RefuseHopeless(failed, wait);
+    RefuseHopeless(TakeWaitingSample(&it), wait);
   }
+}
+
+ReplayService::DeferredSample ReplayService::TakeWaitingSample(std::deque<DeferredSample>::iterator* it) {
+  DeferredSample sample = std::move(**it);
+  *it = deferred_.erase(*it);
+  --deferred_per_client_[sample.client];
+  return sample;
+}
+
+std::deque<ReplayService::DeferredSample>::iterator ReplayService::FailWaitingSample(
+    std::deque<DeferredSample>::iterator it, const Status& error) {
+  const DeferredSample failed = TakeWaitingSample(&it);
+  ReplyError(failed.client, failed.request_id, error);
+  return it;
 }
 
 void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
@@ -844,6 +866,12 @@ void ReplayService::StepCheckpoint() {
     }
   }
   if (checkpoints_ == nullptr) return;
+  // The next checkpoint begins here, between operations: one can end inside
+  // an add (BeforeAdd failed), where a snapshot begun would miss the rows
+  // that add overwrites next, and SIGTERM's, stopping the service, would
+  // empty the held adds being served. After one begun before SIGTERM comes
+  // SIGTERM's own (the first lacks the adds acknowledged since).
+  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
   if (!stopping_ && Clock::now() >= next_periodic_checkpoint_) {
     next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(options_.checkpoint_every_seconds));
@@ -873,10 +901,7 @@ void ReplayService::CheckpointEnded(const Status& error) {
       ReplyError(client, request_id, error);
     }
   }
-  // The final one ended; one that was being written when SIGTERM came is
-  // followed by SIGTERM's own (it lacks the adds acknowledged since).
-  if (stopping_) return;
-  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
+  // StepCheckpoint begins the next, if one is wanted.
 }
 
 Status ReplayService::StoppedError() const {
@@ -893,6 +918,7 @@ Status ReplayService::StoppedError() const {
 void ReplayService::StopServing() {
   if (stopping_) return;
   stopping_ = true;
+  checkpoint_wanted_ = false;  // its waiters are answered below
   stop_deadline_ = Clock::now() + kStopGrace;
   const Status stopping = StoppedError();
   for (const DeferredSample& waiting : std::exchange(deferred_, {})) {

@@ -223,7 +223,8 @@ class ReplayService {
   void BeginCheckpoint();
   // Each pass: signals, the periodic timer, and a slice of the one being written.
   void StepCheckpoint();
-  // Answers the waiters of the checkpoint that ended (its path, or `error`).
+  // Answers the waiters of the checkpoint that ended (its path, or `error`);
+  // the next pass's StepCheckpoint does what follows (may run inside an add).
   void CheckpointEnded(const Status& error);
   // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
   // closes), until every client has closed or kStopGrace has passed. Called
@@ -256,6 +257,11 @@ class ReplayService {
   void ExpireDeadlines();
   // With no actor open: fails every waiting sample that can never be served.
   void FailHopelessSamples();
+  // Takes the waiting sample at *it out of the queue (*it moves to the next).
+  DeferredSample TakeWaitingSample(std::deque<DeferredSample>::iterator* it);
+  // Takes a waiting sample out and answers it `error`. Returns the next one.
+  std::deque<DeferredSample>::iterator FailWaitingSample(std::deque<DeferredSample>::iterator it,
+                                                         const Status& error);
   // Closes `client` (its adds all applied): the reply, then the bookkeeping.
   void FinishClose(int client, uint64_t request_id);
   SampleWait WaitFor(int client, int64_t batch_size) const;

@@ -34,13 +34,22 @@ class Transport {
 
   // The columns of an add sent apart (proto::kAddColumnsTag), the message
   // `client` sends right after such an add. ProbeColumns: whether it has
-  // arrived, and its bytes; never blocks. ReceiveColumns: receives it into
-  // `regions`, one after another (their sizes add up to its bytes: the
+  // arrived, and its bytes; never blocks. It is a matched probe (MPI_Improbe):
+  // it claims the message, which from then on only ReceiveColumns receives
+  // (TryReceive takes the next), so call it only to receive them at once.
+  // ColumnsArrived asks the same without claiming anything (MPI_Iprobe; a
+  // message claimed already counts as arrived). ReceiveColumns: receives it
+  // into `regions`, one after another (their sizes add up to its bytes: the
   // caller checks that first), straight where they lie, e.g. the store; with
   // no regions it is received and dropped. Only after ProbeColumns found it.
   // A transport without them (the ZeroMQ baseline) says so, and the service
   // refuses such adds.
   virtual bool TakesColumnsApart() const { return false; }
+  virtual Status ColumnsArrived(int client, bool* arrived) const {
+    (void)client;
+    *arrived = false;
+    return Status::Unimplemented("this transport takes an add's columns in its request");
+  }
   virtual Status ProbeColumns(int client, bool* arrived, int64_t* bytes) {
     (void)client;
     *arrived = false;

@@ -189,6 +189,34 @@ class TreeCApiTest(unittest.TestCase):
                 self.assertTrue((expected[found] > 0).all(), "a descent returned an empty leaf")
             tree.close()
 
+    def test_batched_descent_matches_the_reference_at_every_batch_size(self):
+        # The CPU tree descends up to 512 paths a level at a time: sizes below,
+        # at and past one group and a remainder, masses sorted (stratified) and
+        # in any order, a tree with zero leaves, a run of zeros and an empty tail.
+        rng = np.random.default_rng(28)
+        for device in DEVICES:
+            tree = Tree(1 << 12, device)
+            leaves = rng.exponential(1.0, size=tree.capacity) * (rng.random(tree.capacity) > 0.1)
+            leaves[1000:1500] = 0.0
+            leaves[3000:] = 0.0
+            indices = np.arange(tree.capacity, dtype=np.int64)
+            self.assertEqual(tree.update(indices, leaves), 0, last_error())
+            levels = reference_levels(leaves)
+            total = levels[-1][0]
+            for k in (1, 7, 511, 512, 513, 1000, 1024, 1500):
+                stratified = (np.arange(k) + rng.random(k)) * total / k
+                edges = rng.choice([0.0, total, np.nextafter(total, math.inf), 2.0 * total,
+                                    np.cumsum(leaves)[999], np.cumsum(leaves)[2999]], size=k)
+                scattered = np.where(rng.random(k) < 0.2, edges, rng.random(k) * total)
+                for masses in (stratified, scattered):
+                    want = [reference_descent(levels, m) for m in masses]
+                    for _ in range(2):  # the same batch again: nothing carried over
+                        rc, found = tree.descend(masses)
+                        self.assertEqual(rc, 0, last_error())
+                        np.testing.assert_array_equal(found, want, f"k = {k}")
+                    self.assertTrue((leaves[found] > 0).all(), f"an empty leaf at k = {k}")
+            tree.close()
+
     def test_bad_input_fails_and_leaves_the_tree_unchanged(self):
         tree = Tree(64)
         indices = np.arange(8, dtype=np.int64)

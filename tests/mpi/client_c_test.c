@@ -244,6 +244,10 @@ static int run_learner(void) {
   priorities[0] = -1.0;
   CHECK(perserve_learner_update(learner, keys, priorities, kBatch, &stale) != 0);
   CHECK(strstr(perserve_client_last_error(), "INVALID_ARGUMENT") != NULL);
+  /* A zero TD error is a valid priority under the server's default
+   * --priority-eps (1e-6, as Baselines' learners add): applied, not refused. */
+  priorities[0] = 0.0;
+  CHECK(perserve_learner_update(learner, keys, priorities, kBatch, &stale) == 0);
   priorities[0] = 0.5;
 
   /* The sample above left 2 requests (prefetch) in flight: receive them, then
@@ -278,7 +282,7 @@ static int run_learner(void) {
   int64_t applied = -1, dropped = -1;
   stale = -1;
   CHECK(perserve_learner_update_totals(learner, &applied, &stale, &dropped) == 0);
-  CHECK(applied == kBatch + 5 && stale == 0 && dropped == 0);
+  CHECK(applied == 2 * kBatch + 5 && stale == 0 && dropped == 0); /* two whole updates, then 5 */
 
   MPI_Fint peers;
   CHECK(perserve_learner_peers(learner, &peers) == 0);

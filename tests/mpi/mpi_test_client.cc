@@ -17,6 +17,9 @@
 //               sending its columns apart (received into the store), the
 //               other in one message: every row is whole and belongs to its
 //               key, though intake wraps the ring many times over meanwhile.
+//   held_columns  adds of 8 KiB rows (columns apart) that the rate limiter
+//               holds while the stats line describes them: every row a
+//               learner draws is its key's (issue 24, defect 1).
 #include <mpi.h>
 
 #include <chrono>
@@ -386,23 +389,27 @@ int OverwriteLearner() {
 constexpr int kLentPayload = 8192;
 constexpr int64_t kLentItems = 4000;
 
-int LentActor(int lent_buffers) {
+// Adds ids 0 .. items - 1 in batches of 8 rows of 8 KiB (64 KiB: their
+// columns go apart), filling `buffers` sets of buffers in turn; lent
+// (AddBorrowed) or copied (Add).
+int PayloadActor(int64_t items, int buffers, bool lent) {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
   constexpr int64_t kBatch = 8;
-  std::vector<std::vector<int64_t>> ids(lent_buffers, std::vector<int64_t>(kBatch));
-  std::vector<std::vector<uint8_t>> payloads(lent_buffers, std::vector<uint8_t>(kBatch * kLentPayload));
-  for (int64_t start = 0, round = 0; start < kLentItems; start += kBatch, ++round) {
-    const size_t set = static_cast<size_t>(round % lent_buffers);
+  std::vector<std::vector<int64_t>> ids(buffers, std::vector<int64_t>(kBatch));
+  std::vector<std::vector<uint8_t>> payloads(buffers, std::vector<uint8_t>(kBatch * kLentPayload));
+  for (int64_t start = 0, round = 0; start < items; start += kBatch, ++round) {
+    const size_t set = static_cast<size_t>(round % buffers);
     for (int64_t j = 0; j < kBatch; ++j) {
       ids[set][j] = start + j;
       for (int b = 0; b < kLentPayload; ++b) payloads[set][j * kLentPayload + b] = PayloadByte(start + j, b);
     }
-    CHECK_OK(actor->AddBorrowed(
-        perserve::ColumnSpans{kBatch, {std::as_bytes(std::span(ids[set])), std::as_bytes(std::span(payloads[set]))}}));
+    const perserve::ColumnSpans batch{kBatch,
+                                      {std::as_bytes(std::span(ids[set])), std::as_bytes(std::span(payloads[set]))}};
+    CHECK_OK(lent ? actor->AddBorrowed(batch) : actor->Add(batch));
   }
   CHECK_OK(actor->Close());
-  CHECK(actor->items_acknowledged() == kLentItems, "acknowledged {}", actor->items_acknowledged());
+  CHECK(actor->items_acknowledged() == items, "acknowledged {}", actor->items_acknowledged());
   return 0;
 }
 
@@ -430,6 +437,44 @@ int LentLearner() {
     if (last) break;
   }
   fmt::print("[rank {}] lent: {} rows of 8 KiB checked, sent from the actor's own buffers\n", rank, rows);
+  CHECK_OK(learner->Close());
+  return 0;
+}
+
+// Issue 24's recipe for defect 1 (server flags: --column id:int64 --column
+// payload:uint8:8192 --samples-per-insert 1 --error-buffer 40
+// --messages-per-client-pass 1 --stats-interval 1e-6): 16 adds of 8 rows,
+// 64 KiB each, so their columns come apart (PayloadActor); one actor, so key
+// k holds id k.
+constexpr int64_t kHeldColumnsItems = 128;
+
+// Samples as the rate limiter lets it until every add is in; the last sample
+// may be refused FAILED_PRECONDITION (the actor has closed, the limiter holds it).
+int HeldColumnsLearner() {
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner));
+  perserve::SampleBatch batch;
+  perserve::ReplayInfo info;
+  int64_t rows = 0, wrong = 0;
+  while (true) {
+    CHECK_OK(learner->Info(&info));
+    const bool all_in = info.items_added == kHeldColumnsItems;
+    const Status sampled = learner->Sample(8, 0.4, &batch);
+    if (all_in && sampled.code() == Status::Code::kFailedPrecondition) break;
+    CHECK_OK(sampled);
+    for (int64_t i = 0; i < batch.size; ++i) {
+      int64_t id = 0;
+      std::memcpy(&id, batch.columns[0].data() + i * 8, 8);
+      wrong += static_cast<uint64_t>(id) != batch.keys[i];
+      const std::byte* payload = batch.columns[1].data() + i * kLentPayload;
+      for (int b = 0; b < kLentPayload; ++b) CHECK(payload[b] == std::byte{PayloadByte(id, b)}, "payload of id {}", id);
+    }
+    rows += batch.size;
+    if (all_in) break;
+  }
+  CHECK(wrong == 0, "{} of {} sampled rows hold another key's id: an add's columns were stored under another add",
+        wrong, rows);
+  fmt::print("[rank {}] held_columns: {} rows checked, each its key's\n", rank, rows);
   CHECK_OK(learner->Close());
   return 0;
 }
@@ -463,7 +508,7 @@ int main(int argc, char** argv) {
   if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
   if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
   if (scenario == "buffers" && role == "self") code = BuffersSelf();
-  if (scenario == "lent" && role == "actor") code = LentActor(argc > 3 ? std::atoi(argv[3]) : 5);
+  if (scenario == "lent" && role == "actor") code = PayloadActor(kLentItems, argc > 3 ? std::atoi(argv[3]) : 5, true);
   if (scenario == "lent" && role == "learner") code = LentLearner();
   if (scenario == "stale" && role == "actor") code = StaleActor();
   if (scenario == "stale" && role == "learner") code = StaleLearner();
@@ -474,6 +519,8 @@ int main(int argc, char** argv) {
   if (scenario == "flood" && role == "learner") code = FloodLearner();
   if (scenario == "overwrite" && role == "actor") code = OverwriteActor();
   if (scenario == "overwrite" && role == "learner") code = OverwriteLearner();
+  if (scenario == "held_columns" && role == "actor") code = PayloadActor(kHeldColumnsItems, 1, false);
+  if (scenario == "held_columns" && role == "learner") code = HeldColumnsLearner();
   if (code == 2) fmt::print(stderr, "usage: mpi_test_client <scenario> <role>\n");
   MPI_Finalize();
   return code;

@@ -1,44 +1,13 @@
 #include "tree/cpu/cpu_priority_tree.h"
 
-#include <algorithm>
-#include <bit>
-
 #include <fmt/format.h>
 
+#include "tree/cpu/batched_descent.h"
 #include "tree/strategy_table.h"
 #include "tree/tree_validation.h"
 
 namespace perserve::tree {
 namespace {
-
-// Descents run in groups of this many, one level at a time across the group, so
-// the group's cache misses overlap instead of queueing behind each other. Past
-// about 16 lanes one core's outstanding-miss slots are full; 32 measured best.
-constexpr size_t kDescentLanes = 32;
-
-// Descends every mass, kDescentLanes at a time, one tree level per pass across
-// the group. Each step also prefetches the line its next-but-one step will read
-// (both children of the chosen child sit in the 64-byte line at 4 * node).
-void DescendRange(const TreeNode* nodes, int64_t capacity, std::span<const double> masses,
-                  std::span<int64_t> indices) {
-  const int levels = std::countr_zero(static_cast<uint64_t>(capacity));
-  int64_t node[kDescentLanes];
-  double mass[kDescentLanes];
-  for (size_t base = 0; base < masses.size(); base += kDescentLanes) {
-    const size_t lanes = std::min(kDescentLanes, masses.size() - base);
-    for (size_t lane = 0; lane < lanes; ++lane) {
-      node[lane] = 1;
-      mass[lane] = masses[base + lane];
-    }
-    for (int level = 0; level < levels; ++level) {
-      for (size_t lane = 0; lane < lanes; ++lane) {
-        node[lane] = DescendStep(nodes, node[lane], &mass[lane]);
-        if (4 * node[lane] < 2 * capacity) __builtin_prefetch(&nodes[4 * node[lane]]);
-      }
-    }
-    for (size_t lane = 0; lane < lanes; ++lane) indices[base + lane] = node[lane] - capacity;
-  }
-}
 
 // SplitMix64's output function: a bijective 64-bit mixer.
 uint64_t Mix(uint64_t z) {
@@ -105,7 +74,7 @@ std::string CpuPriorityTree::DescribeAutoTable() { return AutoTable().Describe()
 // costs more to wake than the whole batch takes on one core (116-144 us against ~30 us at 2^21).
 Status CpuPriorityTree::FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const {
   PERSERVE_RETURN_IF_ERROR(ValidateDescentBatch(masses, indices, Total()));
-  DescendRange(nodes_.data(), capacity_, masses, indices);
+  DescendBatch(nodes_.data(), capacity_, masses, indices);
   return Status::Ok();
 }
 
@@ -122,7 +91,7 @@ Status CpuPriorityTree::Sample(uint64_t seed, uint64_t counter, std::span<int64_
   for (int64_t i = 0; i < batch; ++i) {
     masses_[i] = StratifiedMass(i, UnitFromBits(Mix(start + static_cast<uint64_t>(i + 1) * kGolden)), total, batch);
   }
-  DescendRange(nodes_.data(), capacity_, masses_, indices);
+  DescendBatch(nodes_.data(), capacity_, masses_, indices);
   GatherLeaves(indices, values);
   return Status::Ok();
 }

@@ -2,8 +2,9 @@
 //
 // The per-element steps come from tree_algorithm.h; this class adds the batch
 // loops, the update strategies (update_strategies.h) and the measured "auto"
-// choice among them (strategy_table.h). Descents are interleaved in groups so
-// that several cache misses are in flight at once.
+// choice among them (strategy_table.h). Descents go through DescendBatch
+// (batched_descent.h), many paths a level at a time, so their cache misses
+// overlap.
 #pragma once
 
 #include <string>

@@ -96,6 +96,39 @@ TEST_F(ServiceWaitsTest, WithNoActorLeftASampleThatCanNeverBeServedFailsAtOnce) 
 
 // Samples wait while the learner is ahead of the target ratio and go again
 // once the actors insert; the ratio stays within the error buffer.
+// Issue 24, defect 6: a sample that waited for its client's unread replies
+// when the last actor closed, and that the rate limiter holds afterwards (the
+// other learner drew what was left), fails then instead of waiting for ever.
+TEST_F(ServiceWaitsTest, ASampleThatBecomesHopelessAfterTheLastActorClosedFails) {
+  constexpr int kActor = 0, kLearner = 1, kOtherLearner = 2;
+  ServiceOptions options = Options(8);
+  options.samples_per_insert = 1.0;
+  options.error_buffer = 8.0;  // 16 items in: 16 may be drawn
+  options.max_unread_sample_replies = 1;
+  ServiceFixture::Start(3, 64, Schema{{{"id", DType::kInt64, {}}}}, options,
+                        {ClientRole::kActor, ClientRole::kLearner, ClientRole::kLearner});
+  transport_->Push(kActor, AddFrame(1, 8));
+  transport_->Push(kActor, AddFrame(2, 8));
+  Step();
+  Reply(kActor, MessageKind::kAddReply, 1);
+  Reply(kActor, MessageKind::kAddReply, 2);
+  transport_->Push(kLearner, SampleFrame(3, 4));
+  transport_->Push(kLearner, SampleFrame(4, 4));  // waits: the reply to 3 is unread
+  Step();
+  transport_->Push(kActor, CloseFrame(5));
+  Step();
+  Reply(kActor, MessageKind::kCloseReply, 5);
+  EXPECT_EQ(transport_->outbox(kLearner).size(), 1u) << "request 4 still waits, for the unread reply alone";
+  transport_->Push(kOtherLearner, SampleFrame(6, 12));  // what the rate limiter has left
+  Step();
+  Reply(kOtherLearner, MessageKind::kSampleReply, 6);
+  Reply(kLearner, MessageKind::kSampleReply, 3);  // read: now only the rate limiter holds request 4
+  Step();
+  const Status hopeless = Error(kLearner, 4);
+  EXPECT_EQ(hopeless.code(), Status::Code::kFailedPrecondition) << hopeless.ToString();
+  EXPECT_TRUE(Mentions(hopeless, "rate limiter")) << hopeless.ToString();
+}
+
 TEST_F(ServiceWaitsTest, TheRateLimiterHoldsSamplesWhileTheLearnerIsAhead) {
   ServiceOptions options = Options(10);
   options.samples_per_insert = 2.0;

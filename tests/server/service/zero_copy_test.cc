@@ -213,6 +213,71 @@ class ColumnsApartTest : public service_test::ServiceFixture {
   }
 };
 
+// Adds apart that the rate limiter holds (R 1, E 4, M 8: once the first 8
+// items are in, each add of 8 waits for samples), one message a pass, so
+// their columns wait in the transport meanwhile; closing the learner lets
+// them go.
+class HeldColumnsApartTest : public ColumnsApartTest {
+ protected:
+  void SetUp() override {
+    ServiceOptions options = Options(8);
+    options.samples_per_insert = 1.0;
+    options.error_buffer = 4.0;
+    options.messages_per_client_pass = 1;
+    Start(2, kCapacity, RowSchema(), options, {ClientRole::kActor, ClientRole::kLearner});
+    transport_->Push(kActor, AddFrame(100, 0, 8));
+    Step();
+    Added(100);
+  }
+
+  // Closes the learner, so the held adds 1 and 2 (ids 8.. and 16..) go: each
+  // is stored under its keys, read from the store.
+  void ReleaseAndCheckTheHeldAdds() {
+    transport_->Push(kLearner, Frame(MessageKind::kCloseRequest, 200, proto::Empty{}));
+    Step();
+    Reply(kLearner, MessageKind::kCloseReply, 200);
+    EXPECT_EQ(Added(1).first_key, 8u);
+    EXPECT_EQ(Added(2).first_key, 16u);
+    for (int64_t key = 0; key < 24; ++key) {
+      int64_t id = -1;
+      std::memcpy(&id, replay_->store().Rows(0, key % kCapacity, 1).data(), sizeof(id));
+      EXPECT_EQ(id, key) << "key " << key << " holds another add's row";
+    }
+  }
+};
+
+// Issue 24, defect 1: the stats line described the oldest held add by a
+// matched probe, which claimed its columns; the loop's next receive then took
+// the second add's columns and gave them to the first.
+TEST_F(HeldColumnsApartTest, TheStatsLineLeavesEachHeldAddItsOwnColumns) {
+  PushApart(1, 8, 8);
+  Step();
+  EXPECT_EQ(service_->held_adds(kActor), 1);
+  const std::string stats = service_->DescribeClients();
+  EXPECT_NE(stats.find("held adds 1"), std::string::npos) << stats;
+  EXPECT_EQ(transport_->claimed(kActor), 0u) << "describing an add took its columns";
+  PushApart(2, 16, 8);
+  for (int pass = 0; pass < 4; ++pass) {
+    Step();
+    (void)service_->DescribeClients();
+  }
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  ReleaseAndCheckTheHeldAdds();
+}
+
+// Columns that come after a later add's request go to the held adds in their
+// order (the oldest waiting first, not the newest).
+TEST_F(HeldColumnsApartTest, ColumnsAfterTwoHeldAddsGoToTheOldestFirst) {
+  PushApart(1, 8, 8, 1.0, /*with_columns=*/false);
+  PushApart(2, 16, 8, 1.0, /*with_columns=*/false);
+  PushColumns(8, 8);
+  PushColumns(16, 8);
+  for (int pass = 0; pass < 4; ++pass) Step();
+  EXPECT_EQ(service_->held_adds(kActor), 2);
+  EXPECT_EQ(transport_->waiting(kActor), 0u) << "the loop took both columns messages";
+  ReleaseAndCheckTheHeldAdds();
+}
+
 TEST_F(ColumnsApartTest, ColumnsGoStraightIntoTheStoreAcrossTheRingsEnd) {
   PushApart(1, 0, 40);
   PushApart(2, 40, 40);  // slots 40..63, then 0..15

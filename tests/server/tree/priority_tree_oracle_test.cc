@@ -2,8 +2,6 @@
 // every node of the sum and min trees after every batch, and the descents for
 // random, stratified and edge masses. The CPU and CUDA suites run the same
 // sequences (same seeds), so matching the reference means matching each other.
-#include <cmath>
-#include <limits>
 #include <tuple>
 
 #include "server/tree/tree_test_util.h"
@@ -11,38 +9,6 @@
 
 namespace perserve::tree::testing {
 namespace {
-
-// Masses that stress the descent: stratified and uniform draws, the ends of
-// [0, total], and the exact boundaries between leaves (prefix sums and their
-// neighbours), where a rounding slip sends the walk the wrong way.
-std::vector<double> DescentMasses(const ReferenceTree& reference, std::mt19937_64& rng) {
-  const double total = reference.Total();
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<double> masses;
-  const int strata = 512;
-  for (int i = 0; i < strata; ++i) masses.push_back((i + unit(rng)) * total / strata);
-  for (int i = 0; i < 64; ++i) masses.push_back(unit(rng) * total);
-  const double largest = std::numeric_limits<double>::max();
-  for (double edge : {0.0, total, std::nextafter(total, 0.0), std::nextafter(total, largest), 2.0 * total,
-                      1e300, std::numeric_limits<double>::denorm_min()}) {
-    masses.push_back(edge);
-  }
-  std::uniform_int_distribution<int64_t> leaf(0, reference.capacity() - 1);
-  for (int i = 0; i < 64; ++i) {
-    // Sum of the leaves before a random leaf, added along its root path.
-    double before = 0.0;
-    for (int64_t node = reference.capacity() + leaf(rng); node > 1; node /= 2) {
-      if (node % 2 == 1) before += reference.sums()[node - 1];
-    }
-    for (double boundary : {before, std::nextafter(before, 0.0), std::nextafter(before, largest)}) {
-      masses.push_back(boundary);
-    }
-  }
-  for (int64_t node = 2; node < 2 * reference.capacity(); node = 2 * node + static_cast<int64_t>(rng() % 2)) {
-    masses.push_back(reference.sums()[node]);  // left-child sums on one random path
-  }
-  return masses;
-}
 
 void ExpectDescentsMatch(const PriorityTree& tree, const ReferenceTree& reference, std::mt19937_64& rng) {
   if (!(reference.Total() > 0.0)) return;

@@ -1,0 +1,115 @@
+// The loopback transport's model of MPI (server/service/loopback_transport.h
+// lists the rules): the service's tests are only as faithful as this.
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "server/service/service_test_util.h"
+
+namespace perserve::service {
+namespace {
+
+constexpr int kClient = 0;
+
+std::vector<std::byte> Bytes(size_t size, int value) { return std::vector<std::byte>(size, std::byte(value)); }
+
+// What TryReceive takes next: its first byte and tag (-1, -1 when nothing).
+std::pair<int, int> ReceiveNext(LoopbackTransport& transport) {
+  std::vector<std::byte> buffer;
+  int tag = 0;
+  bool received = false;
+  EXPECT_TRUE(transport.TryReceive(kClient, &buffer, &tag, &received).ok());
+  if (!received) return {-1, -1};
+  return {static_cast<int>(buffer.at(0)), tag};
+}
+
+// ProbeColumns then ReceiveColumns: the first byte of the columns message (-1 when none).
+int ReceiveColumns(LoopbackTransport& transport) {
+  bool arrived = false;
+  int64_t bytes = 0;
+  EXPECT_TRUE(transport.ProbeColumns(kClient, &arrived, &bytes).ok());
+  if (!arrived) return -1;
+  std::vector<std::byte> into(static_cast<size_t>(bytes));
+  const std::span<std::byte> region(into);
+  EXPECT_TRUE(transport.ReceiveColumns(kClient, std::span(&region, 1)).ok());
+  return static_cast<int>(into.at(0));
+}
+
+TEST(LoopbackTransportTest, AMatchedProbeClaimsItsMessageForReceiveColumnsAlone) {
+  LoopbackTransport transport(1);
+  transport.Push(kClient, Bytes(8, 1), proto::kAddColumnsTag);
+  bool arrived = false;
+  int64_t bytes = 0;
+  ASSERT_TRUE(transport.ProbeColumns(kClient, &arrived, &bytes).ok());
+  EXPECT_TRUE(arrived);
+  EXPECT_EQ(bytes, 8);
+  EXPECT_EQ(transport.claimed(kClient), 1u);
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(-1, -1)) << "a claimed message is no longer TryReceive's";
+  EXPECT_EQ(transport.waiting(kClient), 1u);
+  EXPECT_EQ(ReceiveColumns(transport), 1);
+  EXPECT_EQ(transport.waiting(kClient), 0u);
+}
+
+TEST(LoopbackTransportTest, ProbingAgainAnswersTheClaimedMessageAndTheNextGoesToTryReceive) {
+  LoopbackTransport transport(1);
+  transport.Push(kClient, Bytes(8, 1), proto::kAddColumnsTag);
+  transport.Push(kClient, Bytes(16, 2), proto::kAddColumnsTag);
+  bool arrived = false;
+  int64_t bytes = 0;
+  ASSERT_TRUE(transport.ProbeColumns(kClient, &arrived, &bytes).ok());
+  ASSERT_TRUE(transport.ProbeColumns(kClient, &arrived, &bytes).ok());
+  EXPECT_EQ(bytes, 8) << "the message claimed first, not the next";
+  EXPECT_EQ(transport.claimed(kClient), 1u);
+  // What made issue 24's defect 1: the second columns message is the loop's.
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(2, proto::kAddColumnsTag));
+  EXPECT_EQ(ReceiveColumns(transport), 1);
+}
+
+TEST(LoopbackTransportTest, ReceiveColumnsNeedsAClaimFirst) {
+  LoopbackTransport transport(1);
+  transport.Push(kClient, Bytes(8, 1), proto::kAddColumnsTag);
+  EXPECT_EQ(transport.ReceiveColumns(kClient, {}).code(), Status::Code::kInternal);
+  EXPECT_EQ(transport.waiting(kClient), 1u);
+}
+
+TEST(LoopbackTransportTest, OneTagIsNonOvertakingWhileAnotherTagMayPassIt) {
+  LoopbackTransport transport(1);
+  transport.Push(kClient, Bytes(4, 1));  // add 1
+  transport.Push(kClient, Bytes(4, 2));  // add 2
+  transport.Push(kClient, Bytes(8, 3), proto::kAddColumnsTag);
+  transport.Push(kClient, Bytes(8, 4), proto::kAddColumnsTag);
+  EXPECT_EQ(ReceiveColumns(transport), 3) << "the columns pass both requests, in their own order";
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(1, proto::kRequestTag));
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(2, proto::kRequestTag));
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(4, proto::kAddColumnsTag));
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(-1, -1));
+}
+
+TEST(LoopbackTransportTest, AReceiveMatchesAMessageThatArrivedAfterAProbeFoundNothing) {
+  LoopbackTransport transport(1);
+  EXPECT_EQ(ReceiveColumns(transport), -1);
+  transport.Push(kClient, Bytes(8, 5), proto::kAddColumnsTag);
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(5, proto::kAddColumnsTag));
+}
+
+TEST(LoopbackTransportTest, ALargeSendCompletesOnlyWhenTheClientTakesIt) {
+  LoopbackTransport transport(1);
+  transport.SetEagerLimit(1000);
+  const auto reply = [](size_t bulk) {
+    return service_test::Frame(proto::MessageKind::kSampleReply, 1, proto::SampleReply{1},
+                               {std::span<const std::byte>(Bytes(bulk, 0))});
+  };
+  ASSERT_TRUE(transport.SendSampleReply(kClient, reply(10)).ok());
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0) << "eager: complete at once";
+  ASSERT_TRUE(transport.SendSampleReply(kClient, reply(2000)).ok());
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 1) << "rendezvous: waits for the client";
+  transport.outbox(kClient).pop_front();
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 1);
+  transport.outbox(kClient).pop_front();
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0);
+}
+
+}  // namespace
+}  // namespace perserve::service
