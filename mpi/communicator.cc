@@ -28,7 +28,9 @@ Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatyp
   }
   (void)MPI_Request_free(&request);
   if (owner != nullptr) {
-    static std::vector<std::vector<std::byte>> abandoned;  // the targets of receives that may still complete
+    // The targets of receives that may still complete (the server's loop
+    // thread alone gives up on receives).
+    static std::vector<std::vector<std::byte>> abandoned;
     abandoned.push_back(std::exchange(*owner, {}));
   }
   return Status::Unavailable("its sender stopped sending a message already begun");

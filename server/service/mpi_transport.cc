@@ -30,8 +30,8 @@ std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined)
 }
 
 Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
-  const Status status =
-      mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer, received, tag, stop_waiting_);
+  const Status status = mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer,
+                                          received, tag, stop_waiting_);
   if (status.code() != Status::Code::kUnavailable) return status;
   spdlog::warn("{}: a message given up on: {}", ClientName(client), status.message());
   *received = false;

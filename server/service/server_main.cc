@@ -212,8 +212,8 @@ static int Main(int argc, char** argv) {
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-dir", flags.service.checkpoint_dir,
-                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM or SIGINT, and "
-                 "with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
+                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM or SIGINT, "
+                 "and with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
   app.add_option("--checkpoint-every", flags.service.checkpoint_every_seconds,
                  "seconds between checkpoints (0: only when asked); needs --checkpoint-dir")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
