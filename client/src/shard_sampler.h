@@ -25,12 +25,12 @@
 // and its minimum size or rate limiter unmet) leaves the plan for good and
 // the sample is drawn again over the other shards; the sample fails
 // FAILED_PRECONDITION only when no shard can serve. A sample's timeout is
-// one budget for all of its rounds. The batch's order is a random permutation of the
-// strata, so any sub-batch is an unbiased sample too. IS weights are
-// (leaf_i / global min leaf)^-beta over every shard's smallest leaf, the same
-// numbers one replay of the union gives; probabilities are the ones drawn
-// with: (the split's total of its shard / the split's T) x leaf_i / (the
-// shard's total when it drew).
+// one budget for all of its rounds. The batch's order is a random
+// permutation of the strata, so any sub-batch is an unbiased sample too. IS
+// weights are (leaf_i / global min leaf)^-beta over every shard's smallest
+// leaf, the same numbers one replay of the union gives; probabilities are the
+// ones drawn with: (the split's total of its shard / the split's T) x leaf_i
+// / (the shard's total when it drew).
 #pragma once
 
 #include <chrono>
