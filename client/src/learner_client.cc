@@ -102,7 +102,7 @@ Status LearnerClient::Info(ReplayInfo* info) {
   std::vector<uint64_t> ids(static_cast<size_t>(shards));
   for (int shard = 0; shard < shards; ++shard) {
     PERSERVE_RETURN_IF_ERROR(client_internal::SendShardSample(connection_.get(), shard, {}, /*wait=*/false, 0.0,
-                                                              &ids[static_cast<size_t>(shard)]));
+                                                              /*awaited=*/false, &ids[static_cast<size_t>(shard)]));
   }
   ReplayInfo sum;
   sum.shards = shards;
@@ -128,12 +128,14 @@ Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch
          (pending_samples_.front().batch_size != batch_size || pending_samples_.front().beta != beta)) {
     (void)ReceiveOldest(batch);
   }
-  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+  if (pending_samples_.empty()) {
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/true));
+  }
   // A DEADLINE_EXCEEDED (or any error) returns before topping up: no request
   // of this call is left in flight.
   PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
   while (samples_in_flight() < options_.prefetch) {
-    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false));
   }
   return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
@@ -147,10 +149,10 @@ Status LearnerClient::RequestSample(int64_t batch_size, double beta, double time
         fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
                     std::max(1, options_.prefetch)));
   }
-  return SendSampleRequest(batch_size, beta, timeout_seconds);
+  return SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false);
 }
 
-Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds) {
+Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited) {
   if (sampler_ != nullptr) {
     // One server checks these itself; over several the split needs them first.
     if (batch_size < 1) return Status::InvalidArgument(fmt::format("batch size {} must be >= 1", batch_size));
@@ -161,14 +163,15 @@ Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double 
     request->batch_size = batch_size;
     request->beta = beta;
     request->timeout_seconds = timeout_seconds;
+    request->awaited = awaited;
     PERSERVE_RETURN_IF_ERROR(sampler_->Send(connection_.get(), request.get()));
     pending_samples_.push_back(PendingSample{0, batch_size, beta, std::move(request)});
     return Status::Ok();
   }
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
-  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta, timeout_seconds},
-                     {}, &frame);
+  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id,
+                     proto::SampleRequest{batch_size, beta, timeout_seconds, awaited}, {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   pending_samples_.push_back(PendingSample{id, batch_size, beta, nullptr});
   return Status::Ok();

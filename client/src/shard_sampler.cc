@@ -101,18 +101,18 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
       std::any_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); });
   if (!exact_totals_ && any_serves) {
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    return SendPlanned(connection, request);
+    return SendPlanned(connection, request, request->awaited);
   }
   // Every shard's state, answered at once: the plan is drawn over those ready.
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
     PERSERVE_RETURN_IF_ERROR(
-        SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0, &request->ids[s]));
+        SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0, /*awaited=*/false, &request->ids[s]));
   }
   return Status::Ok();
 }
 
-Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request) {
+Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
   double time_left = 0.0;
   PERSERVE_RETURN_IF_ERROR(TimeLeft(*request, "before its parts were asked of the shards", &time_left));
   request->planned = true;
@@ -120,17 +120,17 @@ Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request
     const std::vector<double>& fractions = request->plan.fractions[s];
     // A shard given no strata is still asked for its state (at once).
     PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), fractions,
-                                             /*wait=*/!fractions.empty(), time_left, &request->ids[s]));
+                                             /*wait=*/!fractions.empty(), time_left, awaited, &request->ids[s]));
   }
   return Status::Ok();
 }
 
 Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
-                       double timeout_seconds, uint64_t* id) {
+                       double timeout_seconds, bool awaited, uint64_t* id) {
   *id = connection->NextRequestId();
   std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
   proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
-                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds},
+                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds, awaited},
                      {std::as_bytes(fractions)}, &frame);
   return connection->SendTo(shard, std::move(frame));
 }
@@ -205,8 +205,8 @@ Status ShardSampler::AwaitAServingShard(Connection* connection, const ShardedReq
     for (size_t s = 0; s < shards_.size(); ++s) {
       if (!shards_[s].why_not.empty()) continue;  // it never will be
       if (probes_[s] == 0) {
-        PERSERVE_RETURN_IF_ERROR(
-            SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true, time_left, &probes_[s]));
+        PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true, time_left,
+                                                 /*awaited=*/false, &probes_[s]));
       }
       waiting.push_back(probes_[s]);
       waiting_shard.push_back(static_cast<int>(s));
@@ -228,7 +228,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
     PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, *request));
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request));
+    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }
   while (true) {
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
@@ -239,7 +239,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
     if (!refused) break;
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request));
+    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }
 
   const ShardPlan& plan = request->plan;

@@ -71,9 +71,10 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
                        ShardPlan* plan);
 
 // Sends shard `shard` a ShardSampleRequest: draw at `fractions` (none: only
-// report its state, at once or with `wait` once it is ready); *id its request id.
+// report its state, at once or with `wait` once it is ready), `awaited` as
+// proto::SampleRequest's; *id its request id.
 Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
-                       double timeout_seconds, uint64_t* id);
+                       double timeout_seconds, bool awaited, uint64_t* id);
 
 // One sample request over the shards, from its sending to its reply.
 struct ShardedRequest {
@@ -81,6 +82,7 @@ struct ShardedRequest {
   double beta = 0.0;
   double timeout_seconds = 0.0;  // 0: none; else one budget for every round of the sample ...
   std::chrono::steady_clock::time_point deadline{};  // ... which ends here (set by Send)
+  bool awaited = false;        // received right after it is sent (proto::SampleRequest::awaited)
   bool planned = false;        // false: state requests are in flight, the plan comes when they answer
   ShardPlan plan;
   std::vector<uint64_t> ids;   // per shard: the request in flight
@@ -103,7 +105,8 @@ class ShardSampler {
   const std::vector<ShardState>& shards() const { return shards_; }
 
  private:
-  Status SendPlanned(Connection* connection, ShardedRequest* request);
+  // Sends each shard its strata; `awaited`: the caller receives them next.
+  Status SendPlanned(Connection* connection, ShardedRequest* request, bool awaited);
   // Takes the reply of every request in request->ids into the shards'
   // states (errors other than a shard's FAILED_PRECONDITION, which marks it
   // as never serving, are the sample's: the first is returned).

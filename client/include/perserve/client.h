@@ -329,7 +329,9 @@ class LearnerClient {
   // Pops the oldest sample request and waits for its reply (one is in flight).
   Status ReceiveOldest(SampleBatch* batch);
   // Sends a sample request (no checks: the callers have made them).
-  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds);
+  // `awaited`: the caller receives this reply before it returns (its rows
+  // may then go from the server's store; see proto::SampleRequest::awaited).
+  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited);
   Status TakePendingError();
   // Sends an update of these keys and priorities to shard `shard`.
   Status SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities, uint64_t* id);
