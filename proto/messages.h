@@ -94,8 +94,8 @@ struct Empty {
 struct AddRequest {
   int64_t count = 0;
   bool has_priorities = false;
-  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing) if the add
-  // still waits for the rate limiter this many seconds after it arrived.
+  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing), saying
+  // what held it, if the add still waits this many seconds after it arrived.
   double timeout_seconds = 0.0;
   // The columns come as the sender's next message on kAddColumnsTag.
   bool columns_follow = false;

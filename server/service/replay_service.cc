@@ -562,19 +562,47 @@ int ReplayService::OldestPinnedClient() const {
       ->second.client;
 }
 
+ReplayService::AddHold ReplayService::HeldBy(std::deque<DeferredAdd>::const_iterator add) const {
+  const auto same_client = [client = add->client](const DeferredAdd& other) { return other.client == client; };
+  if (std::any_of(deferred_adds_.cbegin(), add, same_client)) return AddHold::kEarlierAdd;
+  if (add->awaits_columns() && ColumnsYetToCome(add->client)) return AddHold::kColumns;
+  if (PinHolds(add->count)) return AddHold::kRowsInFlight;
+  if (LimiterHolds(add->count)) return AddHold::kRateLimiter;
+  return AddHold::kNone;
+}
+
 std::string ReplayService::DescribeAddHold() const {
   if (deferred_adds_.empty()) return "nothing holds them";
   const DeferredAdd& oldest = deferred_adds_.front();
-  if (oldest.awaits_columns() && ColumnsYetToCome(oldest.client)) {
-    return fmt::format("the oldest waits for its columns, the message {} sends after the request",
-                       transport_->ClientName(oldest.client));
+  switch (HeldBy(deferred_adds_.cbegin())) {
+    case AddHold::kColumns:
+      return fmt::format("the oldest waits for its columns, the message {} sends after the request",
+                         transport_->ClientName(oldest.client));
+    case AddHold::kRowsInFlight:
+      return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
+                         transport_->ClientName(OldestPinnedClient()));
+    case AddHold::kRateLimiter:
+      return "the rate limiter holds them: the learners are behind";
+    default:
+      return "each behind its client's earlier held adds";
   }
-  if (PinHolds(oldest.count)) {
-    return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
-                       transport_->ClientName(OldestPinnedClient()));
+}
+
+std::string ReplayService::DescribeAddWait(std::deque<DeferredAdd>::const_iterator add) const {
+  switch (HeldBy(add)) {
+    case AddHold::kEarlierAdd:
+      return "its client's earlier held adds";
+    case AddHold::kColumns:
+      return fmt::format("its columns, the message {} sends after the request", transport_->ClientName(add->client));
+    case AddHold::kRowsInFlight:
+      return fmt::format("rows it would overwrite, of a sample reply {} has not received yet",
+                         transport_->ClientName(OldestPinnedClient()));
+    case AddHold::kRateLimiter:
+      return fmt::format("the rate limiter: the actors are ahead of the learners ({})", limiter_.Describe());
+    case AddHold::kNone:
+      break;
   }
-  if (LimiterHolds(oldest.count)) return "the rate limiter holds them: the learners are behind";
-  return "each behind its client's earlier held adds";
+  return "its turn";
 }
 
 bool ReplayService::PinHolds(int64_t count) const {
@@ -708,9 +736,8 @@ void ReplayService::ExpireDeadlines() {
     }
     ++counters_.deadlines_exceeded;
     it = ReleaseHeldAdd(it, Status::DeadlineExceeded(fmt::format(
-                                "the add waited {:.3f} s, its timeout, for the rate limiter: the actors are ahead of "
-                                "the learners ({}); nothing of it was stored",
-                                std::chrono::duration<double>(now - it->arrived).count(), limiter_.Describe())));
+                                "the add waited {:.3f} s, its timeout, for {}; nothing of it was stored",
+                                std::chrono::duration<double>(now - it->arrived).count(), DescribeAddWait(it))));
   }
 }
 

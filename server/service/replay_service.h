@@ -286,8 +286,13 @@ class ReplayService {
   void ReleasePins();
   // The client of the oldest reply still pinning rows (0 when none).
   int OldestPinnedClient() const;
+  // What holds a held add, checked in this order.
+  enum class AddHold { kEarlierAdd, kColumns, kRowsInFlight, kRateLimiter, kNone };
+  AddHold HeldBy(std::deque<DeferredAdd>::const_iterator add) const;
   // Why the oldest held add waits (the stats line, the refusal of one more).
   std::string DescribeAddHold() const;
+  // What `add` waits for (its DEADLINE_EXCEEDED says so).
+  std::string DescribeAddWait(std::deque<DeferredAdd>::const_iterator add) const;
   static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
   // The whole frame a sample of `batch_size` items is answered with (at most,
   // for a shard sample's reply).

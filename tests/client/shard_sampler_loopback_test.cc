@@ -4,11 +4,14 @@
 // actor the test drives with raw frames, client 1 the learner), all stepped
 // while the learner waits.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "client/src/connection.h"
@@ -129,9 +132,10 @@ class ShardSamplerLoopbackTest : public ::testing::Test {
     return options;
   }
 
-  std::unique_ptr<LearnerClient> Learner(bool exact_totals) {
+  std::unique_ptr<LearnerClient> Learner(bool exact_totals, int prefetch = 0) {
     ClientOptions options;
     options.exact_shard_totals = exact_totals;
+    options.prefetch = prefetch;
     options.shard_seed = 5;
     auto connection = std::make_unique<ShardedLoopbackConnection>(&shards_, [this] {
       if (between_steps_) between_steps_();
@@ -289,6 +293,41 @@ TEST_F(ShardSamplerLoopbackTest, AShardThatCanNeverServeLeavesThePlanAndTheOther
     EXPECT_NE(last.message().find("shard 0: "), std::string::npos) << last.message();
     EXPECT_NE(last.message().find("shard 1: "), std::string::npos) << last.message();
     EXPECT_TRUE(learner->Close().ok());
+    shards_.clear();
+  }
+}
+
+// Finding 7: a call with another beta (annealed, every call) returns the
+// prefetched samples with their weights for the new beta; they used to be
+// received and dropped, every one of them sampled (and rate limited) for
+// nothing. On one server (weights w^(beta'/beta)) and over two.
+TEST_F(ShardSamplerLoopbackTest, ANewBetaKeepsThePrefetchedSamplesAndWeighsThemForIt) {
+  for (const int shards : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} shards", shards));
+    StartShards(shards, 1024, MinSize(10));
+    for (int s = 0; s < shards; ++s) {
+      for (int priority = 1; priority <= 20; ++priority) Add(s, 5, priority);  // unequal leaves (alpha 1)
+    }
+    std::unique_ptr<LearnerClient> learner = Learner(false, /*prefetch=*/2);
+    SampleBatch batch;
+    ASSERT_TRUE(learner->Sample(32, 0.4, &batch).ok());
+    const double beta = 0.7;
+    ASSERT_TRUE(learner->Sample(32, beta, &batch).ok());
+    double min_leaf = std::numeric_limits<double>::infinity();
+    for (const Shard& shard : shards_) min_leaf = std::min(min_leaf, shard.replay->tree().Min());
+    for (size_t i = 0; i < batch.keys.size(); ++i) {
+      const Shard& shard = shards_[static_cast<size_t>(proto::ShardOfKey(batch.keys[i]))];
+      double leaf = 0.0;
+      const int64_t slot = static_cast<int64_t>(proto::LocalKey(batch.keys[i]) % 1024);
+      ASSERT_TRUE(shard.replay->tree().Get(std::span(&slot, 1), std::span(&leaf, 1)).ok());
+      EXPECT_NEAR(batch.weights[i], std::pow(leaf / min_leaf, -beta), 1e-12) << "item " << i;
+    }
+    EXPECT_TRUE(learner->Close().ok());
+    // Requests sent: 1 + 2 prefetched, then 1 more to keep 2 in flight (each
+    // sampled by the servers: a dropped one was too).
+    int64_t sampled = 0;
+    for (const Shard& shard : shards_) sampled += shard.replay->counters().items_sampled;
+    EXPECT_EQ(sampled, 4 * 32);
     shards_.clear();
   }
 }

@@ -33,14 +33,14 @@ Schema RowSchema() { return Schema{{{"id", DType::kInt64, {}}, {"pad", DType::kU
 uint8_t PadByte(int64_t id, int64_t j) { return static_cast<uint8_t>(id * 7 + j); }
 
 // Items first_id, first_id + 1, ...: each row's id, and pad bytes derived from it.
-std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_id, int64_t count) {
+std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_id, int64_t count, double timeout_seconds = 0.0) {
   std::vector<int64_t> ids;
   std::vector<uint8_t> pads;
   for (int64_t i = 0; i < count; ++i) {
     ids.push_back(first_id + i);
     for (int64_t j = 0; j < kPad; ++j) pads.push_back(PadByte(first_id + i, j));
   }
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false},
+  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false, timeout_seconds},
                {std::as_bytes(std::span(ids)), std::as_bytes(std::span(pads))});
 }
 
@@ -162,6 +162,29 @@ TEST_F(ZeroCopyTest, RowsNextInLineAreCopiedSoTheNextAddsNeverWait) {
   EXPECT_EQ(service_->counters().pinned_adds, 0);
   ASSERT_TRUE(transport_->Deliver(kLearner));
   CheckSample(100, 64);  // ids 0..7 as drawn, though slots 0..7 now hold 64..71
+}
+
+// Issue 24's finding 7: an add past its timeout says what held it (here the
+// rows of a reply in flight; it always blamed the rate limiter).
+TEST_F(ZeroCopyTest, AnAddPastItsTimeoutSaysTheRowsInFlightHeldIt) {
+  PushAdds(0, 8, 1);
+  Steps(2);
+  transport_->outbox(kActor).clear();
+  PushSample(100, 64);
+  Step();
+  transport_->Push(kActor, AddFrame(10, 64, 8));  // onto slots 0..7, copied into the reply: goes
+  transport_->Push(kActor, AddFrame(11, 72, 8, /*timeout_seconds=*/0.02));  // onto pinned slots 8..15
+  Step();
+  EXPECT_EQ(service_->held_adds(kActor), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  Step();
+  transport_->outbox(kActor).pop_front();  // request 10's acknowledgement
+  const Status expired = ErrorStatus(kActor, 11);
+  EXPECT_EQ(expired.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_NE(expired.message().find("for rows it would overwrite, of a sample reply client 1 has not received yet"),
+            std::string::npos)
+      << expired.message();
+  EXPECT_EQ(expired.message().find("rate limiter"), std::string::npos) << expired.message();
 }
 
 // Issue 24's finding 2: a prefetched request's reply may stay unread while
