@@ -70,14 +70,22 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
 namespace {
 
 // The time left of a sample's one timeout budget in *seconds (0: it has
-// none); DEADLINE_EXCEEDED, saying `while`, once the budget is spent.
-Status TimeLeft(const ShardedRequest& request, const char* while_doing, double* seconds) {
+// none); DEADLINE_EXCEEDED, saying `while_doing`, once the budget is spent.
+// The budget starts with the sample's first request that may wait: a state
+// round answered at once does not count, nor the time a prefetched sample
+// spends in flight before the learner receives it.
+Status TimeLeft(ShardedRequest* request, const char* while_doing, double* seconds) {
   *seconds = 0.0;
-  if (request.timeout_seconds == 0.0) return Status::Ok();
-  *seconds = std::chrono::duration<double>(request.deadline - std::chrono::steady_clock::now()).count();
+  if (request->timeout_seconds == 0.0) return Status::Ok();
+  const auto now = std::chrono::steady_clock::now();
+  if (request->deadline == std::chrono::steady_clock::time_point{}) {
+    request->deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(request->timeout_seconds));
+  }
+  *seconds = std::chrono::duration<double>(request->deadline - now).count();
   if (*seconds > 0.0) return Status::Ok();
   return Status::DeadlineExceeded(
-      fmt::format("the sample's timeout of {} s passed {}", request.timeout_seconds, while_doing));
+      fmt::format("the sample's timeout of {} s passed {}", request->timeout_seconds, while_doing));
 }
 
 }  // namespace
@@ -92,9 +100,6 @@ ShardSampler::ShardSampler(int shards, bool exact_totals, uint64_t seed)
       replies_(static_cast<size_t>(shards)) {}
 
 Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
-  request->deadline = std::chrono::steady_clock::now() +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(request->timeout_seconds));
   request->ids.assign(shards_.size(), 0);
   PERSERVE_RETURN_IF_ERROR(TakeAnsweredProbes(connection));
   const bool any_serves =
@@ -106,15 +111,15 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   // Every shard's state, answered at once: the plan is drawn over those ready.
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    PERSERVE_RETURN_IF_ERROR(
-        SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0, /*awaited=*/false, &request->ids[s]));
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0,
+                                             /*awaited=*/false, &request->ids[s]));
   }
   return Status::Ok();
 }
 
 Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
   double time_left = 0.0;
-  PERSERVE_RETURN_IF_ERROR(TimeLeft(*request, "before its parts were asked of the shards", &time_left));
+  PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "before its parts were asked of the shards", &time_left));
   request->planned = true;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
@@ -130,7 +135,8 @@ Status SendShardSample(Connection* connection, int shard, std::span<const double
   *id = connection->NextRequestId();
   std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
   proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
-                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds, awaited},
+                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds,
+                                               awaited},
                      {std::as_bytes(fractions)}, &frame);
   return connection->SendTo(shard, std::move(frame));
 }
@@ -194,7 +200,7 @@ Status ShardSampler::TakeAnsweredProbes(Connection* connection) {
   return Status::Ok();
 }
 
-Status ShardSampler::AwaitAServingShard(Connection* connection, const ShardedRequest& request) {
+Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* request) {
   std::vector<uint64_t> waiting;
   std::vector<int> waiting_shard;
   while (std::none_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); })) {
@@ -226,7 +232,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
   const size_t shards = shards_.size();
   if (!request->planned) {
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
-    PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, *request));
+    PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
     PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }

@@ -81,7 +81,7 @@ struct ShardedRequest {
   int64_t batch_size = 0;
   double beta = 0.0;
   double timeout_seconds = 0.0;  // 0: none; else one budget for every round of the sample ...
-  std::chrono::steady_clock::time_point deadline{};  // ... which ends here (set by Send)
+  std::chrono::steady_clock::time_point deadline{};  // ... which ends here (set at its first request that may wait)
   bool awaited = false;        // received right after it is sent (proto::SampleRequest::awaited)
   bool planned = false;        // false: state requests are in flight, the plan comes when they answer
   ShardPlan plan;
@@ -117,7 +117,7 @@ class ShardSampler {
   // With no shard able to serve: probes every shard that may still become
   // ready (unless one is in flight) and waits until one is, or none can be
   // (each probe's reply as it comes).
-  Status AwaitAServingShard(Connection* connection, const ShardedRequest& request);
+  Status AwaitAServingShard(Connection* connection, ShardedRequest* request);
   // Takes the replies of probes left waiting by earlier samples that have arrived.
   Status TakeAnsweredProbes(Connection* connection);
   // A probe's reply, taken: the shard is ready, or never will be.
