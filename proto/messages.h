@@ -30,8 +30,9 @@ namespace perserve::proto {
 constexpr uint32_t kMagic = 0x56525350;
 // 2: timeouts on adds and samples, dropped priorities; 3: shards (keys carry
 // their shard, shard samples, servers' alpha and capacity in the join); 4: an
-// add's columns may follow in their own message (AddRequest::columns_follow).
-constexpr uint16_t kProtocolVersion = 4;
+// add's columns may follow in their own message (AddRequest::columns_follow);
+// 5: a sample request says whether its reply is awaited (rows from the store).
+constexpr uint16_t kProtocolVersion = 5;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 // An add's columns sent apart: no frame, only the bytes (each column's count *
@@ -93,8 +94,8 @@ struct Empty {
 struct AddRequest {
   int64_t count = 0;
   bool has_priorities = false;
-  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing) if the add
-  // still waits for the rate limiter this many seconds after it arrived.
+  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing), saying
+  // what held it, if the add still waits this many seconds after it arrived.
   double timeout_seconds = 0.0;
   // The columns come as the sender's next message on kAddColumnsTag.
   bool columns_follow = false;
@@ -115,8 +116,14 @@ struct SampleRequest {
   // > 0: the server answers DEADLINE_EXCEEDED (and drops the request) if it
   // still waits this many seconds after it arrived.
   double timeout_seconds = 0.0;
+  // The learner waits for this reply now (it receives every reply up to it
+  // before leaving the library), so the reply's rows may go from the store,
+  // pinned until received. A prefetched request's reply may be left unread
+  // while the learner waits on others (a barrier with the actors): its rows
+  // are copied, so no add ever waits on it.
+  bool awaited = false;
   template <class Archive>
-  void serialize(Archive& ar) { ar(batch_size, beta, timeout_seconds); }
+  void serialize(Archive& ar) { ar(batch_size, beta, timeout_seconds, awaited); }
 };
 
 struct SampleReply {
@@ -133,8 +140,9 @@ struct ShardSampleRequest {
   int64_t count = 0;
   bool wait = false;
   double timeout_seconds = 0.0;  // as SampleRequest's
+  bool awaited = false;          // as SampleRequest's
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, wait, timeout_seconds); }
+  void serialize(Archive& ar) { ar(count, wait, timeout_seconds, awaited); }
 };
 
 // The items drawn (keys, leaf values, columns) and the shard's state when it

@@ -1,5 +1,6 @@
 #include "client/src/connection.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -57,19 +58,33 @@ Status MpiConnection::SendColumnsFrom(std::span<const std::span<const std::byte>
 }
 
 Status Connection::AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame) {
-  auto early = early_replies_.find(request_id);
-  while (early == early_replies_.end()) {
+  size_t answered = 0;
+  return AwaitFirstReply(std::span(&request_id, 1), &answered, message, frame);
+}
+
+Status Connection::AwaitFirstReply(std::span<const uint64_t> request_ids, size_t* answered,
+                                   std::vector<std::byte>* message, proto::Frame* frame) {
+  const auto index_of = [request_ids](uint64_t id) {
+    return static_cast<size_t>(std::find(request_ids.begin(), request_ids.end(), id) - request_ids.begin());
+  };
+  for (size_t i = 0; i < request_ids.size(); ++i) {
+    const auto early = early_replies_.find(request_ids[i]);
+    if (early == early_replies_.end()) continue;
+    *answered = i;
+    TakeEarly(early, message);
+    return Finish(message, frame);
+  }
+  while (true) {
     size_t length = 0;
     bool received = false;
     PERSERVE_RETURN_IF_ERROR(ReceiveReply(/*wait=*/true, message, &length, &received));
-    if (RequestIdOf(*message, length) == request_id) {
+    *answered = index_of(RequestIdOf(*message, length));
+    if (*answered < request_ids.size()) {
       message->resize(length);  // shrinks: no reallocation, the capacity stays for the next reply
       return Finish(message, frame);
     }
     KeepEarly(message, length);
   }
-  TakeEarly(early, message);
-  return Finish(message, frame);
 }
 
 Status Connection::PollReply(uint64_t request_id, bool* ready, std::vector<std::byte>* message,

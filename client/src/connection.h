@@ -74,6 +74,10 @@ class Connection {
   // message) and a large reply lands in memory already touched, without the
   // allocation, zero-fill and page faults of a fresh buffer.
   Status AwaitReply(uint64_t request_id, std::vector<std::byte>* message, proto::Frame* frame);
+  // The same for whichever of `request_ids` is answered first (one kept
+  // already, else the first to arrive); *answered its index in request_ids.
+  Status AwaitFirstReply(std::span<const uint64_t> request_ids, size_t* answered, std::vector<std::byte>* message,
+                         proto::Frame* frame);
 
   // The same without waiting: *ready false (and OK) when the reply has not
   // arrived yet. Receives whatever replies are waiting, keeping them.

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -102,7 +103,7 @@ Status LearnerClient::Info(ReplayInfo* info) {
   std::vector<uint64_t> ids(static_cast<size_t>(shards));
   for (int shard = 0; shard < shards; ++shard) {
     PERSERVE_RETURN_IF_ERROR(client_internal::SendShardSample(connection_.get(), shard, {}, /*wait=*/false, 0.0,
-                                                              &ids[static_cast<size_t>(shard)]));
+                                                              /*awaited=*/false, &ids[static_cast<size_t>(shard)]));
   }
   ReplayInfo sum;
   sum.shards = shards;
@@ -121,19 +122,24 @@ Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
-  // Requests made with another size or beta are not what the caller asks for
-  // now: received and dropped, their errors with them (each is popped, so a
+  // Requests made with another size are not what the caller asks for now:
+  // received and dropped, their errors with them (each is popped, so a
   // failing connection ends the loop and fails the request below instead).
+  // Those of another beta are kept and weighed for this one (annealed beta
+  // changes every call: dropping them wasted every prefetched sample, which
+  // the servers' rate limiters had counted), unless their weights cannot be.
   while (!pending_samples_.empty() &&
-         (pending_samples_.front().batch_size != batch_size || pending_samples_.front().beta != beta)) {
+         (pending_samples_.front().batch_size != batch_size || !CanWeighFor(pending_samples_.front(), beta))) {
     (void)ReceiveOldest(batch);
   }
-  if (pending_samples_.empty()) PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+  if (pending_samples_.empty()) {
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/true));
+  }
   // A DEADLINE_EXCEEDED (or any error) returns before topping up: no request
   // of this call is left in flight.
-  PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch));
+  PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch, beta));
   while (samples_in_flight() < options_.prefetch) {
-    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds));
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false));
   }
   return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
@@ -147,10 +153,10 @@ Status LearnerClient::RequestSample(int64_t batch_size, double beta, double time
         fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
                     std::max(1, options_.prefetch)));
   }
-  return SendSampleRequest(batch_size, beta, timeout_seconds);
+  return SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false);
 }
 
-Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds) {
+Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited) {
   if (sampler_ != nullptr) {
     // One server checks these itself; over several the split needs them first.
     if (batch_size < 1) return Status::InvalidArgument(fmt::format("batch size {} must be >= 1", batch_size));
@@ -161,14 +167,15 @@ Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double 
     request->batch_size = batch_size;
     request->beta = beta;
     request->timeout_seconds = timeout_seconds;
+    request->awaited = awaited;
     PERSERVE_RETURN_IF_ERROR(sampler_->Send(connection_.get(), request.get()));
     pending_samples_.push_back(PendingSample{0, batch_size, beta, std::move(request)});
     return Status::Ok();
   }
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
-  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id, proto::SampleRequest{batch_size, beta, timeout_seconds},
-                     {}, &frame);
+  proto::EncodeFrame(proto::MessageKind::kSampleRequest, id,
+                     proto::SampleRequest{batch_size, beta, timeout_seconds, awaited}, {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   pending_samples_.push_back(PendingSample{id, batch_size, beta, nullptr});
   return Status::Ok();
@@ -182,10 +189,21 @@ Status LearnerClient::ReceiveSample(SampleBatch* batch) {
   return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
-Status LearnerClient::ReceiveOldest(SampleBatch* batch) {
+bool LearnerClient::CanWeighFor(const PendingSample& pending, double beta) {
+  // Over shards the learner computes the weights itself; one server's are
+  // w = (leaf / min leaf)^-beta, so w^(beta' / beta) is the weight for beta',
+  // except from beta 0 (every weight 1).
+  return pending.beta == beta || pending.sharded != nullptr || pending.beta > 0.0;
+}
+
+Status LearnerClient::ReceiveOldest(SampleBatch* batch, std::optional<double> beta) {
   PendingSample pending = std::move(pending_samples_.front());
   pending_samples_.pop_front();
-  if (pending.sharded != nullptr) return sampler_->Receive(connection_.get(), schema(), pending.sharded.get(), batch);
+  const double weigh_for = beta.value_or(pending.beta);
+  if (pending.sharded != nullptr) {
+    pending.sharded->beta = weigh_for;  // the weights are computed on receipt
+    return sampler_->Receive(connection_.get(), schema(), pending.sharded.get(), batch);
+  }
   const uint64_t id = pending.id;
   proto::Frame frame;
   PERSERVE_RETURN_IF_ERROR(connection_->AwaitReply(id, &batch->message, &frame));
@@ -196,6 +214,9 @@ Status LearnerClient::ReceiveOldest(SampleBatch* batch) {
   PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->keys));
   PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->weights));
   PERSERVE_RETURN_IF_ERROR(proto::TakeArray(&bulk, count, &batch->probabilities));
+  if (weigh_for != pending.beta) {
+    for (double& weight : batch->weights) weight = std::pow(weight, weigh_for / pending.beta);
+  }
   batch->size = reply.count;
   batch->columns.clear();
   for (const Column& column : schema().columns) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -18,7 +19,7 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   plan->totals.assign(count, 0.0);
   plan->total = 0.0;
   for (size_t s = 0; s < count; ++s) {
-    if (shards[s].ready && shards[s].total > 0.0) plan->totals[s] = shards[s].total;
+    if (shards[s].CanServe()) plan->totals[s] = shards[s].total;
     plan->total += plan->totals[s];
   }
   if (!(plan->total > 0.0)) {
@@ -66,8 +67,32 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   return Status::Ok();
 }
 
+namespace {
+
+// The time left of a sample's one timeout budget in *seconds (0: it has
+// none); DEADLINE_EXCEEDED, saying `while_doing`, once the budget is spent.
+// The budget starts with the sample's first request that may wait: a state
+// round answered at once does not count, nor the time a prefetched sample
+// spends in flight before the learner receives it.
+Status TimeLeft(ShardedRequest* request, const char* while_doing, double* seconds) {
+  *seconds = 0.0;
+  if (request->timeout_seconds == 0.0) return Status::Ok();
+  const auto now = std::chrono::steady_clock::now();
+  if (request->deadline == std::chrono::steady_clock::time_point{}) {
+    request->deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(request->timeout_seconds));
+  }
+  *seconds = std::chrono::duration<double>(request->deadline - now).count();
+  if (*seconds > 0.0) return Status::Ok();
+  return Status::DeadlineExceeded(
+      fmt::format("the sample's timeout of {} s passed {}", request->timeout_seconds, while_doing));
+}
+
+}  // namespace
+
 ShardSampler::ShardSampler(int shards, bool exact_totals, uint64_t seed)
     : shards_(static_cast<size_t>(shards)),
+      probes_(static_cast<size_t>(shards), 0),
       exact_totals_(exact_totals),
       rng_(seed),
       messages_(static_cast<size_t>(shards)),
@@ -76,88 +101,152 @@ ShardSampler::ShardSampler(int shards, bool exact_totals, uint64_t seed)
 
 Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   request->ids.assign(shards_.size(), 0);
-  const bool any_ready = std::any_of(shards_.begin(), shards_.end(),
-                                     [](const ShardState& shard) { return shard.ready && shard.total > 0.0; });
-  if (!exact_totals_ && any_ready) {
+  PERSERVE_RETURN_IF_ERROR(TakeAnsweredProbes(connection));
+  const bool any_serves =
+      std::any_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); });
+  if (!exact_totals_ && any_serves) {
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    return SendPlanned(connection, request);
+    return SendPlanned(connection, request, request->awaited);
   }
+  // Every shard's state, answered at once: the plan is drawn over those ready.
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    // A shard known never to be ready (no actor left) is only asked for its
-    // state: waiting would only fail again, and log on its server each time.
-    const bool wait = shards_[s].why_not.empty();
-    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, wait, request->timeout_seconds,
-                                             &request->ids[s]));
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0,
+                                             /*awaited=*/false, &request->ids[s]));
   }
   return Status::Ok();
 }
 
-Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request) {
+Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
+  double time_left = 0.0;
+  PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "before its parts were asked of the shards", &time_left));
   request->planned = true;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
     // A shard given no strata is still asked for its state (at once).
     PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), fractions,
-                                             /*wait=*/!fractions.empty(), request->timeout_seconds,
-                                             &request->ids[s]));
+                                             /*wait=*/!fractions.empty(), time_left, awaited, &request->ids[s]));
   }
   return Status::Ok();
 }
 
 Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
-                       double timeout_seconds, uint64_t* id) {
+                       double timeout_seconds, bool awaited, uint64_t* id) {
   *id = connection->NextRequestId();
   std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
   proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
-                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds},
+                     proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds,
+                                               awaited},
                      {std::as_bytes(fractions)}, &frame);
   return connection->SendTo(shard, std::move(frame));
 }
 
-Status ShardSampler::Take(Connection* connection, int shard, uint64_t id, std::vector<std::byte>* message,
-                          proto::Frame* frame, proto::ShardSampleReply* reply) {
+Status ShardSampler::TakeState(int shard, const Status& answered, const proto::Frame& frame,
+                               proto::ShardSampleReply* reply) {
   ShardState& state = shards_[static_cast<size_t>(shard)];
-  const Status status = connection->AwaitReply(id, message, frame);
-  if (status.code() == Status::Code::kFailedPrecondition) {  // it can never be ready (no actor left)
+  if (answered.code() == Status::Code::kFailedPrecondition) {  // it can never serve (no actor left)
     state.ready = false;
-    state.why_not = status.message();
+    state.why_not = answered.message();
   }
-  PERSERVE_RETURN_IF_ERROR(status);
-  if (frame->kind() != proto::MessageKind::kShardSampleReply) {
+  PERSERVE_RETURN_IF_ERROR(answered);
+  if (frame.kind() != proto::MessageKind::kShardSampleReply) {
     return Status::Internal(fmt::format("shard {} answered a shard sample with message kind {}", shard,
-                                        frame->header.kind));
+                                        frame.header.kind));
   }
-  PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(*frame, reply));
+  PERSERVE_RETURN_IF_ERROR(proto::DecodeMeta(frame, reply));
   state.ready = reply->ready;
   state.size = reply->size;
   state.total = reply->total;
   state.min_leaf = reply->min_leaf;
-  if (reply->ready) state.why_not.clear();  // a shard that can never be ready stays so
+  return Status::Ok();
+}
+
+Status ShardSampler::TakeAll(Connection* connection, ShardedRequest* request) {
+  Status first_error;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const Status answered = connection->AwaitReply(request->ids[s], &messages_[s], &frames_[s]);
+    const Status taken = TakeState(static_cast<int>(s), answered, frames_[s], &replies_[s]);
+    if (!taken.ok() && taken.code() != Status::Code::kFailedPrecondition && first_error.ok()) first_error = taken;
+  }
+  return first_error;
+}
+
+Status ShardSampler::TakeProbe(int shard, const Status& answered, const proto::Frame& frame) {
+  probes_[static_cast<size_t>(shard)] = 0;
+  // A probe that ran out of time says nothing; the sample that sent it has its own answer.
+  if (answered.code() == Status::Code::kDeadlineExceeded) return Status::Ok();
+  ShardState& state = shards_[static_cast<size_t>(shard)];
+  // A probe's state can be older than a later reply's: once a shard is known
+  // ready, only a refusal is news.
+  if (answered.ok() && state.ready) return Status::Ok();
+  proto::ShardSampleReply reply;
+  const Status taken = TakeState(shard, answered, frame, &reply);
+  return taken.code() == Status::Code::kFailedPrecondition ? Status::Ok() : taken;
+}
+
+Status ShardSampler::TakeAnsweredProbes(Connection* connection) {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (probes_[s] == 0) continue;
+    bool answered = false;
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    const Status polled = connection->PollReply(probes_[s], &answered, &message, &frame);
+    if (!answered) {
+      PERSERVE_RETURN_IF_ERROR(polled);
+      continue;
+    }
+    PERSERVE_RETURN_IF_ERROR(TakeProbe(static_cast<int>(s), polled, frame));
+  }
+  return Status::Ok();
+}
+
+Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* request) {
+  std::vector<uint64_t> waiting;
+  std::vector<int> waiting_shard;
+  while (std::none_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); })) {
+    double time_left = 0.0;
+    PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "while no shard of the replay was ready", &time_left));
+    waiting.clear();
+    waiting_shard.clear();
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (!shards_[s].why_not.empty()) continue;  // it never will be
+      if (probes_[s] == 0) {
+        PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true, time_left,
+                                                 /*awaited=*/false, &probes_[s]));
+      }
+      waiting.push_back(probes_[s]);
+      waiting_shard.push_back(static_cast<int>(s));
+    }
+    if (waiting.empty()) return Status::Ok();  // no shard can ever serve: the plan says why
+    size_t first = 0;
+    std::vector<std::byte> message;
+    proto::Frame frame;
+    const Status answered = connection->AwaitFirstReply(waiting, &first, &message, &frame);
+    PERSERVE_RETURN_IF_ERROR(TakeProbe(waiting_shard[first], answered, frame));
+  }
   return Status::Ok();
 }
 
 Status ShardSampler::Receive(Connection* connection, const Schema& schema, ShardedRequest* request,
                              SampleBatch* batch) {
   const size_t shards = shards_.size();
-  Status first_error;
   if (!request->planned) {
-    for (size_t s = 0; s < shards; ++s) {
-      const Status taken = Take(connection, static_cast<int>(s), request->ids[s], &messages_[s], &frames_[s],
-                                &replies_[s]);
-      // A shard that can never be ready is left out; another error is the sample's.
-      if (!taken.ok() && taken.code() != Status::Code::kFailedPrecondition && first_error.ok()) first_error = taken;
-    }
-    PERSERVE_RETURN_IF_ERROR(first_error);
+    PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
+    PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request));
+    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }
-  for (size_t s = 0; s < shards; ++s) {
-    const Status taken = Take(connection, static_cast<int>(s), request->ids[s], &messages_[s], &frames_[s],
-                              &replies_[s]);
-    if (!taken.ok() && first_error.ok()) first_error = taken;
+  while (true) {
+    PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
+    // A shard that refused its part as never servable has left the plan (for
+    // good): the whole sample is drawn again over the others, so every item
+    // keeps its share of their total.
+    bool refused = false;
+    for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
+    if (!refused) break;
+    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
+    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }
-  PERSERVE_RETURN_IF_ERROR(first_error);
 
   const ShardPlan& plan = request->plan;
   const int64_t item_bytes = schema.ItemBytes();

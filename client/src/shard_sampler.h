@@ -15,17 +15,25 @@
 // current priorities. ClientOptions::exact_shard_totals asks every shard for
 // its total first (one more round trip per sample).
 //
-// A shard takes part once it holds its --min-size-to-sample items; before any
-// does, a sample waits for them (a probe per shard, answered when that shard
-// is ready, or at once with FAILED_PRECONDITION when it never can be: no
-// actor remains open on it). The batch's order is a random permutation of the
-// strata, so any sub-batch is an unbiased sample too. IS weights are
-// (leaf_i / global min leaf)^-beta over every shard's smallest leaf, the same
-// numbers one replay of the union gives; probabilities are the ones drawn
-// with: (the split's total of its shard / the split's T) x leaf_i / (the
-// shard's total when it drew).
+// A shard takes part once it holds its --min-size-to-sample items and can
+// serve its part. Before any shard is known to, a sample asks every shard
+// for its state (answered at once) and draws over those that are ready; only
+// when none is does it wait, for the first shard to become ready (a probe
+// per shard, answered when that shard is ready, or at once with
+// FAILED_PRECONDITION when it never can be: no actor remains open on it). A
+// shard whose part of a sample is refused as never servable (no actor left
+// and its minimum size or rate limiter unmet) leaves the plan for good and
+// the sample is drawn again over the other shards; the sample fails
+// FAILED_PRECONDITION only when no shard can serve. A sample's timeout is
+// one budget for all of its rounds. The batch's order is a random
+// permutation of the strata, so any sub-batch is an unbiased sample too. IS
+// weights are (leaf_i / global min leaf)^-beta over every shard's smallest
+// leaf, the same numbers one replay of the union gives; probabilities are the
+// ones drawn with: (the split's total of its shard / the split's T) x leaf_i
+// / (the shard's total when it drew).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -44,7 +52,9 @@ struct ShardState {
   int64_t size = 0;
   double total = 0.0;
   double min_leaf = 0.0;
-  std::string why_not;  // its refusal, when it can never be ready
+  std::string why_not;  // its refusal, when it can never serve (kept: no actor ever comes back)
+  // Whether a sample's strata may go to it.
+  bool CanServe() const { return ready && total > 0.0 && why_not.empty(); }
 };
 
 // Which shard serves each position of a batch, at which fraction.
@@ -55,22 +65,25 @@ struct ShardPlan {
   double total = 0.0;                          // their sum
 };
 
-// Splits `batch_size` strata of the ready shards' total (stratified, then
-// shuffled). FAILED_PRECONDITION when no shard is ready with a positive total.
+// Splits `batch_size` strata of the total of the shards that can serve
+// (stratified, then shuffled). FAILED_PRECONDITION when none can.
 Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
                        ShardPlan* plan);
 
 // Sends shard `shard` a ShardSampleRequest: draw at `fractions` (none: only
-// report its state, at once or with `wait` once it is ready); *id its request id.
+// report its state, at once or with `wait` once it is ready), `awaited` as
+// proto::SampleRequest's; *id its request id.
 Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
-                       double timeout_seconds, uint64_t* id);
+                       double timeout_seconds, bool awaited, uint64_t* id);
 
 // One sample request over the shards, from its sending to its reply.
 struct ShardedRequest {
   int64_t batch_size = 0;
   double beta = 0.0;
-  double timeout_seconds = 0.0;
-  bool planned = false;        // false: probes are in flight, the plan comes when they answer
+  double timeout_seconds = 0.0;  // 0: none; else one budget for every round of the sample ...
+  std::chrono::steady_clock::time_point deadline{};  // ... which ends here (set at its first request that may wait)
+  bool awaited = false;        // received right after it is sent (proto::SampleRequest::awaited)
+  bool planned = false;        // false: state requests are in flight, the plan comes when they answer
   ShardPlan plan;
   std::vector<uint64_t> ids;   // per shard: the request in flight
 };
@@ -80,24 +93,39 @@ class ShardSampler {
   ShardSampler(int shards, bool exact_totals, uint64_t seed);
 
   // Sends the sample's requests: each shard its strata when some shard is
-  // known ready (and totals may be reused), else a probe to every shard.
+  // known to serve (and totals may be reused), else a state request to every shard.
   Status Send(Connection* connection, ShardedRequest* request);
 
-  // Waits for the replies (planning and sending first if probes went out)
-  // and merges them into *batch. Every reply of the request is taken, even
-  // after an error, so none is left behind.
+  // Waits for the replies (planning and sending first if state requests went
+  // out, waiting for a shard to become ready if none is) and merges them into
+  // *batch. Every reply of the request is taken, even after an error, so none
+  // is left behind; a probe still waiting on a shard is taken later.
   Status Receive(Connection* connection, const Schema& schema, ShardedRequest* request, SampleBatch* batch);
 
   const std::vector<ShardState>& shards() const { return shards_; }
 
  private:
-  Status SendPlanned(Connection* connection, ShardedRequest* request);
-  // Takes shard `shard`'s reply to `id`, updating its state; *frame and
-  // *message hold it on success.
-  Status Take(Connection* connection, int shard, uint64_t id, std::vector<std::byte>* message,
-              proto::Frame* frame, proto::ShardSampleReply* reply);
+  // Sends each shard its strata; `awaited`: the caller receives them next.
+  Status SendPlanned(Connection* connection, ShardedRequest* request, bool awaited);
+  // Takes the reply of every request in request->ids into the shards'
+  // states (errors other than a shard's FAILED_PRECONDITION, which marks it
+  // as never serving, are the sample's: the first is returned).
+  Status TakeAll(Connection* connection, ShardedRequest* request);
+  // A reply to a shard sample request (`answered` its status): the shard's
+  // state, or the refusal that takes it out for good.
+  Status TakeState(int shard, const Status& answered, const proto::Frame& frame, proto::ShardSampleReply* reply);
+  // With no shard able to serve: probes every shard that may still become
+  // ready (unless one is in flight) and waits until one is, or none can be
+  // (each probe's reply as it comes).
+  Status AwaitAServingShard(Connection* connection, ShardedRequest* request);
+  // Takes the replies of probes left waiting by earlier samples that have arrived.
+  Status TakeAnsweredProbes(Connection* connection);
+  // A probe's reply, taken: the shard is ready, or never will be.
+  Status TakeProbe(int shard, const Status& answered, const proto::Frame& frame);
 
   std::vector<ShardState> shards_;
+  // Per shard: a probe waiting for it to become ready (its request id; 0: none).
+  std::vector<uint64_t> probes_;
   bool exact_totals_;
   std::mt19937_64 rng_;
   // Scratch: each shard's reply to the request being received.

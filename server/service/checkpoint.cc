@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include <cereal/archives/binary.hpp>
 #include <fmt/format.h>
@@ -117,8 +118,18 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
   began_ = std::chrono::steady_clock::now();
   std::error_code error;
+  // A directory created here is durable only once its parent is synced: else
+  // a crash could lose the shard directory, and a checkpoint with it.
+  std::vector<fs::path> created;
+  for (fs::path dir = shard_dir_; !dir.empty() && !fs::exists(dir, error); dir = dir.parent_path()) {
+    created.push_back(dir);
+  }
   fs::create_directories(shard_dir_, error);
   if (error) return Status::Unavailable(fmt::format("cannot create {}: {}", shard_dir_, error.message()));
+  for (const fs::path& dir : created) {
+    const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+    PERSERVE_RETURN_IF_ERROR(FsyncPath(parent.string()));
+  }
   int64_t number = 0;
   for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
     std::string name = entry.path().filename().string();

@@ -412,7 +412,7 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   const Clock::time_point now = Clock::now();
   DeferredSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
-                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}};
+                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited};
   const SampleWait wait = WaitFor(sample);
   if (deferred_per_client_[client] == 0 && wait == SampleWait::kNone) return Serve(sample);
   Defer(std::move(sample), wait);
@@ -448,7 +448,7 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
   if (status.ok()) status = CheckReplyFits(request.count);
   const Clock::time_point now = Clock::now();
   DeferredSample sample{client, frame.header.request_id, request.count, 0.0, now,
-                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}};
+                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};
   std::span<const std::byte> bulk = frame.bulk;
   if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
   if (status.ok()) status = replay::CheckFractions(sample.fractions);
@@ -462,11 +462,12 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
 }
 
 void ReplayService::Serve(const DeferredSample& sample) {
-  if (sample.shard_sample) return ServeShardSample(sample.client, sample.request_id, sample.fractions);
-  ServeSample(sample.client, sample.request_id, sample.batch_size, sample.beta);
+  if (sample.shard_sample) return ServeShardSample(sample.client, sample.request_id, sample.fractions, sample.awaited);
+  ServeSample(sample.client, sample.request_id, sample.batch_size, sample.beta, sample.awaited);
 }
 
-void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions) {
+void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions,
+                                     bool awaited) {
   const int64_t count = static_cast<int64_t>(fractions.size());
   if (count > 0) {
     const Status status = replay_->SampleAt(fractions, &sample_);
@@ -483,26 +484,28 @@ void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<
                                      replay_->tree().Total(),
                                      replay_->tree().Min(),
                                      replay_->size() >= limiter_.options().min_size_to_sample};
-  SendDrawn(client, request_id, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta),
+  SendDrawn(client, request_id, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta), awaited,
             {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))});
 }
 
-void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta) {
+void ReplayService::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta, bool awaited) {
   const Status status = replay_->Sample(batch_size, beta, &sample_);
   if (!status.ok()) return ReplyError(client, request_id, status);
   limiter_.Sampled(batch_size);
   SendDrawn(client, request_id, proto::MessageKind::kSampleReply, proto::SerializeMeta(proto::SampleReply{batch_size}),
+            awaited,
             {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
              std::as_bytes(std::span(sample_.probabilities))});
 }
 
 void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta,
+                              bool awaited,
                               std::initializer_list<std::span<const std::byte>> arrays) {
   for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);  // in place: `arrays` view them
   const int64_t count = static_cast<int64_t>(sample_.slots.size());
   const int64_t row_bytes = replay_->store().schema().ItemBytes();
   const size_t column_bytes = static_cast<size_t>(count * row_bytes);
-  if (count > 0 && options_.zero_copy_min_row_bytes >= 0 && row_bytes >= options_.zero_copy_min_row_bytes) {
+  if (count > 0 && awaited && options_.zero_copy_min_row_bytes >= 0 && row_bytes >= options_.zero_copy_min_row_bytes) {
     // Rows the next adds will soon overwrite are copied into the reply; the
     // others go from the store and stay pinned while the reply travels.
     const int64_t capacity = replay_->capacity();
@@ -559,19 +562,47 @@ int ReplayService::OldestPinnedClient() const {
       ->second.client;
 }
 
+ReplayService::AddHold ReplayService::HeldBy(std::deque<DeferredAdd>::const_iterator add) const {
+  const auto same_client = [client = add->client](const DeferredAdd& other) { return other.client == client; };
+  if (std::any_of(deferred_adds_.cbegin(), add, same_client)) return AddHold::kEarlierAdd;
+  if (add->awaits_columns() && ColumnsYetToCome(add->client)) return AddHold::kColumns;
+  if (PinHolds(add->count)) return AddHold::kRowsInFlight;
+  if (LimiterHolds(add->count)) return AddHold::kRateLimiter;
+  return AddHold::kNone;
+}
+
 std::string ReplayService::DescribeAddHold() const {
   if (deferred_adds_.empty()) return "nothing holds them";
   const DeferredAdd& oldest = deferred_adds_.front();
-  if (oldest.awaits_columns() && ColumnsYetToCome(oldest.client)) {
-    return fmt::format("the oldest waits for its columns, the message {} sends after the request",
-                       transport_->ClientName(oldest.client));
+  switch (HeldBy(deferred_adds_.cbegin())) {
+    case AddHold::kColumns:
+      return fmt::format("the oldest waits for its columns, the message {} sends after the request",
+                         transport_->ClientName(oldest.client));
+    case AddHold::kRowsInFlight:
+      return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
+                         transport_->ClientName(OldestPinnedClient()));
+    case AddHold::kRateLimiter:
+      return "the rate limiter holds them: the learners are behind";
+    default:
+      return "each behind its client's earlier held adds";
   }
-  if (PinHolds(oldest.count)) {
-    return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
-                       transport_->ClientName(OldestPinnedClient()));
+}
+
+std::string ReplayService::DescribeAddWait(std::deque<DeferredAdd>::const_iterator add) const {
+  switch (HeldBy(add)) {
+    case AddHold::kEarlierAdd:
+      return "its client's earlier held adds";
+    case AddHold::kColumns:
+      return fmt::format("its columns, the message {} sends after the request", transport_->ClientName(add->client));
+    case AddHold::kRowsInFlight:
+      return fmt::format("rows it would overwrite, of a sample reply {} has not received yet",
+                         transport_->ClientName(OldestPinnedClient()));
+    case AddHold::kRateLimiter:
+      return fmt::format("the rate limiter: the actors are ahead of the learners ({})", limiter_.Describe());
+    case AddHold::kNone:
+      break;
   }
-  if (LimiterHolds(oldest.count)) return "the rate limiter holds them: the learners are behind";
-  return "each behind its client's earlier held adds";
+  return "its turn";
 }
 
 bool ReplayService::PinHolds(int64_t count) const {
@@ -705,9 +736,8 @@ void ReplayService::ExpireDeadlines() {
     }
     ++counters_.deadlines_exceeded;
     it = ReleaseHeldAdd(it, Status::DeadlineExceeded(fmt::format(
-                                "the add waited {:.3f} s, its timeout, for the rate limiter: the actors are ahead of "
-                                "the learners ({}); nothing of it was stored",
-                                std::chrono::duration<double>(now - it->arrived).count(), limiter_.Describe())));
+                                "the add waited {:.3f} s, its timeout, for {}; nothing of it was stored",
+                                std::chrono::duration<double>(now - it->arrived).count(), DescribeAddWait(it))));
   }
 }
 

@@ -103,7 +103,8 @@ struct ServiceOptions {
   std::chrono::microseconds checkpoint_slice{2000};
   // Sample replies whose rows (one item, all columns) are at least this many
   // bytes go out from the store where the transport can (MPI: a datatype over
-  // the rows, no gather copy); the rows stay pinned until the reply is sent,
+  // the rows, no gather copy) when the learner awaits them (SendDrawn); the
+  // rows stay pinned until the reply is sent,
   // and an add that would overwrite them waits for that. Smaller rows are
   // gathered into the reply: a copy is cheaper than a datatype of many tiny
   // blocks (docs/performance.md, the crossover). < 0: always gathered.
@@ -174,6 +175,7 @@ class ReplayService {
     Clock::time_point deadline;  // Clock::time_point::max(): none
     bool shard_sample = false;   // a ShardSampleRequest: draws at `fractions` (a probe when empty)
     std::vector<double> fractions;
+    bool awaited = false;        // the client receives the reply next: its rows may go from the store
   };
   struct DeferredAdd {
     int client;
@@ -238,11 +240,14 @@ class ReplayService {
   // Queues a sample that cannot be served now, or refuses it (hopeless, or
   // too many of the client's waiting).
   void Defer(DeferredSample sample, SampleWait wait);
-  void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta);
-  void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions);
+  void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta, bool awaited);
+  void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions, bool awaited);
   // Replies with what sample_ holds: `arrays` (its keys first, which this
-  // tags with the server's shard, in place), then its rows from the store.
-  void SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta,
+  // tags with the server's shard, in place), then its rows. They go from the
+  // store (pinned until received) only for a reply the client `awaited`: a
+  // prefetched one may stay unread while the learner waits for the actors
+  // (a barrier), and rows it pinned would hold their adds for ever.
+  void SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta, bool awaited,
                  std::initializer_list<std::span<const std::byte>> arrays);
   void Serve(const DeferredSample& sample);
   SampleWait WaitFor(const DeferredSample& sample) const;
@@ -287,8 +292,13 @@ class ReplayService {
   void ReleasePins();
   // The client of the oldest reply still pinning rows (0 when none).
   int OldestPinnedClient() const;
+  // What holds a held add, checked in this order.
+  enum class AddHold { kEarlierAdd, kColumns, kRowsInFlight, kRateLimiter, kNone };
+  AddHold HeldBy(std::deque<DeferredAdd>::const_iterator add) const;
   // Why the oldest held add waits (the stats line, the refusal of one more).
   std::string DescribeAddHold() const;
+  // What `add` waits for (its DEADLINE_EXCEEDED says so).
+  std::string DescribeAddWait(std::deque<DeferredAdd>::const_iterator add) const;
   static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
   // The whole frame a sample of `batch_size` items is answered with (at most,
   // for a shard sample's reply).

@@ -42,6 +42,18 @@ TEST(CheckBatchTest, AWrongLengthNamesTheColumnWithExpectedAndGiven) {
       << obs.message();
 }
 
+// Longer is refused as shorter is: the server would store the first bytes
+// and the rest would shift every later column (a mutation to `<` passed).
+TEST(CheckBatchTest, AColumnLongerThanTheSchemaSaysIsRefused) {
+  const Status s = CheckBatch(TestSchema(), Batch(3, {24, 3 * 28224 + 1, 24}), {});
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("column \"obs\": expected 84672 bytes (3 items of uint8[84,84,4], 28224 bytes an "
+                             "item), given 84673 bytes"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(CheckBatch(TestSchema(), Batch(3, {32, 3 * 28224, 24}), {}).ok()) << "an id column of 4 items";
+}
+
 TEST(CheckBatchTest, RefusesAColumnCountNullsAndEmptyBatches) {
   EXPECT_NE(CheckBatch(TestSchema(), Batch(3, {24, 3 * 28224}), {}).message().find("2 columns, the schema 3"),
             std::string::npos);

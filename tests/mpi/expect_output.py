@@ -28,7 +28,9 @@ def main() -> int:
         run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=args.timeout)
     except subprocess.TimeoutExpired as expired:
-        sys.stdout.write(expired.stdout or "")
+        # TimeoutExpired holds the output as bytes even with text=True.
+        output = expired.stdout or b""
+        sys.stdout.write(output.decode(errors="replace") if isinstance(output, bytes) else output)
         print(f"expect_output: the job did not end within {args.timeout} s")
         return 1
     sys.stdout.write(run.stdout)

@@ -15,6 +15,13 @@
 //                        "exact" (ClientOptions::exact_shard_totals).
 //   learners ROLE        actors add for a while; two learners sample and
 //                        update concurrently over two shards.
+//   ending ROLE MODE     (servers --samples-per-insert 1) issue 24's finding
+//                        3: actor 1 (shard 1's) adds 100 items and closes
+//                        while actor 0 keeps adding; the learner samples 60
+//                        times. Once shard 1's rate limiter can never serve
+//                        its part again, every sample is drawn over shard 0:
+//                        none fails (every other one failed
+//                        FAILED_PRECONDITION, in exact mode almost every one).
 //   tiny ROLE MODE       (servers --alpha 2 --priority-eps 0) the actors add
 //                        as for sampling; the learner updates one drawn key
 //                        to 1e-200, whose leaf (1e-400 underflows) is clamped
@@ -263,6 +270,57 @@ int TinyPriorityLearner(bool exact) {
   return 0;
 }
 
+int EndingActor() {
+  std::unique_ptr<perserve::ActorClient> actor;
+  CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(actor->Peers(&peers));
+  const std::vector<int> indices = ActorIndices(peers, true);
+  int rank = 0;
+  MPI_Comm_rank(peers, &rank);
+  MPI_Comm_free(&peers);
+  const int index = indices[static_cast<size_t>(rank)];
+  // Actor 1 (shard 1's) stops early; actor 0 is paced by the rate limiter
+  // until the learner has closed.
+  const int batches = index == 1 ? 2 : 40;
+  std::vector<int64_t> ids(50);
+  for (int b = 0; b < batches; ++b) {
+    for (int64_t j = 0; j < 50; ++j) ids[static_cast<size_t>(j)] = index * kIdsPerActor + b * 50 + j;
+    CHECK_OK(actor->Add(perserve::BatchView{50, {ids.data()}}));
+  }
+  CHECK_OK(actor->Close());
+  return 0;
+}
+
+int EndingLearner(bool exact) {
+  perserve::ClientOptions options;
+  options.exact_shard_totals = exact;
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(learner->Peers(&peers));
+  (void)ActorIndices(peers, false);
+  MPI_Comm_free(&peers);
+  perserve::SampleBatch batch;
+  int failed = 0;
+  int64_t from_shard_1 = 0;
+  for (int step = 0; step < 60; ++step) {
+    const Status sampled = learner->Sample(32, kBeta, &batch, /*timeout_seconds=*/30.0);
+    if (!sampled.ok()) {
+      ++failed;
+      fmt::print("[learner] sample {} failed: {}\n", step, sampled.ToString());
+      continue;
+    }
+    for (const uint64_t key : batch.keys) from_shard_1 += perserve::proto::ShardOfKey(key) == 1;
+  }
+  CHECK(failed == 0, "{} of 60 samples failed while shard 0 could serve", failed);
+  CHECK(from_shard_1 > 0, "shard 1 served no item before its rate limiter was spent");
+  CHECK_OK(learner->Close());
+  fmt::print("[learner] ending: 60 samples, none failed, {} items from shard 1 before it left the plan\n",
+             from_shard_1);
+  return 0;
+}
+
 int LearnersActor(double seconds) {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
@@ -314,12 +372,14 @@ int LearnersLearner(double seconds, int servers) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  CHECK(argc >= 4, "usage: mpi_shards_client sampling|learners actor|learner MODE|SECONDS SERVERS");
+  CHECK(argc >= 4, "usage: mpi_shards_client sampling|ending|tiny|learners actor|learner MODE|SECONDS SERVERS");
   const std::string scenario = argv[1], role = argv[2], arg = argv[3];
   const int servers = argc > 4 ? std::stoi(argv[4]) : 1;
   int code = 1;
   if (scenario == "sampling") {
     code = role == "actor" ? SamplingActor() : SamplingLearner(arg == "exact", servers);
+  } else if (scenario == "ending") {
+    code = role == "actor" ? EndingActor() : EndingLearner(arg == "exact");
   } else if (scenario == "tiny") {
     code = role == "actor" ? SamplingActor() : TinyPriorityLearner(arg == "exact");
   } else if (scenario == "learners") {

@@ -12,7 +12,7 @@
 //   flood       one actor floods; another actor and the learner stay served
 //               within a stated bound.
 //   overwrite   actors add patterned items into a small ring as fast as they
-//               can while the learner keeps prefetched samples in flight,
+//               can while the learner samples, each reply awaited and so
 //               sent from the store (--zero-copy-min-row-bytes 0), one actor
 //               sending its columns apart (received into the store), the
 //               other in one message: every row is whole and belongs to its
@@ -352,12 +352,13 @@ int OverwriteActor() {
   return 0;
 }
 
-// Samples with four requests in flight until every actor has closed (the
-// replay then stops growing), pausing now and then with replies unread.
+// Samples until every actor has closed (the replay then stops growing),
+// pausing now and then. Without prefetch: every reply is awaited, so its rows
+// go from the store (prefetched ones are copied: docs/operations.md).
 int OverwriteLearner() {
   std::unique_ptr<perserve::LearnerClient> learner;
   perserve::ClientOptions options;
-  options.prefetch = 4;
+  options.prefetch = 0;
   CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
   std::map<uint64_t, int64_t> id_of_key;
   perserve::SampleBatch batch;

@@ -14,6 +14,12 @@
 //                 samples until the actor has closed and its samples can
 //                 never be served (FAILED_PRECONDITION); the server's summary
 //                 reports the ratio's offsets, checked by expect_output.py.
+//   prefetch_barrier  (server: 8 KB rows, --capacity 256) issue 24's finding
+//                 2: the learner samples with prefetch 4, stops with replies
+//                 unread and waits for the actor in a barrier over Peers();
+//                 the actor adds 1600 items, then joins the barrier. Rows of
+//                 the unread replies, sent from the store, held the actor's
+//                 adds for ever: a hang.
 //   policy        (server --drop-bad-priorities --min-size-to-sample 512) a
 //                 learner update of 512 priorities with one NaN and one zero,
 //                 which used to be refused whole: 510 are applied, 2 dropped.
@@ -155,6 +161,37 @@ int PolicyLearner() {
 
 }  // namespace
 
+// Both roles meet here, over every non-server rank, once the actor's adds are in.
+void BarrierOverPeers(MPI_Comm peers) {
+  CHECK(MPI_Barrier(peers) == MPI_SUCCESS, "barrier over the peers");
+  MPI_Comm_free(&peers);
+}
+
+int PrefetchBarrierActor() {
+  std::unique_ptr<perserve::ActorClient> actor = JoinActor();
+  for (int batch = 0; batch < 400; ++batch) AddItems(actor.get(), 4);
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(actor->Peers(&peers));
+  BarrierOverPeers(peers);
+  CHECK_OK(actor->Close());
+  fmt::print("prefetch_barrier: the actor added {} items and met the learner\n", actor->items_acknowledged());
+  return 0;
+}
+
+int PrefetchBarrierLearner() {
+  perserve::ClientOptions options;
+  options.prefetch = 4;
+  std::unique_ptr<perserve::LearnerClient> learner;
+  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  perserve::SampleBatch batch;
+  for (int round = 0; round < 5; ++round) CHECK_OK(learner->Sample(16, 0.4, &batch));  // 131 KB replies
+  MPI_Comm peers = MPI_COMM_NULL;
+  CHECK_OK(learner->Peers(&peers));  // four replies unread
+  BarrierOverPeers(peers);
+  CHECK_OK(learner->Close());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const std::string scenario = argc > 1 ? argv[1] : "";
@@ -164,6 +201,8 @@ int main(int argc, char** argv) {
   if (scenario == "actors_leave" && role == "actor") code = ActorsLeaveActor();
   if (scenario == "actors_leave" && role == "learner") code = ActorsLeaveLearner();
   if (scenario == "late") code = Late(role);
+  if (scenario == "prefetch_barrier" && role == "actor") code = PrefetchBarrierActor();
+  if (scenario == "prefetch_barrier" && role == "learner") code = PrefetchBarrierLearner();
   if (scenario == "policy" && role == "actor") code = PolicyActor();
   if (scenario == "policy" && role == "learner") code = PolicyLearner();
   if (scenario == "skew" && role == "fast_actor") code = SkewActor(batches, 0);

@@ -75,7 +75,7 @@ def test_every_dtype_and_shape_round_trips(client, role, peers):
     if role == "actor":
         for start in range(0, N_ITEMS, 50):
             ids = np.arange(start, start + 50, dtype=np.int64)
-            client.add(batch(ids), priorities=np.ones(50))
+            client.add(batch(ids), priorities=1.0 + ids % 5)  # unequal leaves: weights tell from probabilities
         client.add(batch(np.array([N_ITEMS], dtype=np.int64)))  # one item, no priorities
         client.flush()
         assert client.items_acknowledged == N_ITEMS + 1
@@ -86,6 +86,11 @@ def test_every_dtype_and_shape_round_trips(client, role, peers):
         assert sample.keys.dtype == np.uint64 and sample.keys.shape == (64,)
         assert sample.weights.dtype == np.float64 and np.all((sample.weights > 0) & (sample.weights <= 1))
         assert np.all(sample.probabilities > 0)
+        # The formula, w_i = (P_i / P_min)^-beta: w_i P_i^beta is one number
+        # for every item (weights and probabilities swapped, it is not).
+        scaled = sample.weights * sample.probabilities ** 0.4
+        assert np.allclose(scaled, scaled[0], rtol=1e-12, atol=0), (sample.weights, sample.probabilities)
+        assert len(np.unique(sample.weights)) > 1
         ids = sample.columns["id"]
         assert np.array_equal(ids.astype(np.uint64), sample.keys)  # one actor: keys are ids
         for name, dtype, shape in SCHEMA:

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -253,7 +254,10 @@ class LearnerClient {
   // defers the reply) until the replay holds its minimum size. With
   // options.prefetch = k > 0 it returns the oldest in-flight request's reply
   // and leaves k requests of (batch_size, beta) in flight; replies to
-  // requests made with another size or beta are received and dropped.
+  // requests made with another size are received and dropped, those made
+  // with another beta are returned with their IS weights for this beta
+  // (annealing beta every call keeps the prefetched samples), except from
+  // beta 0 on one server (its weights are all 1: dropped).
   //
   // timeout_seconds > 0 (finite; 0: none): a request the server still
   // defers that long after it received it is answered DEADLINE_EXCEEDED and
@@ -326,10 +330,15 @@ class LearnerClient {
   // outstanding, then takes those that have arrived. Returns the rejections
   // not yet reported (as Flush's count with the first error), cleared.
   Status CollectUpdates(size_t keep_pending);
-  // Pops the oldest sample request and waits for its reply (one is in flight).
-  Status ReceiveOldest(SampleBatch* batch);
+  // Pops the oldest sample request and waits for its reply (one is in flight),
+  // its IS weights for `beta` (default: the request's; see CanWeighFor).
+  Status ReceiveOldest(SampleBatch* batch, std::optional<double> beta = std::nullopt);
+  // Whether a reply to `pending` can be weighed for `beta`.
+  static bool CanWeighFor(const PendingSample& pending, double beta);
   // Sends a sample request (no checks: the callers have made them).
-  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds);
+  // `awaited`: the caller receives this reply before it returns (its rows
+  // may then go from the server's store; see proto::SampleRequest::awaited).
+  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited);
   Status TakePendingError();
   // Sends an update of these keys and priorities to shard `shard`.
   Status SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities, uint64_t* id);

@@ -42,6 +42,7 @@ void CpuPriorityTree::UpdateValidated(std::span<const int64_t> indices, std::spa
   if (indices.empty()) return;
   const UpdateStrategy strategy =
       strategy_ == UpdateStrategy::kAuto ? AutoStrategyFor(static_cast<int64_t>(indices.size())) : strategy_;
+  ++updates_run_with_[static_cast<size_t>(strategy)];
   UpdateWith(strategy, nodes_.data(), capacity_, indices, values, &sparse_scratch_);
 }
 

@@ -7,6 +7,7 @@
 // overlap.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class CpuPriorityTree final : public PriorityTree {
   UpdateStrategy AutoStrategyFor(int64_t k);
   // The measured crossover table, as text (measures it on first use).
   std::string DescribeAutoTable() override;
+  // How many updates ran `strategy` (never kAuto: the one it chose): what an
+  // update actually does, for tests of the dispatch.
+  int64_t updates_run_with(UpdateStrategy strategy) const { return updates_run_with_[static_cast<size_t>(strategy)]; }
 
  private:
   const StrategyTable& AutoTable();
@@ -61,6 +65,7 @@ class CpuPriorityTree final : public PriorityTree {
   NodeBuffer nodes_;
   SparseScratch sparse_scratch_;
   const StrategyTable* auto_table_ = nullptr;
+  std::array<int64_t, 4> updates_run_with_{};  // by UpdateStrategy
   // Scratch reused across calls, so a warmed-up tree does not allocate.
   std::vector<double> leaves_;
   mutable std::vector<double> masses_;

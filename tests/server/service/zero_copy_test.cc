@@ -33,14 +33,14 @@ Schema RowSchema() { return Schema{{{"id", DType::kInt64, {}}, {"pad", DType::kU
 uint8_t PadByte(int64_t id, int64_t j) { return static_cast<uint8_t>(id * 7 + j); }
 
 // Items first_id, first_id + 1, ...: each row's id, and pad bytes derived from it.
-std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_id, int64_t count) {
+std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_id, int64_t count, double timeout_seconds = 0.0) {
   std::vector<int64_t> ids;
   std::vector<uint8_t> pads;
   for (int64_t i = 0; i < count; ++i) {
     ids.push_back(first_id + i);
     for (int64_t j = 0; j < kPad; ++j) pads.push_back(PadByte(first_id + i, j));
   }
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false},
+  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false, timeout_seconds},
                {std::as_bytes(std::span(ids)), std::as_bytes(std::span(pads))});
 }
 
@@ -81,6 +81,13 @@ class ZeroCopyTest : public service_test::ServiceFixture {
     return keys;
   }
 
+  // A sample request of `batch` items whose reply the learner awaits (its
+  // rows may go from the store) or, `awaited` false, prefetched (copied).
+  void PushSample(uint64_t request_id, int64_t batch, bool awaited = true) {
+    transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, request_id,
+                                     proto::SampleRequest{batch, 0.5, 0.0, awaited}));
+  }
+
   // Passes of the loop (each takes at most 4 messages of a client).
   void Steps(int passes) {
     for (int pass = 0; pass < passes; ++pass) Step();
@@ -103,8 +110,8 @@ TEST_F(ZeroCopyTest, RowsInFlightAreNeverOverwrittenAndAddsWaitForThem) {
   transport_->outbox(kActor).clear();
 
   // Two samples in flight, unread: their rows stay where they are in the store.
-  transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, 100, proto::SampleRequest{64, 0.5}));
-  transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, 101, proto::SampleRequest{64, 0.5}));
+  PushSample(100, 64);
+  PushSample(101, 64);
   Step();
   ASSERT_EQ(transport_->in_flight(), 2u);
   EXPECT_TRUE(transport_->outbox(kLearner).empty());
@@ -136,7 +143,7 @@ TEST_F(ZeroCopyTest, RowsInFlightAreNeverOverwrittenAndAddsWaitForThem) {
   EXPECT_EQ(replay_->next_key(), 128u);
 
   // Held adds were stored in order: a new sample sees ids 64..127 under their keys.
-  transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, 102, proto::SampleRequest{64, 0.5}));
+  PushSample(102, 64);
   Step();
   ASSERT_TRUE(transport_->Deliver(kLearner));
   for (uint64_t key : CheckSample(102, 64)) EXPECT_GE(key, 64u);
@@ -146,7 +153,7 @@ TEST_F(ZeroCopyTest, RowsNextInLineAreCopiedSoTheNextAddsNeverWait) {
   PushAdds(0, 8, 1);
   Steps(2);
   transport_->outbox(kActor).clear();
-  transport_->Push(kLearner, Frame(MessageKind::kSampleRequest, 100, proto::SampleRequest{64, 0.5}));
+  PushSample(100, 64);
   Step();
   // The next capacity / 8 slots were copied into the reply: an add of them goes through.
   PushAdds(64, 1, 10);
@@ -155,6 +162,51 @@ TEST_F(ZeroCopyTest, RowsNextInLineAreCopiedSoTheNextAddsNeverWait) {
   EXPECT_EQ(service_->counters().pinned_adds, 0);
   ASSERT_TRUE(transport_->Deliver(kLearner));
   CheckSample(100, 64);  // ids 0..7 as drawn, though slots 0..7 now hold 64..71
+}
+
+// Issue 24's finding 7: an add past its timeout says what held it (here the
+// rows of a reply in flight; it always blamed the rate limiter).
+TEST_F(ZeroCopyTest, AnAddPastItsTimeoutSaysTheRowsInFlightHeldIt) {
+  PushAdds(0, 8, 1);
+  Steps(2);
+  transport_->outbox(kActor).clear();
+  PushSample(100, 64);
+  Step();
+  transport_->Push(kActor, AddFrame(10, 64, 8));  // onto slots 0..7, copied into the reply: goes
+  transport_->Push(kActor, AddFrame(11, 72, 8, /*timeout_seconds=*/0.02));  // onto pinned slots 8..15
+  Step();
+  EXPECT_EQ(service_->held_adds(kActor), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  Step();
+  transport_->outbox(kActor).pop_front();  // request 10's acknowledgement
+  const Status expired = ErrorStatus(kActor, 11);
+  EXPECT_EQ(expired.code(), Status::Code::kDeadlineExceeded);
+  EXPECT_NE(expired.message().find("for rows it would overwrite, of a sample reply client 1 has not received yet"),
+            std::string::npos)
+      << expired.message();
+  EXPECT_EQ(expired.message().find("rate limiter"), std::string::npos) << expired.message();
+}
+
+// Issue 24's finding 2: a prefetched request's reply may stay unread while
+// the learner waits for the actors (a barrier); its rows pinned in the store
+// held their adds for ever. They are copied: a whole ring of adds goes
+// through, and the replies still hold the rows as drawn.
+TEST_F(ZeroCopyTest, APrefetchedReplysRowsAreCopiedSoNoAddWaitsForThem) {
+  PushAdds(0, 8, 1);
+  Steps(2);
+  transport_->outbox(kActor).clear();
+  PushSample(100, 64, /*awaited=*/false);
+  PushSample(101, 64, /*awaited=*/false);
+  Step();
+  PushAdds(64, 8, 10);
+  Steps(4);
+  EXPECT_EQ(Acknowledged(), 8) << "no add waits for the unread replies";
+  EXPECT_EQ(service_->counters().pinned_adds, 0);
+  EXPECT_EQ(service_->counters().zero_copy_replies, 0);
+  while (transport_->Deliver(kLearner)) {
+  }
+  for (uint64_t key : CheckSample(100, 64)) EXPECT_LT(key, 64u);
+  for (uint64_t key : CheckSample(101, 64)) EXPECT_LT(key, 64u);
 }
 
 // Adds whose columns come in a message of their own.

@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "server/tree/tree_test_util.h"
 #include "tree/cpu/cpu_priority_tree.h"
@@ -45,6 +46,30 @@ TEST(AutoTableTest, ALargeCpuTreeNeverRebuildsForASmallBatch) {
     ASSERT_NE(chosen, UpdateStrategy::kRebuild) << "k=" << k << "; the table:\n" << tree.DescribeAutoTable();
     ASSERT_NE(chosen, UpdateStrategy::kAuto) << "k=" << k;
   }
+}
+
+// What an update under kAuto actually runs is the table's choice for its
+// size: a dispatch forced to rebuild (a mutation that passed every other
+// test, only slowing mpi_flood_fairness) fails here.
+TEST(AutoTableTest, AnAutoUpdateRunsTheStrategyTheTableChooses) {
+  CpuPriorityTree tree(kLargeCapacity);
+  for (const int64_t k : {int64_t{1}, int64_t{64}, int64_t{2048}}) {
+    std::vector<int64_t> indices(static_cast<size_t>(k));
+    std::vector<double> values(static_cast<size_t>(k), 2.0);
+    for (int64_t j = 0; j < k; ++j) indices[static_cast<size_t>(j)] = j * 997 % kLargeCapacity;
+    const UpdateStrategy chosen = tree.AutoStrategyFor(k);
+    const int64_t before = tree.updates_run_with(chosen);
+    ASSERT_TRUE(tree.Update(indices, values).ok());
+    EXPECT_EQ(tree.updates_run_with(chosen), before + 1)
+        << "k=" << k << " should run " << UpdateStrategyName(chosen) << "; the table:\n" << tree.DescribeAutoTable();
+    EXPECT_EQ(tree.updates_run_with(UpdateStrategy::kAuto), 0);
+  }
+  tree.SetStrategy(UpdateStrategy::kPerElement);  // an explicit strategy runs as set
+  const std::vector<int64_t> one = {5};
+  const std::vector<double> value = {3.0};
+  const int64_t per_element_before = tree.updates_run_with(UpdateStrategy::kPerElement);
+  ASSERT_TRUE(tree.Update(one, value).ok());
+  EXPECT_EQ(tree.updates_run_with(UpdateStrategy::kPerElement), per_element_before + 1);
 }
 
 // The measured table as every backend reports it.

@@ -1,0 +1,354 @@
+// A learner's sample over several shards (ShardSampler, issue 24's findings
+// 3, 5 and 7) without MPI: the real LearnerClient over a Connection into one
+// ReplayService per shard, each on its own LoopbackTransport (client 0 an
+// actor the test drives with raw frames, client 1 the learner), all stepped
+// while the learner waits.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "client/src/connection.h"
+#include "perserve/client.h"
+#include "proto/codec.h"
+#include "replay/replay.h"
+#include "service/loopback_transport.h"
+#include "service/replay_service.h"
+
+namespace perserve::client_internal {
+
+struct TestAccess {
+  static std::unique_ptr<LearnerClient> Learner(std::unique_ptr<Connection> connection, ClientOptions options) {
+    return std::unique_ptr<LearnerClient>(new LearnerClient(std::move(connection), options));
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kActor = 0;
+constexpr int kLearner = 1;
+
+struct Shard {
+  std::unique_ptr<replay::Replay> replay;
+  std::unique_ptr<service::LoopbackTransport> transport;
+  std::unique_ptr<service::ReplayService> service;
+};
+
+// The learner's link to every shard: SendTo pushes into that shard's
+// transport; a receive steps every service (and the test's hook) until one
+// has a reply for the learner, for at most 20 s of wall time (deadlines run
+// on the clock).
+class ShardedLoopbackConnection final : public Connection {
+ public:
+  ShardedLoopbackConnection(std::vector<Shard>* shards, std::function<void()> between_steps)
+      : shards_(shards), between_steps_(std::move(between_steps)) {}
+
+  const Schema& schema() const override { return shards_->front().replay->store().schema(); }
+  std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override {
+    std::vector<std::byte> buffer;
+    buffer.reserve(expected_bytes);
+    return buffer;
+  }
+  Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
+  int shard_count() const override { return static_cast<int>(shards_->size()); }
+  Status SendTo(int shard, std::vector<std::byte> frame) override {
+    proto::Frame decoded;
+    proto::ShardSampleRequest request;
+    if (proto::DecodeFrame(frame, &decoded).ok() && decoded.kind() == proto::MessageKind::kShardSampleRequest &&
+        proto::DecodeMeta(decoded, &request).ok()) {
+      sent_.push_back(request);
+    }
+    (*shards_)[static_cast<size_t>(shard)].transport->Push(kLearner, std::move(frame));
+    return Status::Ok();
+  }
+  Status Peers(MPI_Comm*) const override { return Status::Unimplemented("no peers over the loopback"); }
+
+  // Every shard sample request the learner sent, in order.
+  const std::vector<proto::ShardSampleRequest>& sent() const { return sent_; }
+
+ protected:
+  Status ReceiveReply(bool wait, std::vector<std::byte>* message, size_t* length, bool* received) override {
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(20);
+    while (true) {
+      if (between_steps_) between_steps_();
+      for (Shard& shard : *shards_) {
+        bool handled = false;
+        PERSERVE_RETURN_IF_ERROR(shard.service->Step(&handled));
+        shard.transport->outbox(kActor).clear();  // the test's actor reads nothing
+      }
+      for (Shard& shard : *shards_) {
+        std::deque<std::vector<std::byte>>& outbox = shard.transport->outbox(kLearner);
+        *received = !outbox.empty();
+        if (!*received) continue;
+        *message = std::move(outbox.front());
+        *length = message->size();
+        outbox.pop_front();
+        return Status::Ok();
+      }
+      if (!wait) return Status::Ok();
+      if (Clock::now() > give_up) return Status::Internal("no reply within 20 s");
+    }
+  }
+  Status ProgressSends() override { return Status::Ok(); }
+  Status DrainSends() override { return Status::Ok(); }
+
+ private:
+  std::vector<Shard>* shards_;
+  std::function<void()> between_steps_;
+  std::vector<proto::ShardSampleRequest> sent_;
+};
+
+class ShardSamplerLoopbackTest : public ::testing::Test {
+ protected:
+  // `count` shards, each with these options (its shard index set).
+  void StartShards(int count, int64_t capacity, service::ServiceOptions options) {
+    const Schema schema{{Column{"id", DType::kInt64, {}}}};
+    shards_.resize(static_cast<size_t>(count));
+    for (int s = 0; s < count; ++s) {
+      Shard& shard = shards_[static_cast<size_t>(s)];
+      ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 17u + s}, schema,
+                                         &shard.replay)
+                      .ok());
+      shard.transport = std::make_unique<service::LoopbackTransport>(2);
+      shard.transport->SetRole(kActor, service::ClientRole::kActor);
+      shard.transport->SetRole(kLearner, service::ClientRole::kLearner);
+      options.shard = s;
+      options.shards = count;
+      options.stats_interval_seconds = 0.0;
+      shard.service = std::make_unique<service::ReplayService>(shard.replay.get(), shard.transport.get(), options);
+    }
+  }
+
+  static service::ServiceOptions MinSize(int64_t min_size) {
+    service::ServiceOptions options;
+    options.min_size_to_sample = min_size;
+    return options;
+  }
+
+  std::unique_ptr<LearnerClient> Learner(bool exact_totals, int prefetch = 0) {
+    ClientOptions options;
+    options.exact_shard_totals = exact_totals;
+    options.prefetch = prefetch;
+    options.shard_seed = 5;
+    auto connection = std::make_unique<ShardedLoopbackConnection>(&shards_, [this] {
+      if (between_steps_) between_steps_();
+    });
+    connection_ = connection.get();
+    return TestAccess::Learner(std::move(connection), options);
+  }
+
+  // `count` items of priority `priority` into shard `s`, from its actor (stepped until stored).
+  void Add(int s, int64_t count, double priority) {
+    std::vector<int64_t> ids(static_cast<size_t>(count), s);
+    std::vector<double> priorities(static_cast<size_t>(count), priority);
+    std::vector<std::byte> frame;
+    proto::EncodeFrame(proto::MessageKind::kAddRequest, next_id_++, proto::AddRequest{count, true},
+                       {std::as_bytes(std::span(ids)), std::as_bytes(std::span(priorities))}, &frame);
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    shard.transport->Push(kActor, std::move(frame));
+    bool handled = false;
+    ASSERT_TRUE(shard.service->Step(&handled).ok());
+  }
+
+  // Shard `s`'s actor closes.
+  void CloseActor(int s) {
+    std::vector<std::byte> frame;
+    proto::EncodeFrame(proto::MessageKind::kCloseRequest, next_id_++, proto::Empty{}, {}, &frame);
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    shard.transport->Push(kActor, std::move(frame));
+    bool handled = false;
+    ASSERT_TRUE(shard.service->Step(&handled).ok());
+  }
+
+  static int ShardsIn(const SampleBatch& batch, int shard) {
+    int count = 0;
+    for (const uint64_t key : batch.keys) count += proto::ShardOfKey(key) == shard;
+    return count;
+  }
+
+  std::vector<Shard> shards_;
+  std::function<void()> between_steps_;
+  ShardedLoopbackConnection* connection_ = nullptr;
+  uint64_t next_id_ = 1;
+};
+
+// Finding 5: shard 0 holds 200 items, shard 1 none (its actor still open).
+// The first sample draws over shard 0 at once, in both modes; it used to wait
+// for every shard's probe and failed DEADLINE_EXCEEDED.
+TEST_F(ShardSamplerLoopbackTest, TheFirstSampleDrawsOverTheReadyShardsWithoutWaitingForTheOthers) {
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact totals" : "totals of the last replies");
+    StartShards(2, 1024, MinSize(100));
+    Add(0, 200, 1.0);
+    std::unique_ptr<LearnerClient> learner = Learner(exact);
+    for (int round = 0; round < 3; ++round) {
+      SampleBatch batch;
+      const Status sampled = learner->Sample(32, 0.4, &batch, /*timeout_seconds=*/1.0);
+      ASSERT_TRUE(sampled.ok()) << sampled.ToString();
+      EXPECT_EQ(ShardsIn(batch, 0), 32);
+    }
+    // Once shard 1 is ready it takes part (the probe left waiting on it is taken).
+    Add(1, 200, 1.0);
+    int from_shard_1 = 0;
+    for (int round = 0; round < 4; ++round) {
+      SampleBatch batch;
+      const Status sampled = learner->Sample(32, 0.4, &batch, 1.0);
+      ASSERT_TRUE(sampled.ok()) << sampled.ToString();
+      from_shard_1 += ShardsIn(batch, 1);
+    }
+    EXPECT_GT(from_shard_1, 0);
+    EXPECT_TRUE(learner->Close().ok());
+    shards_.clear();
+  }
+}
+
+// Before any shard is ready the sample waits, and draws over the first that is.
+TEST_F(ShardSamplerLoopbackTest, ASampleWaitsForTheFirstShardToBeReady) {
+  StartShards(3, 1024, MinSize(100));
+  int steps = 0;
+  between_steps_ = [&] {
+    if (++steps == 50) Add(2, 150, 1.0);
+  };
+  std::unique_ptr<LearnerClient> learner = Learner(false);
+  SampleBatch batch;
+  const Status sampled = learner->Sample(16, 0.4, &batch);
+  ASSERT_TRUE(sampled.ok()) << sampled.ToString();
+  EXPECT_EQ(ShardsIn(batch, 2), 16);
+  EXPECT_GE(steps, 50);
+  EXPECT_TRUE(learner->Close().ok());
+}
+
+// Finding 7: one timeout budget for the whole sample. No shard is ready when
+// the sample is sent; both become ready 0.6 s later, so the parts sent then
+// carry what is left of the second (they used to carry the whole).
+TEST_F(ShardSamplerLoopbackTest, ASamplesTimeoutIsOneBudgetOverItsRounds) {
+  StartShards(2, 1024, MinSize(100));
+  const Clock::time_point start = Clock::now();
+  bool added = false;
+  between_steps_ = [&] {
+    if (added || Clock::now() < start + std::chrono::milliseconds(600)) return;
+    added = true;
+    Add(0, 150, 1.0);
+    Add(1, 150, 1.0);
+  };
+  std::unique_ptr<LearnerClient> learner = Learner(true);
+  SampleBatch batch;
+  const Status sampled = learner->Sample(16, 0.4, &batch, /*timeout_seconds=*/1.0);
+  ASSERT_TRUE(sampled.ok()) << sampled.ToString();
+  int parts = 0;
+  for (const proto::ShardSampleRequest& request : connection_->sent()) {
+    if (request.count == 0) continue;
+    ++parts;
+    EXPECT_GT(request.timeout_seconds, 0.0);
+    EXPECT_LT(request.timeout_seconds, 0.5) << "a part sent 0.6 s into a 1 s budget";
+  }
+  EXPECT_GT(parts, 0);
+  EXPECT_TRUE(learner->Close().ok());
+}
+
+// The budget counts waiting, not the time a prefetched sample spends in
+// flight while the learner trains: in exact mode its parts are sent when it
+// is received, 0.3 s after it was requested with a timeout of 0.2 s.
+TEST_F(ShardSamplerLoopbackTest, APrefetchedSamplesBudgetStartsWhenItWaits) {
+  StartShards(2, 1024, MinSize(10));
+  Add(0, 100, 1.0);
+  Add(1, 100, 1.0);
+  std::unique_ptr<LearnerClient> learner = Learner(/*exact_totals=*/true, /*prefetch=*/1);
+  for (int step = 0; step < 3; ++step) {
+    SampleBatch batch;
+    const Status sampled = learner->Sample(16, 0.4, &batch, /*timeout_seconds=*/0.2);
+    ASSERT_TRUE(sampled.ok()) << "step " << step << ": " << sampled.ToString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // training
+  }
+  EXPECT_TRUE(learner->Close().ok());
+}
+
+// Finding 3: shards with a rate limiter at the end of a job. Shard 1's actor
+// closes; once its limiter refuses its part for good, it leaves the plan and
+// every sample is drawn over shard 0 (it used to fail every other sample,
+// FAILED_PRECONDITION); once no shard can serve, the sample fails so.
+TEST_F(ShardSamplerLoopbackTest, AShardThatCanNeverServeLeavesThePlanAndTheOthersServe) {
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact totals" : "totals of the last replies");
+    service::ServiceOptions options = MinSize(10);
+    options.samples_per_insert = 1.0;  // a shard serves at most its inserts + 40 items
+    options.error_buffer = 50.0;
+    StartShards(2, 2048, options);
+    Add(0, 1000, 10.0);  // total 10000
+    Add(1, 20, 500.0);   // total 10000: about half of every sample, 60 items in all
+    CloseActor(1);
+    std::unique_ptr<LearnerClient> learner = Learner(exact);
+    int failed = 0, from_shard_1_late = 0;
+    for (int round = 0; round < 20; ++round) {
+      SampleBatch batch;
+      const Status sampled = learner->Sample(32, 0.4, &batch, 5.0);
+      if (!sampled.ok()) {
+        ++failed;
+        ADD_FAILURE() << "round " << round << ": " << sampled.ToString();
+        continue;
+      }
+      if (round >= 10) from_shard_1_late += ShardsIn(batch, 1);
+    }
+    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(from_shard_1_late, 0) << "shard 1 has left the plan";
+    // Shard 0's actor closes too: it serves until its limiter is spent, then
+    // the sample fails FAILED_PRECONDITION naming both shards.
+    CloseActor(0);
+    Status last;
+    for (int round = 0; round < 60 && last.ok(); ++round) {
+      SampleBatch batch;
+      last = learner->Sample(32, 0.4, &batch, 5.0);
+    }
+    EXPECT_EQ(last.code(), Status::Code::kFailedPrecondition) << last.ToString();
+    EXPECT_NE(last.message().find("shard 0: "), std::string::npos) << last.message();
+    EXPECT_NE(last.message().find("shard 1: "), std::string::npos) << last.message();
+    EXPECT_TRUE(learner->Close().ok());
+    shards_.clear();
+  }
+}
+
+// Finding 7: a call with another beta (annealed, every call) returns the
+// prefetched samples with their weights for the new beta; they used to be
+// received and dropped, every one of them sampled (and rate limited) for
+// nothing. On one server (weights w^(beta'/beta)) and over two.
+TEST_F(ShardSamplerLoopbackTest, ANewBetaKeepsThePrefetchedSamplesAndWeighsThemForIt) {
+  for (const int shards : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} shards", shards));
+    StartShards(shards, 1024, MinSize(10));
+    for (int s = 0; s < shards; ++s) {
+      for (int priority = 1; priority <= 20; ++priority) Add(s, 5, priority);  // unequal leaves (alpha 1)
+    }
+    std::unique_ptr<LearnerClient> learner = Learner(false, /*prefetch=*/2);
+    SampleBatch batch;
+    ASSERT_TRUE(learner->Sample(32, 0.4, &batch).ok());
+    const double beta = 0.7;
+    ASSERT_TRUE(learner->Sample(32, beta, &batch).ok());
+    double min_leaf = std::numeric_limits<double>::infinity();
+    for (const Shard& shard : shards_) min_leaf = std::min(min_leaf, shard.replay->tree().Min());
+    for (size_t i = 0; i < batch.keys.size(); ++i) {
+      const Shard& shard = shards_[static_cast<size_t>(proto::ShardOfKey(batch.keys[i]))];
+      double leaf = 0.0;
+      const int64_t slot = static_cast<int64_t>(proto::LocalKey(batch.keys[i]) % 1024);
+      ASSERT_TRUE(shard.replay->tree().Get(std::span(&slot, 1), std::span(&leaf, 1)).ok());
+      EXPECT_NEAR(batch.weights[i], std::pow(leaf / min_leaf, -beta), 1e-12) << "item " << i;
+    }
+    EXPECT_TRUE(learner->Close().ok());
+    // Requests sent: 1 + 2 prefetched, then 1 more to keep 2 in flight (each
+    // sampled by the servers: a dropped one was too).
+    int64_t sampled = 0;
+    for (const Shard& shard : shards_) sampled += shard.replay->counters().items_sampled;
+    EXPECT_EQ(sampled, 4 * 32);
+    shards_.clear();
+  }
+}
+
+}  // namespace
+}  // namespace perserve::client_internal
