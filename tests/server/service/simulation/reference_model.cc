@@ -42,13 +42,13 @@ void ReferenceModel::SentAdd(int client, uint64_t request_id, int64_t first_item
   request.first_item = first_item;
   request.count = count;
   request.columns_apart = columns_apart;
-  ledgers_[client].requests[request_id] = std::move(request);
+  Sent(client, request_id, std::move(request));
 }
 
 void ReferenceModel::SentSample(int client, uint64_t request_id, uint64_t next_key) {
   Request request(Kind::kSample);
   request.next_key_sent = next_key;
-  ledgers_[client].requests[request_id] = request;
+  Sent(client, request_id, std::move(request));
 }
 
 void ReferenceModel::SentUpdate(int client, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad,
@@ -59,22 +59,28 @@ void ReferenceModel::SentUpdate(int client, uint64_t request_id, std::vector<uin
   request.keys = std::move(keys);
   request.bad = bad;
   request.never_issued = never_issued;
-  ledgers_[client].requests[request_id] = std::move(request);
+  Sent(client, request_id, std::move(request));
 }
 
 void ReferenceModel::SentClose(int client, uint64_t request_id) {
   ledgers_[client].close_sent = true;
-  ledgers_[client].requests[request_id] = Request(Kind::kClose);
+  Sent(client, request_id, Request(Kind::kClose));
 }
 
 void ReferenceModel::SentCheckpoint(int client, uint64_t request_id) {
-  ledgers_[client].requests[request_id] = Request(Kind::kCheckpoint);
+  Sent(client, request_id, Request(Kind::kCheckpoint));
 }
 
-int64_t ReferenceModel::unanswered_adds(int client) const {
-  int64_t adds = 0;
-  for (const auto& [id, request] : ledgers_[client].requests) adds += request.kind == Kind::kAdd;
-  return adds;
+void ReferenceModel::Sent(int client, uint64_t request_id, Request request) {
+  request.waiting_before = Unanswered(client, request.kind);
+  const bool fresh = ledgers_[client].requests.emplace(request_id, std::move(request)).second;
+  Expect(fresh, fmt::format("client {} sent request {} twice (a bug of the simulator)", client, request_id));
+}
+
+int64_t ReferenceModel::Unanswered(int client, Kind kind) const {
+  int64_t count = 0;
+  for (const auto& [id, request] : ledgers_[client].requests) count += request.kind == kind;
+  return count;
 }
 
 int64_t ReferenceModel::unanswered_adds_apart(int client) const {
@@ -150,11 +156,14 @@ void ReferenceModel::CheckError(int client, uint64_t request_id, const Request& 
   const int32_t code = error.code;
   bool allowed = terminated_ && Is(code, Code::kUnavailable);
   switch (request.kind) {
-    case Kind::kAdd:
-      allowed |= Is(code, Code::kResourceExhausted) || (!request.valid && Is(code, Code::kInvalidArgument));
+    case Kind::kAdd:  // too many held (at most its unanswered ones), or malformed
+      allowed |= (request.waiting_before >= config_.options.max_deferred_adds && Is(code, Code::kResourceExhausted)) ||
+                 (!request.valid && Is(code, Code::kInvalidArgument));
       break;
-    case Kind::kSample:  // too many waiting, or hopeless once no actor is open
-      allowed |= Is(code, Code::kResourceExhausted) || Is(code, Code::kFailedPrecondition);
+    case Kind::kSample:  // too many waiting (at most its unanswered ones), or hopeless once every actor closed
+      allowed |= (request.waiting_before >= config_.options.max_deferred_samples &&
+                  Is(code, Code::kResourceExhausted)) ||
+                 (EveryActorClosing() && Is(code, Code::kFailedPrecondition));
       break;
     case Kind::kUpdate:
       allowed |= (request.never_issued && Is(code, Code::kNotFound)) ||
@@ -169,6 +178,13 @@ void ReferenceModel::CheckError(int client, uint64_t request_id, const Request& 
   }
   Expect(allowed, fmt::format("client {} request {} ({}): {}, which it must not get", client, request_id,
                               KindName(request.kind), Status::FromCode(code, error.message).ToString()));
+}
+
+bool ReferenceModel::EveryActorClosing() const {
+  for (int client = 0; client < config_.actors; ++client) {
+    if (!ledgers_[client].close_sent) return false;
+  }
+  return true;
 }
 
 void ReferenceModel::AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count) {

@@ -59,7 +59,7 @@ class ReferenceModel {
 
   bool closed(int client) const { return ledgers_[client].closed; }
   int64_t unanswered(int client) const { return static_cast<int64_t>(ledgers_[client].requests.size()); }
-  int64_t unanswered_adds(int client) const;
+  int64_t unanswered_adds(int client) const { return Unanswered(client, Kind::kAdd); }
   int64_t unanswered_adds_apart(int client) const;
 
   // After every step: the replay within its capacity, its tree finite, keys
@@ -80,6 +80,7 @@ class ReferenceModel {
     int64_t bad = 0;
     bool never_issued = false;
     bool columns_apart = false;  // an add's
+    int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
   };
   struct Ledger {
     std::map<uint64_t, Request> requests;  // unanswered, by request id
@@ -90,6 +91,11 @@ class ReferenceModel {
   };
 
   static const char* KindName(Kind kind);
+  int64_t Unanswered(int client, Kind kind) const;
+  // Whether every actor (clients 0 .. actors - 1) has sent its close.
+  bool EveryActorClosing() const;
+  // Records a request `client` sends.
+  void Sent(int client, uint64_t request_id, Request request);
   void CheckError(int client, uint64_t request_id, const Request& request, const proto::ErrorReply& error) const;
   void AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count);
   std::vector<uint64_t> SampleReceived(int client, const Request& request, std::span<const std::byte> bulk,
