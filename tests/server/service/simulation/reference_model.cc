@@ -1,5 +1,6 @@
 #include "server/service/simulation/reference_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -45,8 +46,9 @@ void ReferenceModel::SentAdd(int client, uint64_t request_id, int64_t first_item
   Sent(client, request_id, std::move(request));
 }
 
-void ReferenceModel::SentSample(int client, uint64_t request_id, uint64_t next_key) {
+void ReferenceModel::SentSample(int client, uint64_t request_id, double beta, uint64_t next_key) {
   Request request(Kind::kSample);
+  request.beta = beta;
   request.next_key_sent = next_key;
   Sent(client, request_id, std::move(request));
 }
@@ -231,6 +233,17 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& 
     int64_t id = 0;
     Expect(ReadRow(columns, count, i, config_.pad_bytes, &id), fmt::format("{}: its row is torn (id {:#x})", what, id));
     ObservedItem(key, id, what);
+  }
+  // w_i = (leaf_i / min_leaf)^-beta and P_i = leaf_i / total, so against the
+  // most probable item m: w_i = w_m (P_i / P_m)^-beta.
+  const auto most = std::max_element(probabilities.begin(), probabilities.end()) - probabilities.begin();
+  for (int64_t i = 0; i < count; ++i) {
+    const double expected = weights[most] * std::pow(probabilities[i] / probabilities[most], -request.beta);
+    Expect(std::abs(weights[i] - expected) <= 1e-9 + 1e-6 * expected,
+           fmt::format("client {}: sampled item {} has IS weight {}, but its probability {} beside item {}'s ({}, "
+                       "weight {}) at beta {} gives {}",
+                       client, i, weights[i], probabilities[i], most, probabilities[most], weights[most],
+                       request.beta, expected));
   }
   return keys;
 }

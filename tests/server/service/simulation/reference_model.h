@@ -9,7 +9,8 @@
 //   - every sampled row is whole and is the item added under its key (rows
 //     check themselves: self_checking_rows.h), its key was live at some
 //     moment between request and reply, its IS weight in (0, 1] and its
-//     probability in (0, 1];
+//     probability in (0, 1], and the weights of one reply in the ratios its
+//     probabilities and beta give (w_i / w_j = (P_i / P_j)^-beta);
 //   - an update's counts add up, and keys live throughout are never stale;
 //   - at the end, only what the docs allow is unanswered.
 // A violation throws SimulationFailure with what broke.
@@ -40,7 +41,7 @@ class ReferenceModel {
   // `valid`: false for an add the server must refuse (a bad priority, columns
   // of the wrong size, too many items).
   void SentAdd(int client, uint64_t request_id, int64_t first_item, int64_t count, bool valid, bool columns_apart);
-  void SentSample(int client, uint64_t request_id, uint64_t next_key);
+  void SentSample(int client, uint64_t request_id, double beta, uint64_t next_key);
   // `bad`: elements with a bad priority; `never_issued`: a key the replay never issued.
   void SentUpdate(int client, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad, bool never_issued,
                   uint64_t next_key);
@@ -77,6 +78,7 @@ class ReferenceModel {
     int64_t first_item = 0, count = 0;
     uint64_t next_key_sent = 0;  // the replay's next key when it was sent
     std::vector<uint64_t> keys;  // an update's
+    double beta = 0.0;  // a sample's
     int64_t bad = 0;
     bool never_issued = false;
     bool columns_apart = false;  // an add's

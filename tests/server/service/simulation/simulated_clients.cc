@@ -121,7 +121,7 @@ void SimulatedClients::Sample(int client) {
   const uint64_t id = clients_[client].next_request_id++;
   proto::SampleRequest request{random_.Pick(1, 16), random_.Uniform(0.0, 1.0)};
   if (random_.Chance(0.1)) request.timeout_seconds = 3600;
-  model_.SentSample(client, id, replay_.next_key());
+  model_.SentSample(client, id, request.beta, replay_.next_key());
   random_.Trace("client {} request {}: sample of {} (beta {})", client, id, request.batch_size, request.beta);
   Push(client, Frame(MessageKind::kSampleRequest, id, request));
 }

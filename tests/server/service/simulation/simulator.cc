@@ -30,13 +30,28 @@ namespace fs = std::filesystem;
 // many steps (every client reads all its replies each step).
 constexpr int64_t kLivenessSteps = 2000;
 
-// The replay as a checkpoint begun between two steps must restore it.
+// What a replay holds, as a checkpoint keeps it: a checkpoint begun between
+// two steps must restore the replay's snapshot then.
 struct Snapshot {
-  std::string path;
-  uint64_t next_key = 0;
+  std::string path;  // the checkpoint's
+  uint64_t oldest_key = 0, next_key = 0;
   std::vector<std::byte> rows;  // every held item, oldest key first, column after column
   std::vector<double> leaves;
+  bool operator==(const Snapshot&) const = default;
 };
+
+Snapshot TakeSnapshot(const replay::Replay& replay, std::string path) {
+  Snapshot snapshot{std::move(path), replay.oldest_key(), replay.next_key(), {}, {}};
+  std::vector<int64_t> slots;
+  for (uint64_t key = snapshot.oldest_key; key < snapshot.next_key; ++key) {
+    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(replay.capacity())));
+  }
+  snapshot.rows.resize(slots.size() * static_cast<size_t>(replay.store().schema().ItemBytes()));
+  snapshot.leaves.resize(slots.size());
+  replay.store().Gather(slots, snapshot.rows);
+  if (!replay.tree().Get(slots, snapshot.leaves).ok()) throw SimulationFailure("reading a tree's leaves");
+  return snapshot;
+}
 
 class Simulator {
  public:
@@ -172,16 +187,7 @@ void Simulator::SimulatorActs() {
     if (!asked.ok()) throw SimulationFailure("RequestCheckpoint: " + asked.ToString());
     if (!was_writing && service_->checkpoints()->active() && !config_.disk_faults) {
       // Begun now, between steps: its restore must be the replay as it is.
-      Snapshot snapshot{service_->checkpoints()->path(), replay_->next_key(), {}, {}};
-      std::vector<int64_t> slots;
-      for (uint64_t key = replay_->oldest_key(); key < replay_->next_key(); ++key) {
-        slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(config_.capacity)));
-      }
-      snapshot.rows.resize(slots.size() * static_cast<size_t>(8 + config_.pad_bytes));
-      snapshot.leaves.resize(slots.size());
-      replay_->store().Gather(slots, snapshot.rows);
-      if (!replay_->tree().Get(slots, snapshot.leaves).ok()) throw SimulationFailure("reading the tree's leaves");
-      snapshot_ = std::move(snapshot);
+      snapshot_ = TakeSnapshot(*replay_, service_->checkpoints()->path());
     }
   }
 }
@@ -228,27 +234,22 @@ void Simulator::CheckRestore(const std::string& path) {
   std::string loaded;
   if (status.ok()) status = LoadCheckpoint(path, 0, 1, restored.get(), &state, &loaded);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
-  std::vector<int64_t> slots;
-  for (uint64_t key = restored->oldest_key(); key < restored->next_key(); ++key) {
-    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(config_.capacity)));
-  }
-  std::vector<std::byte> rows(slots.size() * static_cast<size_t>(8 + config_.pad_bytes));
-  std::vector<double> leaves(slots.size());
-  restored->store().Gather(slots, rows);
-  if (!restored->tree().Get(slots, leaves).ok()) throw SimulationFailure("reading the restored leaves");
-  for (size_t i = 0; i < slots.size(); ++i) {
+  const Snapshot held = TakeSnapshot(*restored, path);
+  const int64_t count = static_cast<int64_t>(held.leaves.size());
+  for (int64_t i = 0; i < count; ++i) {
     int64_t id = 0;
-    if (!ReadRow(rows, static_cast<int64_t>(slots.size()), static_cast<int64_t>(i), config_.pad_bytes, &id)) {
-      throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", path, restored->oldest_key() + i));
+    if (!ReadRow(held.rows, count, i, config_.pad_bytes, &id)) {
+      throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", path, held.oldest_key + i));
     }
-    model_.ObservedItem(restored->oldest_key() + i, id, "a restore of " + path);
-    if (!(leaves[i] > 0.0)) throw SimulationFailure(fmt::format("{}: restored leaf {}", path, leaves[i]));
+    model_.ObservedItem(held.oldest_key + i, id, "a restore of " + path);
+    if (!(held.leaves[i] > 0.0)) throw SimulationFailure(fmt::format("{}: restored leaf {}", path, held.leaves[i]));
   }
   if (snapshot_ && snapshot_->path == path) {
-    if (restored->next_key() != snapshot_->next_key || rows != snapshot_->rows || leaves != snapshot_->leaves) {
-      throw SimulationFailure(fmt::format("{} does not restore the replay as it was when it began (next key {} "
-                                          "restored, {} then)",
-                                          path, restored->next_key(), snapshot_->next_key));
+    if (!(held == *snapshot_)) {
+      throw SimulationFailure(fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
+                                          "restored, {} .. {} then, or other rows or leaves)",
+                                          path, held.oldest_key, held.next_key, snapshot_->oldest_key,
+                                          snapshot_->next_key));
     }
     snapshot_.reset();
   }
