@@ -27,6 +27,7 @@ const char* ReferenceModel::KindName(Kind kind) {
   switch (kind) {
     case Kind::kAdd: return "an add";
     case Kind::kSample: return "a sample";
+    case Kind::kShardSample: return "a shard sample";
     case Kind::kUpdate: return "an update";
     case Kind::kClose: return "a close";
     case Kind::kCheckpoint: return "a checkpoint request";
@@ -53,6 +54,13 @@ void ReferenceModel::SentSample(int client, uint64_t request_id, double beta, ui
   Sent(client, request_id, std::move(request));
 }
 
+void ReferenceModel::SentShardSample(int client, uint64_t request_id, int64_t count, uint64_t next_key) {
+  Request request(Kind::kShardSample);
+  request.count = count;
+  request.next_key_sent = next_key;
+  Sent(client, request_id, std::move(request));
+}
+
 void ReferenceModel::SentUpdate(int client, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad,
                                 bool never_issued, uint64_t next_key) {
   Request request(Kind::kUpdate);
@@ -74,7 +82,10 @@ void ReferenceModel::SentCheckpoint(int client, uint64_t request_id) {
 }
 
 void ReferenceModel::Sent(int client, uint64_t request_id, Request request) {
-  request.waiting_before = Unanswered(client, request.kind);
+  // Both kinds of sample wait in one queue, under one allowance.
+  const bool sample = request.kind == Kind::kSample || request.kind == Kind::kShardSample;
+  request.waiting_before = sample ? Unanswered(client, Kind::kSample) + Unanswered(client, Kind::kShardSample)
+                                  : Unanswered(client, request.kind);
   const bool fresh = ledgers_[client].requests.emplace(request_id, std::move(request)).second;
   Expect(fresh, fmt::format("client {} sent request {} twice (a bug of the simulator)", client, request_id));
 }
@@ -132,6 +143,12 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
              fmt::format("{}: a sample reply of {} items has {} bulk bytes", what, reply.count, frame.bulk.size()));
       return SampleReceived(client, request, frame.bulk, reply.count, next_key);
     }
+    case Kind::kShardSample: {
+      proto::ShardSampleReply reply;
+      Expect(frame.kind() == MessageKind::kShardSampleReply && proto::DecodeMeta(frame, &reply).ok(),
+             fmt::format("{}: a shard sample answered with kind {}", what, frame.header.kind));
+      return ShardSampleReceived(client, request, reply, frame.bulk, next_key);
+    }
     case Kind::kUpdate: {
       proto::UpdateReply reply;
       Expect(frame.kind() == MessageKind::kUpdateReply && proto::DecodeMeta(frame, &reply).ok(),
@@ -163,6 +180,7 @@ void ReferenceModel::CheckError(int client, uint64_t request_id, const Request& 
                  (!request.valid && Is(code, Code::kInvalidArgument));
       break;
     case Kind::kSample:  // too many waiting (at most its unanswered ones), or hopeless once every actor closed
+    case Kind::kShardSample:
       allowed |= (request.waiting_before >= config_.options.max_deferred_samples &&
                   Is(code, Code::kResourceExhausted)) ||
                  (EveryActorClosing() && Is(code, Code::kFailedPrecondition));
@@ -221,18 +239,11 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& 
   std::memcpy(weights.data(), bulk.data() + 8 * count, 8 * keys.size());
   std::memcpy(probabilities.data(), bulk.data() + 16 * count, 8 * keys.size());
   const std::span<const std::byte> columns = bulk.subspan(static_cast<size_t>(24 * count));
-  const uint64_t capacity = static_cast<uint64_t>(config_.capacity);
   for (int64_t i = 0; i < count; ++i) {
-    const uint64_t key = keys[i];
-    const std::string what = fmt::format("client {}: sampled item {} of {} (key {})", client, i, count, key);
-    Expect(key < next_key && key + capacity >= request.next_key_sent,
-           fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})",
-                       what, request.next_key_sent, next_key));
+    const std::string what = fmt::format("client {}: sampled item {} of {} (key {})", client, i, count, keys[i]);
     Expect(weights[i] > 0.0 && weights[i] <= 1.0, fmt::format("{}: IS weight {}", what, weights[i]));
     Expect(probabilities[i] > 0.0 && probabilities[i] <= 1.0, fmt::format("{}: probability {}", what, probabilities[i]));
-    int64_t id = 0;
-    Expect(ReadRow(columns, count, i, config_.pad_bytes, &id), fmt::format("{}: its row is torn (id {:#x})", what, id));
-    ObservedItem(key, id, what);
+    CheckDrawn(what, request, keys[i], columns, count, i, next_key);
   }
   // w_i = (leaf_i / min_leaf)^-beta and P_i = leaf_i / total, so against the
   // most probable item m: w_i = w_m (P_i / P_m)^-beta.
@@ -246,6 +257,40 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& 
                        request.beta, expected));
   }
   return keys;
+}
+
+std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, const Request& request,
+                                                          const proto::ShardSampleReply& reply,
+                                                          std::span<const std::byte> bulk, uint64_t next_key) {
+  const std::string what = fmt::format("client {}: a shard sample of {}", client, request.count);
+  Expect(reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + 8 + config_.pad_bytes)),
+         fmt::format("{}: {} items, {} bulk bytes", what, reply.count, bulk.size()));
+  Expect(reply.size >= 0 && reply.size <= config_.capacity && reply.items_added >= reply.size,
+         fmt::format("{}: size {} of {} added", what, reply.size, reply.items_added));
+  Expect(reply.ready == (reply.size >= config_.options.min_size_to_sample),
+         fmt::format("{}: ready {} at size {}", what, reply.ready, reply.size));
+  std::vector<uint64_t> keys(static_cast<size_t>(reply.count));
+  std::vector<double> leaves(keys.size());
+  std::memcpy(keys.data(), bulk.data(), 8 * keys.size());
+  std::memcpy(leaves.data(), bulk.data() + 8 * keys.size(), 8 * keys.size());
+  const std::span<const std::byte> columns = bulk.subspan(16 * keys.size());
+  for (int64_t i = 0; i < reply.count; ++i) {
+    const std::string item = fmt::format("{}: item {} (key {})", what, i, keys[i]);
+    Expect(leaves[i] > 0.0 && leaves[i] >= reply.min_leaf && leaves[i] <= reply.total * (1 + 1e-12),
+           fmt::format("{}: leaf {}, min leaf {}, total {}", item, leaves[i], reply.min_leaf, reply.total));
+    CheckDrawn(item, request, keys[i], columns, reply.count, i, next_key);
+  }
+  return keys;
+}
+
+void ReferenceModel::CheckDrawn(const std::string& what, const Request& request, uint64_t key,
+                                std::span<const std::byte> columns, int64_t count, int64_t i, uint64_t next_key) {
+  Expect(key < next_key && key + static_cast<uint64_t>(config_.capacity) >= request.next_key_sent,
+         fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})",
+                     what, request.next_key_sent, next_key));
+  int64_t id = 0;
+  Expect(ReadRow(columns, count, i, config_.pad_bytes, &id), fmt::format("{}: its row is torn (id {:#x})", what, id));
+  ObservedItem(key, id, what);
 }
 
 void ReferenceModel::ObservedItem(uint64_t key, int64_t id, const std::string& where) {
@@ -296,7 +341,7 @@ void ReferenceModel::CheckEnd(const replay::Replay& replay) const {
   for (int client = 0; client < static_cast<int>(ledgers_.size()); ++client) {
     // A close drops the client's waiting samples unanswered; nothing else may be.
     for (const auto& [id, request] : ledgers_[client].requests) {
-      Expect(request.kind == Kind::kSample, fmt::format("client {} request {} ({}) was never answered", client,
+      Expect(request.kind == Kind::kSample || request.kind == Kind::kShardSample, fmt::format("client {} request {} ({}) was never answered", client,
                                                         id, KindName(request.kind)));
     }
   }

@@ -6,7 +6,7 @@
 //     reaches a client after its close reply;
 //   - acknowledged adds' keys are distinct, in each actor's order, and at the
 //     end cover 0 .. next_key - 1 exactly: no add lost or applied twice;
-//   - every sampled row is whole and is the item added under its key (rows
+//   - every sampled row (of samples and shard samples) is whole and is the item added under its key (rows
 //     check themselves: self_checking_rows.h), its key was live at some
 //     moment between request and reply, its IS weight in (0, 1] and its
 //     probability in (0, 1], and the weights of one reply in the ratios its
@@ -42,6 +42,9 @@ class ReferenceModel {
   // of the wrong size, too many items).
   void SentAdd(int client, uint64_t request_id, int64_t first_item, int64_t count, bool valid, bool columns_apart);
   void SentSample(int client, uint64_t request_id, double beta, uint64_t next_key);
+  // A shard sample (a learner's share of a sample over shards) of `count`
+  // items (0: a probe of the shard's state, answered at once unless `wait`).
+  void SentShardSample(int client, uint64_t request_id, int64_t count, uint64_t next_key);
   // `bad`: elements with a bad priority; `never_issued`: a key the replay never issued.
   void SentUpdate(int client, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad, bool never_issued,
                   uint64_t next_key);
@@ -70,7 +73,7 @@ class ReferenceModel {
   void CheckEnd(const replay::Replay& replay) const;
 
  private:
-  enum class Kind { kAdd, kSample, kUpdate, kClose, kCheckpoint };
+  enum class Kind { kAdd, kSample, kShardSample, kUpdate, kClose, kCheckpoint };
   struct Request {
     explicit Request(Kind request_kind = Kind::kAdd) : kind(request_kind) {}
     Kind kind;
@@ -102,6 +105,12 @@ class ReferenceModel {
   void AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count);
   std::vector<uint64_t> SampleReceived(int client, const Request& request, std::span<const std::byte> bulk,
                                        int64_t count, uint64_t next_key);
+  std::vector<uint64_t> ShardSampleReceived(int client, const Request& request, const proto::ShardSampleReply& reply,
+                                            std::span<const std::byte> bulk, uint64_t next_key);
+  // A drawn item's checks that both kinds of sample share: live, whole, the
+  // item added under its key.
+  void CheckDrawn(const std::string& what, const Request& request, uint64_t key, std::span<const std::byte> columns,
+                  int64_t count, int64_t i, uint64_t next_key);
   void UpdateAnswered(const Request& request, int64_t applied, int64_t stale, int64_t dropped,
                       uint64_t next_key) const;
 

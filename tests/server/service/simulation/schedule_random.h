@@ -1,5 +1,8 @@
 // The one source of decisions in a simulated run, shared by the simulator
-// and its clients: the seed's generator, and the run's trace.
+// and its clients: the seed's generator, and the run's trace. A run has two:
+// the first decides what the first version of the simulation did; features
+// added later draw from the second (seeded from the same seed), so a seed
+// pinned as a regression test keeps its schedule when features are added.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,8 @@ namespace perserve::service::simulation {
 class ScheduleRandom {
  public:
   explicit ScheduleRandom(uint64_t seed) : rng_(seed) {}
+  // The second stream of `seed`'s run.
+  static uint64_t LaterFeaturesSeed(uint64_t seed) { return seed ^ 0x6c8e9cf570932bd5ULL; }
 
   std::mt19937_64& generator() { return rng_; }
   int64_t Pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }

@@ -27,9 +27,15 @@ std::vector<std::byte> Frame(MessageKind kind, uint64_t request_id, const Meta& 
 
 }  // namespace
 
-SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ReferenceModel* model,
-                                   LoopbackTransport* transport, const replay::Replay* replay)
-    : config_(config), random_(*random), model_(*model), transport_(*transport), replay_(*replay) {
+SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random,
+                                   ScheduleRandom* later_random, ReferenceModel* model, LoopbackTransport* transport,
+                                   const replay::Replay* replay)
+    : config_(config),
+      random_(*random),
+      later_random_(*later_random),
+      model_(*model),
+      transport_(*transport),
+      replay_(*replay) {
   for (int client = 0; client < config.actors + config.learners; ++client) {
     clients_.emplace_back(client < config.actors ? ClientRole::kActor : ClientRole::kLearner);
     transport->SetRole(client, clients_.back().role);
@@ -37,6 +43,10 @@ SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRando
 }
 
 void SimulatedClients::Tick(int client) {
+  if (config_.shard_samples && clients_[client].role == ClientRole::kLearner && !clients_[client].close_sent &&
+      later_random_.Chance(0.1)) {
+    ShardSample(client);
+  }
   if (clients_[client].paused_ticks > 0) {
     --clients_[client].paused_ticks;
     return;
@@ -124,6 +134,18 @@ void SimulatedClients::Sample(int client) {
   model_.SentSample(client, id, request.beta, replay_.next_key());
   random_.Trace("client {} request {}: sample of {} (beta {})", client, id, request.batch_size, request.beta);
   Push(client, Frame(MessageKind::kSampleRequest, id, request));
+}
+
+void SimulatedClients::ShardSample(int client) {
+  if (model_.unanswered(client) >= config_.max_requests_waiting) return;
+  const uint64_t id = clients_[client].next_request_id++;
+  // A probe of the shard's state (now, or once it is ready), or draws at fractions of its total.
+  proto::ShardSampleRequest request{later_random_.Chance(0.3) ? 0 : later_random_.Pick(1, 16), later_random_.Chance(0.5)};
+  std::vector<double> fractions;
+  for (int64_t i = 0; i < request.count; ++i) fractions.push_back(later_random_.Uniform(0.0, 1.0));
+  model_.SentShardSample(client, id, request.count, replay_.next_key());
+  random_.Trace("client {} request {}: shard sample of {}{}", client, id, request.count, request.wait ? ", waits" : "");
+  Push(client, Frame(MessageKind::kShardSampleRequest, id, request, {std::as_bytes(std::span(fractions))}));
 }
 
 void SimulatedClients::Update(int client) {

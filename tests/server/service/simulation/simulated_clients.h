@@ -21,15 +21,17 @@ namespace perserve::service::simulation {
 
 class SimulatedClients {
  public:
-  SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ReferenceModel* model,
-                   LoopbackTransport* transport, const replay::Replay* replay);
+  // `later_random`: the stream of features added after seeds were pinned.
+  SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
+                   ReferenceModel* model, LoopbackTransport* transport, const replay::Replay* replay);
 
   int count() const { return static_cast<int>(clients_.size()); }
   ClientRole role(int client) const { return clients_[client].role; }
   // One thing `client` does now, chosen at random (perhaps nothing).
   void Act(int client);
   // A tick of its reading: columns it sent apart may arrive, and it reads a
-  // few replies, unless it stopped reading for a while.
+  // few replies, unless it stopped reading for a while. A learner may send a
+  // shard sample too.
   void Tick(int client);
   // From now on it makes no requests: all its columns arrive, it reads every
   // reply, and sends its close now or later (at random).
@@ -55,6 +57,7 @@ class SimulatedClients {
 
   void Add(int client);
   void Sample(int client);
+  void ShardSample(int client);
   void Update(int client);
   void Close(int client);
   void AskCheckpoint(int client);
@@ -65,6 +68,7 @@ class SimulatedClients {
 
   const SimulationConfig& config_;
   ScheduleRandom& random_;
+  ScheduleRandom& later_random_;
   ReferenceModel& model_;
   LoopbackTransport& transport_;
   const replay::Replay& replay_;

@@ -56,7 +56,10 @@ Snapshot TakeSnapshot(const replay::Replay& replay, std::string path) {
 class Simulator {
  public:
   explicit Simulator(uint64_t seed)
-      : random_(seed), config_(DrawConfig(random_.generator())), model_(config_, config_.actors + config_.learners) {}
+      : random_(seed),
+        later_random_(ScheduleRandom::LaterFeaturesSeed(seed)),
+        config_(DrawConfig(random_.generator(), later_random_.generator())),
+        model_(config_, config_.actors + config_.learners) {}
   ~Simulator() {
     std::error_code error;
     if (!dir_.empty()) fs::remove_all(dir_, error);
@@ -79,7 +82,7 @@ class Simulator {
   void CheckRestore(const std::string& path);
   void CheckEnd();
 
-  ScheduleRandom random_;
+  ScheduleRandom random_, later_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
   fs::path dir_;
@@ -141,7 +144,8 @@ void Simulator::Start() {
   }
   options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
   // The roles first: the service counts them when it is made.
-  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &model_, transport_.get(), replay_.get());
+  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &model_, transport_.get(),
+                                                replay_.get());
   service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
 }
 
