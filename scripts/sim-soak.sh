@@ -3,6 +3,8 @@
 # chunks, from a first seed on, until a duration has passed, on every core,
 # and prints each failing seed with the command that replays it.
 # Usage: scripts/sim-soak.sh [duration, e.g. 3600s, 90m, 8h (default 1h)] [first seed (default 100000)] [build dir]
+# A round runs PERSERVE_SIM_SOAK_CHUNK seeds (default 2000) per core; the
+# duration is checked between rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-1h}
@@ -16,7 +18,7 @@ case "$duration" in
   *s) seconds=${duration%s} ;;
   *) seconds=$duration ;;
 esac
-chunk=2000                 # seeds a process runs (about 10-20 s each)
+chunk=${PERSERVE_SIM_SOAK_CHUNK:-2000}  # seeds a process runs (about 15-30 s each)
 jobs=$(nproc)
 end=$(( $(date +%s) + seconds ))
 log=$(mktemp -d /tmp/perserve-sim-soak-XXXXXX)
@@ -40,5 +42,6 @@ while [ "$(date +%s)" -lt "$end" ]; do
     fi
   done
 done
-echo "soak: seeds $first .. $(( next - 1 )) run; $([ $failed = 0 ] && echo 'all passed' || echo 'FAILURES above')"
+echo "soak: seeds $first .. $(( next - 1 )) run; $([ $failed = 0 ] && echo 'all passed' || echo "FAILURES above (logs in $log)")"
+[ $failed = 0 ] && rmdir "$log"
 exit $failed
