@@ -160,6 +160,13 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
     case Kind::kClose:
       Expect(frame.kind() == MessageKind::kCloseReply,
              fmt::format("{}: a close answered with kind {}", what, frame.header.kind));
+      // It comes after the replies to everything sent before it (read in
+      // order, so read already), but for waiting samples, which a close drops.
+      for (const auto& [earlier, waiting] : ledger.requests) {
+        Expect(waiting.kind == Kind::kSample || waiting.kind == Kind::kShardSample,
+               fmt::format("{}: the close reply came before the reply to request {} ({})", what, earlier,
+                           KindName(waiting.kind)));
+      }
       ledger.closed = true;
       return {};
     case Kind::kCheckpoint:

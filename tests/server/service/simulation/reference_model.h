@@ -2,8 +2,9 @@
 // simulator see it. Told every request a client sends and every reply it
 // receives (in the order it receives them), it checks:
 //   - every reply answers a request of that client not answered yet, with
-//     the reply kind (or an error code) that request may get, and nothing
-//     reaches a client after its close reply;
+//     the reply kind (or an error code) that request may get; a close reply
+//     comes after the replies to everything sent before it (waiting samples
+//     aside: a close drops them), and nothing after it;
 //   - acknowledged adds' keys are distinct, in each actor's order, and at the
 //     end cover 0 .. next_key - 1 exactly: no add lost or applied twice;
 //   - every sampled row (of samples and shard samples) is whole and is the item added under its key (rows
