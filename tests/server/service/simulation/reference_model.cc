@@ -240,12 +240,13 @@ void ReferenceModel::AddAcknowledged(int client, const Request& request, uint64_
 std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& request,
                                                      std::span<const std::byte> bulk, int64_t count,
                                                      uint64_t next_key) {
-  std::vector<uint64_t> keys(static_cast<size_t>(count));
-  std::vector<double> weights(keys.size()), probabilities(keys.size());
-  std::memcpy(keys.data(), bulk.data(), 8 * keys.size());
-  std::memcpy(weights.data(), bulk.data() + 8 * count, 8 * keys.size());
-  std::memcpy(probabilities.data(), bulk.data() + 16 * count, 8 * keys.size());
-  const std::span<const std::byte> columns = bulk.subspan(static_cast<size_t>(24 * count));
+  std::vector<uint64_t> keys;
+  std::vector<double> weights, probabilities;
+  std::span<const std::byte> columns = bulk;  // once the keys, weights and probabilities are taken
+  Expect(proto::TakeArray(&columns, static_cast<size_t>(count), &keys).ok() &&
+             proto::TakeArray(&columns, static_cast<size_t>(count), &weights).ok() &&
+             proto::TakeArray(&columns, static_cast<size_t>(count), &probabilities).ok(),
+         fmt::format("client {}: a sample reply is short", client));
   for (int64_t i = 0; i < count; ++i) {
     const std::string what = fmt::format("client {}: sampled item {} of {} (key {})", client, i, count, keys[i]);
     Expect(weights[i] > 0.0 && weights[i] <= 1.0, fmt::format("{}: IS weight {}", what, weights[i]));
@@ -276,11 +277,12 @@ std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, const Requ
          fmt::format("{}: size {} of {} added", what, reply.size, reply.items_added));
   Expect(reply.ready == (reply.size >= config_.options.min_size_to_sample),
          fmt::format("{}: ready {} at size {}", what, reply.ready, reply.size));
-  std::vector<uint64_t> keys(static_cast<size_t>(reply.count));
-  std::vector<double> leaves(keys.size());
-  std::memcpy(keys.data(), bulk.data(), 8 * keys.size());
-  std::memcpy(leaves.data(), bulk.data() + 8 * keys.size(), 8 * keys.size());
-  const std::span<const std::byte> columns = bulk.subspan(16 * keys.size());
+  std::vector<uint64_t> keys;
+  std::vector<double> leaves;
+  std::span<const std::byte> columns = bulk;  // once the keys and leaves are taken
+  Expect(proto::TakeArray(&columns, static_cast<size_t>(reply.count), &keys).ok() &&
+             proto::TakeArray(&columns, static_cast<size_t>(reply.count), &leaves).ok(),
+         what + ": short");
   for (int64_t i = 0; i < reply.count; ++i) {
     const std::string item = fmt::format("{}: item {} (key {})", what, i, keys[i]);
     Expect(leaves[i] > 0.0 && leaves[i] >= reply.min_leaf && leaves[i] <= reply.total * (1 + 1e-12),
