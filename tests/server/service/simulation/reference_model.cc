@@ -25,12 +25,18 @@ bool Is(int32_t code, Code expected) { return code == static_cast<int32_t>(expec
 
 const char* ReferenceModel::KindName(Kind kind) {
   switch (kind) {
-    case Kind::kAdd: return "an add";
-    case Kind::kSample: return "a sample";
-    case Kind::kShardSample: return "a shard sample";
-    case Kind::kUpdate: return "an update";
-    case Kind::kClose: return "a close";
-    case Kind::kCheckpoint: return "a checkpoint request";
+    case Kind::kAdd:
+      return "an add";
+    case Kind::kSample:
+      return "a sample";
+    case Kind::kShardSample:
+      return "a shard sample";
+    case Kind::kUpdate:
+      return "an update";
+    case Kind::kClose:
+      return "a close";
+    case Kind::kCheckpoint:
+      return "a checkpoint request";
   }
   return "?";
 }
@@ -98,7 +104,8 @@ int64_t ReferenceModel::Unanswered(int client, Kind kind) const {
 
 int64_t ReferenceModel::unanswered_adds_apart(int client) const {
   int64_t adds = 0;
-  for (const auto& [id, request] : ledgers_[client].requests) adds += request.kind == Kind::kAdd && request.columns_apart;
+  for (const auto& [id, request] : ledgers_[client].requests)
+    adds += request.kind == Kind::kAdd && request.columns_apart;
   return adds;
 }
 
@@ -108,12 +115,12 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
   const Status decoded = proto::DecodeFrame(bytes, &frame);
   Expect(decoded.ok(), fmt::format("client {}: a reply does not decode: {}", client, decoded.ToString()));
   const uint64_t id = frame.header.request_id;
-  Expect(!ledger.closed, fmt::format("client {}: a reply (kind {}, request {}) after its close reply", client,
-                                     frame.header.kind, id));
+  Expect(!ledger.closed,
+         fmt::format("client {}: a reply (kind {}, request {}) after its close reply", client, frame.header.kind, id));
   const auto found = ledger.requests.find(id);
   Expect(found != ledger.requests.end(),
-         fmt::format("client {}: a reply (kind {}) to request {}, which it never sent or had answered already",
-                     client, frame.header.kind, id));
+         fmt::format("client {}: a reply (kind {}) to request {}, which it never sent or had answered already", client,
+                     frame.header.kind, id));
   const Request request = std::move(found->second);
   ledger.requests.erase(found);
   const std::string what = fmt::format("client {} request {}", client, id);
@@ -130,8 +137,8 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
       Expect(frame.kind() == MessageKind::kAddReply && proto::DecodeMeta(frame, &reply).ok(),
              fmt::format("{}: an add answered with kind {}", what, frame.header.kind));
       Expect(request.valid, what + ": an add the server must refuse was stored");
-      Expect(reply.count == request.count, fmt::format("{}: {} items acknowledged of {}", what, reply.count,
-                                                       request.count));
+      Expect(reply.count == request.count,
+             fmt::format("{}: {} items acknowledged of {}", what, reply.count, request.count));
       AddAcknowledged(client, request, reply.first_key, reply.count);
       return {};
     }
@@ -188,9 +195,9 @@ void ReferenceModel::CheckError(int client, uint64_t request_id, const Request& 
       break;
     case Kind::kSample:  // too many waiting (at most its unanswered ones), or hopeless once every actor closed
     case Kind::kShardSample:
-      allowed |= (request.waiting_before >= config_.options.max_deferred_samples &&
-                  Is(code, Code::kResourceExhausted)) ||
-                 (EveryActorClosing() && Is(code, Code::kFailedPrecondition));
+      allowed |=
+          (request.waiting_before >= config_.options.max_deferred_samples && Is(code, Code::kResourceExhausted)) ||
+          (EveryActorClosing() && Is(code, Code::kFailedPrecondition));
       break;
     case Kind::kUpdate:
       allowed |= (request.never_issued && Is(code, Code::kNotFound)) ||
@@ -217,8 +224,8 @@ bool ReferenceModel::EveryActorClosing() const {
 void ReferenceModel::AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count) {
   Ledger& ledger = ledgers_[client];
   Expect(!ledger.acknowledged_any || first_key > ledger.last_first_key,
-         fmt::format("client {}: an add acknowledged at key {} after its earlier add's at {}: out of its order",
-                     client, first_key, ledger.last_first_key));
+         fmt::format("client {}: an add acknowledged at key {} after its earlier add's at {}: out of its order", client,
+                     first_key, ledger.last_first_key));
   ledger.acknowledged_any = true;
   ledger.last_first_key = first_key;
   items_acknowledged_ += count;
@@ -250,7 +257,8 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& 
   for (int64_t i = 0; i < count; ++i) {
     const std::string what = fmt::format("client {}: sampled item {} of {} (key {})", client, i, count, keys[i]);
     Expect(weights[i] > 0.0 && weights[i] <= 1.0, fmt::format("{}: IS weight {}", what, weights[i]));
-    Expect(probabilities[i] > 0.0 && probabilities[i] <= 1.0, fmt::format("{}: probability {}", what, probabilities[i]));
+    Expect(probabilities[i] > 0.0 && probabilities[i] <= 1.0,
+           fmt::format("{}: probability {}", what, probabilities[i]));
     CheckDrawn(what, request, keys[i], columns, count, i, next_key);
   }
   // w_i = (leaf_i / min_leaf)^-beta and P_i = leaf_i / total, so against the
@@ -261,8 +269,8 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, const Request& 
     Expect(std::abs(weights[i] - expected) <= 1e-9 + 1e-6 * expected,
            fmt::format("client {}: sampled item {} has IS weight {}, but its probability {} beside item {}'s ({}, "
                        "weight {}) at beta {} gives {}",
-                       client, i, weights[i], probabilities[i], most, probabilities[most], weights[most],
-                       request.beta, expected));
+                       client, i, weights[i], probabilities[i], most, probabilities[most], weights[most], request.beta,
+                       expected));
   }
   return keys;
 }
@@ -271,8 +279,9 @@ std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, const Requ
                                                           const proto::ShardSampleReply& reply,
                                                           std::span<const std::byte> bulk, uint64_t next_key) {
   const std::string what = fmt::format("client {}: a shard sample of {}", client, request.count);
-  Expect(reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + 8 + config_.pad_bytes)),
-         fmt::format("{}: {} items, {} bulk bytes", what, reply.count, bulk.size()));
+  Expect(
+      reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + 8 + config_.pad_bytes)),
+      fmt::format("{}: {} items, {} bulk bytes", what, reply.count, bulk.size()));
   Expect(reply.size >= 0 && reply.size <= config_.capacity && reply.items_added >= reply.size,
          fmt::format("{}: size {} of {} added", what, reply.size, reply.items_added));
   Expect(reply.ready == (reply.size >= config_.options.min_size_to_sample),
@@ -295,8 +304,8 @@ std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, const Requ
 void ReferenceModel::CheckDrawn(const std::string& what, const Request& request, uint64_t key,
                                 std::span<const std::byte> columns, int64_t count, int64_t i, uint64_t next_key) {
   Expect(key < next_key && key + static_cast<uint64_t>(config_.capacity) >= request.next_key_sent,
-         fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})",
-                     what, request.next_key_sent, next_key));
+         fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})", what,
+                     request.next_key_sent, next_key));
   int64_t id = 0;
   Expect(ReadRow(columns, count, i, config_.pad_bytes, &id), fmt::format("{}: its row is torn (id {:#x})", what, id));
   ObservedItem(key, id, what);
@@ -344,14 +353,14 @@ void ReferenceModel::CheckEnd(const replay::Replay& replay) const {
          fmt::format("{} keys issued but {} items acknowledged: an add lost or stored unacknowledged",
                      replay.next_key(), items_acknowledged_));
   Expect(static_cast<int64_t>(item_of_key_.size()) == items_acknowledged_, "acknowledged keys overlap");
-  Expect(sampled_early_.empty(), fmt::format("{} sampled keys were never acknowledged (first {})",
-                                             sampled_early_.size(),
-                                             sampled_early_.empty() ? 0 : sampled_early_.begin()->first));
+  Expect(sampled_early_.empty(),
+         fmt::format("{} sampled keys were never acknowledged (first {})", sampled_early_.size(),
+                     sampled_early_.empty() ? 0 : sampled_early_.begin()->first));
   for (int client = 0; client < static_cast<int>(ledgers_.size()); ++client) {
     // A close drops the client's waiting samples unanswered; nothing else may be.
     for (const auto& [id, request] : ledgers_[client].requests) {
-      Expect(request.kind == Kind::kSample || request.kind == Kind::kShardSample, fmt::format("client {} request {} ({}) was never answered", client,
-                                                        id, KindName(request.kind)));
+      Expect(request.kind == Kind::kSample || request.kind == Kind::kShardSample,
+             fmt::format("client {} request {} ({}) was never answered", client, id, KindName(request.kind)));
     }
   }
 }

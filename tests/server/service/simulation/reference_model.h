@@ -82,7 +82,7 @@ class ReferenceModel {
     int64_t first_item = 0, count = 0;
     uint64_t next_key_sent = 0;  // the replay's next key when it was sent
     std::vector<uint64_t> keys;  // an update's
-    double beta = 0.0;  // a sample's
+    double beta = 0.0;           // a sample's
     int64_t bad = 0;
     bool never_issued = false;
     bool columns_apart = false;  // an add's
@@ -91,7 +91,7 @@ class ReferenceModel {
   struct Ledger {
     std::map<uint64_t, Request> requests;  // unanswered, by request id
     bool close_sent = false;
-    bool closed = false;  // its close reply has come
+    bool closed = false;          // its close reply has come
     uint64_t last_first_key = 0;  // its latest acknowledged add's
     bool acknowledged_any = false;
   };
@@ -112,8 +112,7 @@ class ReferenceModel {
   // item added under its key.
   void CheckDrawn(const std::string& what, const Request& request, uint64_t key, std::span<const std::byte> columns,
                   int64_t count, int64_t i, uint64_t next_key);
-  void UpdateAnswered(const Request& request, int64_t applied, int64_t stale, int64_t dropped,
-                      uint64_t next_key) const;
+  void UpdateAnswered(const Request& request, int64_t applied, int64_t stale, int64_t dropped, uint64_t next_key) const;
 
   const SimulationConfig config_;
   std::vector<Ledger> ledgers_;

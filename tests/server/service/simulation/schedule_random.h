@@ -5,12 +5,12 @@
 // pinned as a regression test keeps its schedule when features are added.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace perserve::service::simulation {
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "proto/codec.h"
+#include "server/service/service_test_util.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "service/checkpoint.h"
 
@@ -13,23 +14,15 @@ namespace perserve::service::simulation {
 namespace {
 
 using proto::MessageKind;
+using service_test::Frame;
 
 // A key no replay of the simulation ever issues.
 constexpr uint64_t kNeverIssuedKey = uint64_t{1} << 40;
 
-template <class Meta>
-std::vector<std::byte> Frame(MessageKind kind, uint64_t request_id, const Meta& meta,
-                             std::initializer_list<std::span<const std::byte>> bulk = {}) {
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
-  return frame;
-}
-
 }  // namespace
 
-SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random,
-                                   ScheduleRandom* later_random, ReferenceModel* model, LoopbackTransport* transport,
-                                   const replay::Replay* replay)
+SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
+                                   ReferenceModel* model, LoopbackTransport* transport, const replay::Replay* replay)
     : config_(config),
       random_(*random),
       later_random_(*later_random),
@@ -106,7 +99,8 @@ void SimulatedClients::Add(int client) {
   request.has_priorities |= flaw == Flaw::kBadPriority;
   for (int64_t i = 0; request.has_priorities && i < count; ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) {
-    priorities[static_cast<size_t>(random_.Pick(0, count - 1))] = std::array{-1.0, std::nan(""), HUGE_VAL}[random_.Pick(0, 2)];
+    priorities[static_cast<size_t>(random_.Pick(0, count - 1))] =
+        std::array{-1.0, std::nan(""), HUGE_VAL}[random_.Pick(0, 2)];
   }
   const bool valid = flaw == Flaw::kNone;
   const int64_t columns_count = count + (flaw == Flaw::kColumnsSize ? 1 : 0);
@@ -114,8 +108,8 @@ void SimulatedClients::Add(int client) {
   const uint64_t id = state.next_request_id++;
   model_.SentAdd(client, id, state.next_item, count, valid, request.columns_follow);
   random_.Trace("client {} request {}: add of {} items from item {}{}{}{}", client, id, count, state.next_item,
-        request.has_priorities ? ", priorities" : "", request.columns_follow ? ", columns apart" : "",
-        valid ? "" : " (to be refused)");
+                request.has_priorities ? ", priorities" : "", request.columns_follow ? ", columns apart" : "",
+                valid ? "" : " (to be refused)");
   if (valid) state.next_item += count;
   const auto priority_bytes = std::as_bytes(std::span(priorities));
   if (request.columns_follow) {
@@ -140,7 +134,8 @@ void SimulatedClients::ShardSample(int client) {
   if (model_.unanswered(client) >= config_.max_requests_waiting) return;
   const uint64_t id = clients_[client].next_request_id++;
   // A probe of the shard's state (now, or once it is ready), or draws at fractions of its total.
-  proto::ShardSampleRequest request{later_random_.Chance(0.3) ? 0 : later_random_.Pick(1, 16), later_random_.Chance(0.5)};
+  proto::ShardSampleRequest request{later_random_.Chance(0.3) ? 0 : later_random_.Pick(1, 16),
+                                    later_random_.Chance(0.5)};
   std::vector<double> fractions;
   for (int64_t i = 0; i < request.count; ++i) fractions.push_back(later_random_.Uniform(0.0, 1.0));
   model_.SentShardSample(client, id, request.count, replay_.next_key());
@@ -153,10 +148,12 @@ void SimulatedClients::Update(int client) {
   std::vector<uint64_t> keys;
   std::vector<double> priorities;
   for (int64_t i = random_.Pick(1, 8); i > 0; --i) {
-    keys.push_back(state.sampled_keys[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(state.sampled_keys.size()) - 1))]);
+    keys.push_back(
+        state.sampled_keys[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(state.sampled_keys.size()) - 1))]);
     priorities.push_back(random_.Chance(0.1) ? 0.0 : random_.Uniform(0.01, 10.0));
   }
-  if (random_.Chance(0.1)) priorities[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(keys.size()) - 1))] = std::nan("");
+  if (random_.Chance(0.1))
+    priorities[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(keys.size()) - 1))] = std::nan("");
   // Bad as the replay counts them: NaN, and zero with neither eps nor drop_bad_priorities (replay.h).
   const bool zero_is_bad = config_.priority_eps == 0.0 && !config_.drop_bad_priorities;
   const int64_t bad = std::count_if(priorities.begin(), priorities.end(),
@@ -166,12 +163,14 @@ void SimulatedClients::Update(int client) {
   const uint64_t id = state.next_request_id++;
   model_.SentUpdate(client, id, keys, bad, never_issued, replay_.next_key());
   random_.Trace("client {} request {}: update of {} keys ({} bad{})", client, id, keys.size(), bad,
-        never_issued ? ", one never issued" : "");
+                never_issued ? ", one never issued" : "");
   Push(client, Frame(MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
                      {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))}));
 }
 
-void SimulatedClients::Push(int client, std::vector<std::byte> frame, int tag) { transport_.Push(client, std::move(frame), tag); }
+void SimulatedClients::Push(int client, std::vector<std::byte> frame, int tag) {
+  transport_.Push(client, std::move(frame), tag);
+}
 
 void SimulatedClients::Close(int client) {
   const uint64_t id = clients_[client].next_request_id++;
@@ -213,7 +212,8 @@ void SimulatedClients::Read(int client, int64_t most) {
       hash.Update(frame.bulk);
       fingerprint_ = hash.Finish();
     }
-    random_.Trace("client {} receives the reply to request {} (kind {})", client, frame.header.request_id, frame.header.kind);
+    random_.Trace("client {} receives the reply to request {} (kind {})", client, frame.header.request_id,
+                  frame.header.kind);
     std::vector<uint64_t> keys = model_.Received(client, reply, replay_.next_key());
     std::vector<uint64_t>& sampled = clients_[client].sampled_keys;
     sampled.insert(sampled.end(), keys.begin(), keys.end());

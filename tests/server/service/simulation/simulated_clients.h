@@ -48,8 +48,8 @@ class SimulatedClients {
     explicit Client(ClientRole client_role) : role(client_role) {}
     ClientRole role;
     uint64_t next_request_id = 1;
-    int64_t next_item = 0;                       // an actor's next item number
-    int paused_ticks = 0;                        // ticks left in which it reads nothing
+    int64_t next_item = 0;  // an actor's next item number
+    int paused_ticks = 0;   // ticks left in which it reads nothing
     bool close_sent = false;
     std::deque<std::vector<std::byte>> columns;  // columns apart sent but not arrived yet, oldest first
     std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates

@@ -3,13 +3,13 @@
 // names a whole configuration as well as a schedule.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "service/replay_service.h"
 
@@ -23,14 +23,14 @@ struct SimulationConfig {
   ServiceOptions options;
   bool drop_bad_priorities = false;
   double priority_eps = 0.0;
-  bool rows_in_place = false;   // sample replies sent from the store, rows pinned until delivered
-  size_t eager_limit = 0;       // sends up to this many bytes complete at once
-  bool checkpoints = false;     // a checkpoint directory: requests by clients and by the simulator
-  bool disk_faults = false;     // spells of a file size limit (RLIMIT_FSIZE): checkpoint writes fail
-  bool signals = false;         // SIGUSR1 now and then, one SIGTERM perhaps
-  int work_ticks = 200;         // ticks in which clients make requests; then they close
-  int max_adds_in_flight = 4;   // an actor's unacknowledged adds (its back-pressure)
-  int max_requests_waiting = 4; // a learner's unanswered samples
+  bool rows_in_place = false;    // sample replies sent from the store, rows pinned until delivered
+  size_t eager_limit = 0;        // sends up to this many bytes complete at once
+  bool checkpoints = false;      // a checkpoint directory: requests by clients and by the simulator
+  bool disk_faults = false;      // spells of a file size limit (RLIMIT_FSIZE): checkpoint writes fail
+  bool signals = false;          // SIGUSR1 now and then, one SIGTERM perhaps
+  int work_ticks = 200;          // ticks in which clients make requests; then they close
+  int max_adds_in_flight = 4;    // an actor's unacknowledged adds (its back-pressure)
+  int max_requests_waiting = 4;  // a learner's unanswered samples
   // Learners also send shard samples (one shard: the learner's share of a
   // sample over shards, and probes of the shard's state).
   bool shard_samples = false;

@@ -4,16 +4,16 @@
 //   PERSERVE_SIM_SEED=<seed>        runs that seed alone (every test but it skips)
 //   PERSERVE_SIM_SEEDS=<n>          how many seeds ManySeeds runs (default kSeedsInCi)
 //   PERSERVE_SIM_FIRST_SEED=<seed>  where ManySeeds starts (default 1)
-#include <chrono>
-#include <csignal>
-#include <iostream>
-#include <cstdint>
-#include <cstdlib>
-#include <optional>
-#include <string>
-
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
 
 #include "server/service/simulation/simulator.h"
 
@@ -32,8 +32,8 @@ std::optional<uint64_t> SeedFromEnvironment(const char* name) {
 // Runs `seed`; a failure names it and the command that runs it again.
 void ExpectPasses(uint64_t seed) {
   const SimulationResult result = RunSimulation(seed);
-  EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure << "\n  configuration: "
-                             << result.config << "\n  rerun: " << RerunCommand(seed);
+  EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
+                             << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
 }
 
 class SimulationTest : public ::testing::Test {
@@ -42,17 +42,15 @@ class SimulationTest : public ::testing::Test {
     spdlog::set_level(spdlog::level::off);  // refusals log warnings by design
     std::signal(SIGXFSZ, SIG_IGN);          // a write past the simulated file size limit fails (EFBIG) instead
   }
-  void SetUp() override {
-    only_seed_ = SeedFromEnvironment("PERSERVE_SIM_SEED");
-  }
+  void SetUp() override { only_seed_ = SeedFromEnvironment("PERSERVE_SIM_SEED"); }
   std::optional<uint64_t> only_seed_;
 };
 
 TEST_F(SimulationTest, OneSeed) {
   if (!only_seed_) GTEST_SKIP() << "set PERSERVE_SIM_SEED to run one seed";
   const SimulationResult result = RunSimulation(*only_seed_);
-  std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, "
-            << result.replies << " replies\n";
+  std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, " << result.replies
+            << " replies\n";
   EXPECT_TRUE(result.passed) << "seed " << *only_seed_ << " failed " << result.failure;
 }
 
@@ -66,8 +64,8 @@ TEST_F(SimulationTest, ManySeeds) {
     const SimulationResult result = RunSimulation(seed);
     steps += result.steps;
     if (!result.passed) ++failed;
-    EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure << "\n  configuration: "
-                               << result.config << "\n  rerun: " << RerunCommand(seed);
+    EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
+                               << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << ran << " seeds from " << first << " in " << seconds << " s: " << ran / seconds << " seeds/s, "

@@ -1,5 +1,6 @@
 #include "server/service/simulation/simulator.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -9,17 +10,15 @@
 #include <optional>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "replay/replay.h"
-#include "service/checkpoint.h"
-#include "service/loopback_transport.h"
-#include "service/replay_service.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/simulation_config.h"
+#include "service/checkpoint.h"
+#include "service/loopback_transport.h"
+#include "service/replay_service.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -132,20 +131,20 @@ void Simulator::Start() {
   replay_options_.priority_eps = config_.priority_eps;
   replay_options_.drop_bad_priorities = config_.drop_bad_priorities;
   replay_options_.max_priority_from_adds = random_.Chance(0.5);
-  const Status created =
-      replay::Replay::Create(replay_options_, SelfCheckingSchema(config_.pad_bytes), &replay_);
+  const Status created = replay::Replay::Create(replay_options_, SelfCheckingSchema(config_.pad_bytes), &replay_);
   if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
   ServiceOptions options = config_.options;
   if (config_.checkpoints) {
-    std::string pattern = (fs::path(fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path()) / "perserve-sim-XXXXXX").string();
+    std::string pattern =
+        (fs::path(fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path()) / "perserve-sim-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw SimulationFailure("mkdtemp failed");
     dir_ = pattern;
     options.checkpoint_dir = dir_.string();
   }
   options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
   // The roles first: the service counts them when it is made.
-  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &model_, transport_.get(),
-                                                replay_.get());
+  clients_ =
+      std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &model_, transport_.get(), replay_.get());
   service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
 }
 
@@ -250,10 +249,10 @@ void Simulator::CheckRestore(const std::string& path) {
   }
   if (snapshot_ && snapshot_->path == path) {
     if (!(held == *snapshot_)) {
-      throw SimulationFailure(fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
-                                          "restored, {} .. {} then, or other rows or leaves)",
-                                          path, held.oldest_key, held.next_key, snapshot_->oldest_key,
-                                          snapshot_->next_key));
+      throw SimulationFailure(
+          fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
+                      "restored, {} .. {} then, or other rows or leaves)",
+                      path, held.oldest_key, held.next_key, snapshot_->oldest_key, snapshot_->next_key));
     }
     snapshot_.reset();
   }

@@ -23,10 +23,10 @@ namespace perserve::service::simulation {
 
 struct SimulationResult {
   bool passed = true;
-  std::string failure;     // what broke, at which step, and what waited
-  std::string config;      // the seed's configuration, described
-  int64_t steps = 0;       // calls of ReplayService::Step
-  int64_t replies = 0;     // replies the clients received
+  std::string failure;       // what broke, at which step, and what waited
+  std::string config;        // the seed's configuration, described
+  int64_t steps = 0;         // calls of ReplayService::Step
+  int64_t replies = 0;       // replies the clients received
   uint64_t fingerprint = 0;  // of every reply received, in order: equal runs, equal fingerprints
 };
 
