@@ -60,6 +60,7 @@ class Simulator {
         config_(DrawConfig(random_.generator(), later_random_.generator())),
         model_(config_, config_.actors + config_.learners) {}
   ~Simulator() {
+    service_.reset();  // its checkpoint writer (and helper thread) first, then its directory
     std::error_code error;
     if (!dir_.empty()) fs::remove_all(dir_, error);
   }
@@ -198,13 +199,18 @@ void Simulator::SimulatorActs() {
 template <class Fn>
 void Simulator::WithFileLimit(Fn fn) {
   if (file_limit_ < 0) return fn();
-  struct rlimit limit {};
-  ::getrlimit(RLIMIT_FSIZE, &limit);
-  struct rlimit small = limit;
-  small.rlim_cur = static_cast<rlim_t>(file_limit_);
-  ::setrlimit(RLIMIT_FSIZE, &small);
+  // Restored however fn ends (a failure throws): later seeds, and the test's own output, write freely.
+  struct LimitedWrites {
+    explicit LimitedWrites(int64_t bytes) {
+      ::getrlimit(RLIMIT_FSIZE, &before);
+      struct rlimit limited = before;
+      limited.rlim_cur = static_cast<rlim_t>(bytes);
+      ::setrlimit(RLIMIT_FSIZE, &limited);
+    }
+    ~LimitedWrites() { ::setrlimit(RLIMIT_FSIZE, &before); }
+    struct rlimit before {};
+  } limited(file_limit_);
   fn();
-  ::setrlimit(RLIMIT_FSIZE, &limit);
 }
 
 void Simulator::Step() {
