@@ -50,7 +50,7 @@ TEST_F(SimulationTest, OneSeed) {
   if (!only_seed_) GTEST_SKIP() << "set PERSERVE_SIM_SEED to run one seed";
   const SimulationResult result = RunSimulation(*only_seed_);
   std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, " << result.replies
-            << " replies\n";
+            << " replies, fingerprint " << std::hex << result.fingerprint << std::dec << "\n";
   EXPECT_TRUE(result.passed) << "seed " << *only_seed_ << " failed " << result.failure;
 }
 
