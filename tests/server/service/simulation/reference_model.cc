@@ -139,7 +139,7 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
       Expect(request.valid, what + ": an add the server must refuse was stored");
       Expect(reply.count == request.count,
              fmt::format("{}: {} items acknowledged of {}", what, reply.count, request.count));
-      AddAcknowledged(client, request, reply.first_key, reply.count);
+      AddAcknowledged(client, request, reply.first_key, reply.count, next_key);
       return {};
     }
     case Kind::kSample: {
@@ -221,8 +221,12 @@ bool ReferenceModel::EveryActorClosing() const {
   return true;
 }
 
-void ReferenceModel::AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count) {
+void ReferenceModel::AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count,
+                                     uint64_t next_key) {
   Ledger& ledger = ledgers_[client];
+  Expect(first_key + static_cast<uint64_t>(count) <= next_key,
+         fmt::format("client {}: keys {} .. {} acknowledged, but the replay issued keys below {} only", client,
+                     first_key, first_key + static_cast<uint64_t>(count) - 1, next_key));
   Expect(!ledger.acknowledged_any || first_key > ledger.last_first_key,
          fmt::format("client {}: an add acknowledged at key {} after its earlier add's at {}: out of its order", client,
                      first_key, ledger.last_first_key));

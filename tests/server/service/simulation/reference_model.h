@@ -103,7 +103,7 @@ class ReferenceModel {
   // Records a request `client` sends.
   void Sent(int client, uint64_t request_id, Request request);
   void CheckError(int client, uint64_t request_id, const Request& request, const proto::ErrorReply& error) const;
-  void AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count);
+  void AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count, uint64_t next_key);
   std::vector<uint64_t> SampleReceived(int client, const Request& request, std::span<const std::byte> bulk,
                                        int64_t count, uint64_t next_key);
   std::vector<uint64_t> ShardSampleReceived(int client, const Request& request, const proto::ShardSampleReply& reply,
