@@ -122,6 +122,14 @@ class CheckpointWriter {
   // overwrite that is not written yet. An error abandons the checkpoint.
   Status BeforeAdd(const replay::Replay& replay, int64_t count);
 
+  // Waits until the helper thread's part of the checkpoint (fsyncs,
+  // MANIFEST, rename) is done, if it runs, so the next Step completes it:
+  // for a simulation whose schedule must not depend on the file system's
+  // speed. Never needed to serve.
+  void AwaitFinish() const {
+    if (finishing_.valid()) finishing_.wait();
+  }
+
   // The longest a single Begin, Step or BeforeAdd took in the last checkpoint, and
   // how long it took from Begin to complete (for the log and measurements).
   std::chrono::microseconds longest_step() const { return longest_step_; }

@@ -22,6 +22,10 @@
 //     (rendezvous), so until then a sample reply counts as unread. The
 //     default limit 0 makes every send rendezvous. Rows sent from the store
 //     (SendRowsInPlace) are read only when the client receives them (Deliver).
+//   - Receive order: a client receives its replies in the order they were
+//     sent (one tag, one pair), so Deliver puts a reply in flight into the
+//     outbox ahead of the replies sent after it, and NextReplyInFlight tells
+//     a client that reads in order when its next reply is one still in flight.
 // Not modelled: messages lost or failing in flight (but FailSends), and
 // Drain, which returns at once (the test takes the replies afterwards).
 #pragma once
@@ -71,7 +75,8 @@ class LoopbackTransport final : public Transport {
   // unread, and its token is not handed back.
   void SendRowsInPlace(bool in_place) { rows_in_place_ = in_place; }
   // The client receives its oldest reply in flight: its rows are read now,
-  // the reply goes to its outbox, its token back. False when none is.
+  // the reply goes to its outbox ahead of the replies sent after it, its
+  // token back. False when none is.
   bool Deliver(int client) {
     const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                                  [client](const InFlight& sent) { return sent.client == client; });
@@ -89,12 +94,22 @@ class LoopbackTransport final : public Transport {
         frame.insert(frame.end(), from, from + row.size());
       }
     }
-    outboxes_[client].push_back(std::move(frame));
+    std::deque<std::vector<std::byte>>& outbox = outboxes_[client];
+    outbox.insert(outbox.end() - static_cast<std::ptrdiff_t>(std::min(it->later_sends, outbox.size())),
+                  std::move(frame));
     completed_.push_back(it->token);
     in_flight_.erase(it);
     return true;
   }
   size_t in_flight() const { return in_flight_.size(); }
+  // Whether the next reply `client` receives, in send order, is one in
+  // flight (Deliver it first): its oldest in flight was sent before every
+  // reply in its outbox.
+  bool NextReplyInFlight(int client) const {
+    const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                 [client](const InFlight& sent) { return sent.client == client; });
+    return it != in_flight_.end() && it->later_sends >= outboxes_[client].size();
+  }
 
   // Service side.
   int client_count() const override { return static_cast<int>(inboxes_.size()); }
@@ -141,6 +156,7 @@ class LoopbackTransport final : public Transport {
   Status Send(int client, std::vector<std::byte> frame) override {
     if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
     outboxes_[client].push_back(std::move(frame));
+    for (InFlight& sent : in_flight_) sent.later_sends += sent.client == client;
     return Status::Ok();
   }
   Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
@@ -150,7 +166,7 @@ class LoopbackTransport final : public Transport {
     if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
     head.resize(head.size() - CopiedRowBytes(store, copy_row));  // the copies go to `copies` below
     InFlight sent{client, std::move(head), &store, {slots.begin(), slots.end()}, {copy_row.begin(), copy_row.end()},
-                  {}, next_token_++};
+                  {}, next_token_++, /*later_sends=*/0};
     for (int column = 0; column < static_cast<int>(store.schema().columns.size()); ++column) {
       for (size_t i = 0; i < slots.size(); ++i) {
         if (!copy_row[i]) continue;
@@ -214,6 +230,7 @@ class LoopbackTransport final : public Transport {
     std::vector<char> copy_row;
     std::vector<std::byte> copies;  // the copied rows, column after column
     uint64_t token;
+    size_t later_sends = 0;  // replies to `client` put in its outbox since (Deliver goes ahead of them)
   };
   bool rows_in_place_ = false;
   std::deque<InFlight> in_flight_;

@@ -828,6 +828,16 @@ void ReplayService::FinishClose(int client, uint64_t request_id) {
   open_learners_ -= role != ClientRole::kActor;
   std::erase_if(deferred_, [client](const DeferredSample& d) { return d.client == client; });
   deferred_per_client_[client] = 0;
+  // Its checkpoint requests not answered yet are answered now: the close
+  // reply comes after everything sent before it, and nothing comes after it.
+  const Status closed = Status::FailedPrecondition(
+      "the client closed before the checkpoint it asked for was durable (the checkpoint goes on)");
+  for (auto* waiters : {&checkpoint_waiters_, &next_checkpoint_waiters_}) {
+    std::erase_if(*waiters, [&](const std::pair<int, uint64_t>& waiter) {
+      if (waiter.first == client) ReplyError(client, waiter.second, closed);
+      return waiter.first == client;
+    });
+  }
   spdlog::debug("{} closed; {} still open", transport_->ClientName(client), open_clients_);
   Reply(client, proto::MessageKind::kCloseReply, request_id, proto::Empty{});
   if (open_actors_ == 0) FailHopelessSamples();

@@ -20,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using proto::MessageKind;
+using service_test::Frame;
 
 constexpr int kActor = 0;
 constexpr int64_t kCapacity = 64, kBatch = 8, kPayload = 1024;
@@ -116,6 +117,27 @@ TEST_F(CheckpointServiceTest, ACheckpointQueuedBehindOneThatFailsInAnAddBeginsAf
     std::memcpy(&id, restored->store().Rows(0, static_cast<int64_t>(key % kCapacity), 1).data(), sizeof(id));
     EXPECT_EQ(id, static_cast<int64_t>(key)) << "the checkpoint holds another item under key " << key;
   }
+}
+
+// Found by the simulation (seeds 19 and 71): a checkpoint request still
+// waiting when its client closed was answered after the close reply (or,
+// the job ending, never). The close reply comes after everything sent before
+// it: the request is answered first, and the checkpoint goes on.
+TEST_F(CheckpointServiceTest, ACloseAnswersTheClientsWaitingCheckpointRequestFirst) {
+  transport_->Push(kActor, AddFrame(1, 0));
+  Step();
+  Reply(kActor, MessageKind::kAddReply, 1);
+  ASSERT_TRUE(service_->RequestCheckpoint("one being written").ok());
+  transport_->Push(kActor, Frame(MessageKind::kCheckpointRequest, 2, proto::Empty{}));  // waits for the next
+  transport_->Push(kActor, Frame(MessageKind::kCloseRequest, 3, proto::Empty{}));
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 2).code(), Status::Code::kFailedPrecondition);
+  Reply(kActor, MessageKind::kCloseReply, 3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // fsyncs on a helper thread
+  while (service_->checkpoints()->active() && std::chrono::steady_clock::now() < deadline) Step();
+  for (int pass = 0; pass < 8; ++pass) Step();  // the next checkpoint, asked for by the closed client
+  EXPECT_TRUE(transport_->outbox(kActor).empty()) << "a reply after the close reply";
+  EXPECT_FALSE(service_->checkpoints()->last_path().empty());
 }
 
 }  // namespace

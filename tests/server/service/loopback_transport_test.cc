@@ -1,6 +1,7 @@
 // The loopback transport's model of MPI (server/service/loopback_transport.h
 // lists the rules): the service's tests are only as faithful as this.
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -109,6 +110,35 @@ TEST(LoopbackTransportTest, ALargeSendCompletesOnlyWhenTheClientTakesIt) {
   EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 1);
   transport.outbox(kClient).pop_front();
   EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0);
+}
+
+// A client receives its replies in the order they were sent: a reply whose
+// rows are read only when it is received (in flight) goes ahead of the replies
+// sent after it, and NextReplyInFlight says when it is the next.
+TEST(LoopbackTransportTest, AReplyInFlightIsReceivedBeforeTheRepliesSentAfterIt) {
+  std::unique_ptr<replay::Replay> replay;
+  ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{4, 1.0, tree::Device::kCpu, 1},
+                                     Schema{{{"x", DType::kUInt8, {}}}}, &replay)
+                  .ok());
+  LoopbackTransport transport(1);
+  transport.SendRowsInPlace(true);
+  ASSERT_TRUE(transport.Send(kClient, Bytes(1, 1)).ok());
+  const int64_t slot = 0;
+  const char copy_row = 0;
+  uint64_t token = 0;
+  ASSERT_TRUE(transport
+                  .SendSampleReplyRows(kClient, Bytes(1, 2), replay->store(), std::span(&slot, 1),
+                                       std::span(&copy_row, 1), &token)
+                  .ok());
+  ASSERT_TRUE(transport.Send(kClient, Bytes(1, 3)).ok());
+  EXPECT_FALSE(transport.NextReplyInFlight(kClient)) << "the first reply, sent before it, is next";
+  transport.outbox(kClient).pop_front();
+  EXPECT_TRUE(transport.NextReplyInFlight(kClient)) << "sent before the third reply";
+  ASSERT_TRUE(transport.Deliver(kClient));
+  ASSERT_EQ(transport.outbox(kClient).size(), 2u);
+  EXPECT_EQ(transport.outbox(kClient).front().at(0), std::byte(2)) << "the delivered reply goes ahead of the third";
+  EXPECT_EQ(transport.outbox(kClient).front().size(), 2u) << "its head, then its row from the store";
+  EXPECT_FALSE(transport.NextReplyInFlight(kClient));
 }
 
 }  // namespace

@@ -369,6 +369,31 @@ TEST_F(ColumnsApartTest, AClientsCloseWaitsBehindAnAddWaitingForItsColumnsAndASe
   Reply(kActor, MessageKind::kCloseReply, 2);
 }
 
+// Issue 24, found by the simulation (seed 3, before it avoided this): an add
+// apart refused on arrival (here one more than --max-deferred-adds; a bad
+// count does the same) while an earlier add apart of its client waits for its
+// columns marks "the next columns to come" for dropping, but the earlier
+// add's come first: they are dropped, and the held add takes the refused
+// add's, of the same size here: stored under the wrong keys. Disabled until
+// the held adds' owner keeps the columns each client owes in one queue, in its
+// order (the service's split, issue 24's first deliverable).
+TEST_F(ColumnsApartTest, DISABLED_ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds) {
+  ServiceOptions options = Options(1);
+  options.max_deferred_adds = 1;
+  Start(2, kCapacity, RowSchema(), options, {ClientRole::kActor, ClientRole::kLearner});
+  PushApart(1, 0, 8, 1.0, /*with_columns=*/false);    // held: waits for its columns
+  PushApart(2, 100, 8, 1.0, /*with_columns=*/false);  // one add held already: refused
+  Step();
+  EXPECT_EQ(ErrorStatus(kActor, 2).code(), Status::Code::kResourceExhausted);
+  PushColumns(0, 8);    // add 1's
+  PushColumns(100, 8);  // the refused add 2's: to be dropped
+  Step();
+  Step();
+  EXPECT_EQ(Added(1).first_key, 0u);
+  EXPECT_EQ(transport_->waiting(kActor), 0u);
+  ExpectEachKeyHoldsItsId(3, "an item holds the refused add's row");
+}
+
 TEST_F(ColumnsApartTest, ColumnsOfAnotherSizeAreDroppedAndNothingLiveIsOverwritten) {
   PushApart(1, 0, 32);
   PushApart(2, 32, 32);

@@ -1,0 +1,80 @@
+// SimulatedClients: the actors and learners of a simulated run, speaking the
+// wire protocol through a LoopbackTransport as the client library does (one
+// request id after another, an actor's adds bounded in flight, a learner's
+// updates of keys it sampled), plus what users do that the library would not
+// stop: requests the server must refuse, pauses in reading, early closes.
+// Every request and every reply goes through the ReferenceModel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "replay/replay.h"
+#include "server/service/simulation/reference_model.h"
+#include "server/service/simulation/schedule_random.h"
+#include "server/service/simulation/simulation_config.h"
+#include "service/loopback_transport.h"
+
+namespace perserve::service::simulation {
+
+class SimulatedClients {
+ public:
+  // `later_random`: the stream of features added after seeds were pinned.
+  SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
+                   ReferenceModel* model, LoopbackTransport* transport, const replay::Replay* replay);
+
+  int count() const { return static_cast<int>(clients_.size()); }
+  ClientRole role(int client) const { return clients_[client].role; }
+  // One thing `client` does now, chosen at random (perhaps nothing).
+  void Act(int client);
+  // A tick of its reading: columns it sent apart may arrive, and it reads a
+  // few replies, unless it stopped reading for a while. A learner may send a
+  // shard sample too.
+  void Tick(int client);
+  // From now on it makes no requests: all its columns arrive, it reads every
+  // reply, and sends its close now or later (at random).
+  void Finish(int client);
+  bool close_sent(int client) const { return clients_[client].close_sent; }
+
+  int64_t replies() const { return replies_; }
+  // Of every reply received, in order (headers and bulk; not the meta, whose
+  // error texts and checkpoint paths name the run's directory).
+  uint64_t fingerprint() const { return fingerprint_; }
+
+ private:
+  struct Client {
+    explicit Client(ClientRole client_role) : role(client_role) {}
+    ClientRole role;
+    uint64_t next_request_id = 1;
+    int64_t next_item = 0;  // an actor's next item number
+    int paused_ticks = 0;   // ticks left in which it reads nothing
+    bool close_sent = false;
+    std::deque<std::vector<std::byte>> columns;  // columns apart sent but not arrived yet, oldest first
+    std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates
+  };
+
+  void Add(int client);
+  void Sample(int client);
+  void ShardSample(int client);
+  void Update(int client);
+  void Close(int client);
+  void AskCheckpoint(int client);
+  void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag);
+  void ColumnsArrive(int client, size_t how_many);
+  // `client` receives up to `most` replies, in the order they were sent.
+  void Read(int client, int64_t most);
+
+  const SimulationConfig& config_;
+  ScheduleRandom& random_;
+  ScheduleRandom& later_random_;
+  ReferenceModel& model_;
+  LoopbackTransport& transport_;
+  const replay::Replay& replay_;
+  std::vector<Client> clients_;
+  int64_t replies_ = 0;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace perserve::service::simulation

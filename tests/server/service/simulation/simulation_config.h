@@ -1,0 +1,90 @@
+// What one seed's run looks like: the service's options and the clients'
+// habits, all drawn from the run's generator before anything runs, so a seed
+// names a whole configuration as well as a schedule.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "service/replay_service.h"
+
+namespace perserve::service::simulation {
+
+struct SimulationConfig {
+  int actors = 2;
+  int learners = 1;
+  int64_t capacity = 64;
+  int64_t pad_bytes = 16;
+  ServiceOptions options;
+  bool drop_bad_priorities = false;
+  double priority_eps = 0.0;
+  bool rows_in_place = false;    // sample replies sent from the store, rows pinned until delivered
+  size_t eager_limit = 0;        // sends up to this many bytes complete at once
+  bool checkpoints = false;      // a checkpoint directory: requests by clients and by the simulator
+  bool disk_faults = false;      // spells of a file size limit (RLIMIT_FSIZE): checkpoint writes fail
+  bool signals = false;          // SIGUSR1 now and then, one SIGTERM perhaps
+  int work_ticks = 200;          // ticks in which clients make requests; then they close
+  int max_adds_in_flight = 4;    // an actor's unacknowledged adds (its back-pressure)
+  int max_requests_waiting = 4;  // a learner's unanswered samples
+  // Learners also send shard samples (one shard: the learner's share of a
+  // sample over shards, and probes of the shard's state).
+  bool shard_samples = false;
+
+  std::string Describe() const {
+    return fmt::format(
+        "{} actors, {} learners, capacity {}, row {} bytes, min size {}, rate limiter {} (buffer {}), "
+        "{} messages a pass, zero copy {}, eager limit {}, checkpoints {}{}, signals {}, drop bad priorities {}, "
+        "eps {}, max deferred adds {} samples {}, unread allowance {}, {} work ticks, shard samples {}",
+        actors, learners, capacity, 8 + pad_bytes, options.min_size_to_sample, options.samples_per_insert,
+        options.error_buffer, options.messages_per_client_pass, rows_in_place, eager_limit, checkpoints,
+        disk_faults ? " (failing)" : "", signals, drop_bad_priorities, priority_eps, options.max_deferred_adds,
+        options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples);
+  }
+};
+
+// `later`: the stream of features added after seeds were pinned as
+// regression tests (RegressionSeeds), so those seeds keep their schedules.
+inline SimulationConfig DrawConfig(std::mt19937_64& rng, std::mt19937_64& later) {
+  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto chance = [&rng](double p) { return std::bernoulli_distribution(p)(rng); };
+  SimulationConfig config;
+  config.actors = static_cast<int>(pick(1, 3));
+  config.learners = static_cast<int>(pick(1, 2));
+  config.capacity = int64_t{16} << pick(0, 3);
+  config.pad_bytes = pick(1, 40);
+  ServiceOptions& options = config.options;
+  options.stats_interval_seconds = 0;  // no wall-clock lines
+  options.min_size_to_sample = pick(1, config.capacity / 2);
+  options.max_sample_batch = 64;
+  options.messages_per_client_pass = static_cast<int>(pick(1, 4));
+  options.bytes_per_client_pass = chance(0.3) ? pick(64, 2048) : int64_t{1} << 20;
+  options.max_unread_sample_replies = static_cast<int>(pick(1, 4));
+  options.max_unread_reply_bytes = chance(0.3) ? pick(512, 8192) : int64_t{256} << 20;
+  options.max_deferred_samples = static_cast<int>(pick(1, 6));
+  options.max_deferred_adds = static_cast<int>(pick(1, 8));
+  if (chance(0.5)) {
+    options.samples_per_insert = std::array{0.5, 1.0, 2.0, 4.0}[pick(0, 3)];
+    options.error_buffer = static_cast<double>(pick(0, 3 * config.capacity));
+  }
+  config.rows_in_place = chance(0.5);
+  options.zero_copy_min_row_bytes = config.rows_in_place ? 0 : -1;
+  config.eager_limit = std::array<size_t, 3>{0, 256, size_t{1} << 20}[pick(0, 2)];
+  config.checkpoints = chance(0.4);
+  config.disk_faults = config.checkpoints && chance(0.4);
+  options.checkpoint_slice = std::chrono::microseconds(0);  // one slice a pass, whatever the clock says
+  config.signals = chance(0.2);
+  config.drop_bad_priorities = chance(0.5);
+  config.priority_eps = chance(0.5) ? 1e-6 : 0.0;
+  config.work_ticks = static_cast<int>(pick(50, 400));
+  config.max_adds_in_flight = static_cast<int>(pick(1, 6));
+  config.max_requests_waiting = static_cast<int>(pick(1, 6));
+  config.shard_samples = std::bernoulli_distribution(0.5)(later);
+  return config;
+}
+
+}  // namespace perserve::service::simulation

@@ -1,0 +1,103 @@
+// The deterministic simulation in CI (simulator.h): many seeds, the seeds
+// that once failed, and the proof that a seed's run is the same every time.
+//
+//   PERSERVE_SIM_SEED=<seed>        runs that seed alone (every test but it skips)
+//   PERSERVE_SIM_SEEDS=<n>          how many seeds ManySeeds runs (default kSeedsInCi)
+//   PERSERVE_SIM_FIRST_SEED=<seed>  where ManySeeds starts (default 1)
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "server/service/simulation/simulator.h"
+
+namespace perserve::service::simulation {
+namespace {
+
+// About 60-90 s on the 2-core CI machine (docs/testing.md has the rate).
+constexpr uint64_t kSeedsInCi = 10000;
+
+std::optional<uint64_t> SeedFromEnvironment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::strtoull(value, nullptr, 10);
+}
+
+// Runs `seed`; a failure names it and the command that runs it again.
+void ExpectPasses(uint64_t seed) {
+  const SimulationResult result = RunSimulation(seed);
+  EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
+                             << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
+}
+
+class SimulationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    spdlog::set_level(spdlog::level::off);  // refusals log warnings by design
+    std::signal(SIGXFSZ, SIG_IGN);          // a write past the simulated file size limit fails (EFBIG) instead
+  }
+  void SetUp() override { only_seed_ = SeedFromEnvironment("PERSERVE_SIM_SEED"); }
+  std::optional<uint64_t> only_seed_;
+};
+
+TEST_F(SimulationTest, OneSeed) {
+  if (!only_seed_) GTEST_SKIP() << "set PERSERVE_SIM_SEED to run one seed";
+  const SimulationResult result = RunSimulation(*only_seed_);
+  std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, " << result.replies
+            << " replies, fingerprint " << std::hex << result.fingerprint << std::dec << "\n";
+  EXPECT_TRUE(result.passed) << "seed " << *only_seed_ << " failed " << result.failure;
+}
+
+TEST_F(SimulationTest, ManySeeds) {
+  if (only_seed_) GTEST_SKIP() << "PERSERVE_SIM_SEED runs one seed";
+  const uint64_t first = SeedFromEnvironment("PERSERVE_SIM_FIRST_SEED").value_or(1);
+  const uint64_t seeds = SeedFromEnvironment("PERSERVE_SIM_SEEDS").value_or(kSeedsInCi);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t steps = 0, failed = 0, ran = 0;
+  for (uint64_t seed = first; seed < first + seeds && failed < 5; ++seed, ++ran) {
+    const SimulationResult result = RunSimulation(seed);
+    steps += result.steps;
+    if (!result.passed) ++failed;
+    EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
+                               << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << ran << " seeds from " << first << " in " << seconds << " s: " << ran / seconds << " seeds/s, "
+            << steps / seconds << " steps/s\n";
+}
+
+// Seeds that once failed, each with what it found. Features added since draw
+// from a stream of their own (schedule_random.h), so these keep their
+// schedules as far as the service's replies allow; each finding is also a
+// unit test, which holds it whatever the simulation becomes.
+TEST_F(SimulationTest, RegressionSeeds) {
+  if (only_seed_) GTEST_SKIP() << "PERSERVE_SIM_SEED runs one seed";
+  // An add apart refused on arrival took the columns of an earlier held add
+  // (not fixed yet: the simulation avoids it, see SimulatedClients::Add;
+  // ColumnsApartTest.DISABLED_ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds).
+  ExpectPasses(3);
+  // A checkpoint request answered after its client's close reply (also seed
+  // 71, before shard samples joined): FinishClose now answers it first
+  // (CheckpointServiceTest.ACloseAnswersTheClientsWaitingCheckpointRequestFirst).
+  ExpectPasses(19);
+}
+
+TEST_F(SimulationTest, ASeedRunsTheSameEveryTime) {
+  if (only_seed_) GTEST_SKIP() << "PERSERVE_SIM_SEED runs one seed";
+  for (const uint64_t seed : {3u, 17u, 4242u}) {
+    const SimulationResult first = RunSimulation(seed), second = RunSimulation(seed);
+    EXPECT_EQ(first.steps, second.steps) << "seed " << seed;
+    EXPECT_EQ(first.replies, second.replies) << "seed " << seed;
+    EXPECT_EQ(first.fingerprint, second.fingerprint) << "seed " << seed;
+    EXPECT_EQ(first.failure, second.failure) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace perserve::service::simulation

@@ -1,0 +1,39 @@
+// The deterministic simulation of the replay rank (DESIGN.md, "How we know it
+// is right"; issue 24). One seed drives everything: a configuration
+// (simulation_config.h), then a schedule in which actors and learners make
+// requests through a LoopbackTransport, read their replies or stop reading
+// for a while, and close, while the simulator calls the real ReplayService's
+// Step() over a real Replay (tree and store), requests checkpoints, makes
+// their writes fail and sends signals. A ReferenceModel checks every reply
+// and the replay after every step; once the clients stop working and close,
+// the service must reach done() within a bound of steps.
+//
+// Nothing but the seed's std::mt19937_64 decides anything: requests carry no
+// timeouts that could fire (only ones far beyond any run), checkpoints write
+// one slice a pass (ServiceOptions::checkpoint_slice 0) and their helper
+// thread is awaited before the next step (CheckpointWriter::AwaitFinish), no
+// stats lines. So a seed's run is the same every time: RerunCommand(seed)
+// replays it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace perserve::service::simulation {
+
+struct SimulationResult {
+  bool passed = true;
+  std::string failure;       // what broke, at which step, and what waited
+  std::string config;        // the seed's configuration, described
+  int64_t steps = 0;         // calls of ReplayService::Step
+  int64_t replies = 0;       // replies the clients received
+  uint64_t fingerprint = 0;  // of every reply received, in order: equal runs, equal fingerprints
+};
+
+// Runs one seed's whole schedule. Never throws; a failure is in the result.
+SimulationResult RunSimulation(uint64_t seed);
+
+// The shell command that runs `seed` alone.
+std::string RerunCommand(uint64_t seed);
+
+}  // namespace perserve::service::simulation
