@@ -265,7 +265,15 @@ void Simulator::CheckRestore(const std::string& path) {
 }
 
 void Simulator::CheckEnd() {
-  if (!service_->done()) throw SimulationFailure("every client closed, but the service is not done");
+  // After SIGTERM the loop goes on, with every client closed, until its final
+  // checkpoint is written (done() says so): a bounded number of passes.
+  for (int64_t passes = 0; !service_->done(); ++passes) {
+    if (passes > kLivenessSteps) {
+      throw SimulationFailure(fmt::format("every client closed, but the service is not done after {} passes: {}",
+                                          kLivenessSteps, service_->DescribeClients()));
+    }
+    Step();
+  }
   for (int client = 0; client < clients(); ++client) {
     if (!transport_->outbox(client).empty() || transport_->NextReplyInFlight(client)) {
       throw SimulationFailure(fmt::format("client {}: a reply after its close reply", client));
