@@ -239,14 +239,21 @@ int SamplingLearner(bool exact, int servers) {
   return 0;
 }
 
-int TinyPriorityLearner(bool exact) {
+// A learner (exact_shard_totals as asked) and the peers' communicator, past
+// the actors' ActorIndices collective.
+std::unique_ptr<perserve::LearnerClient> JoinLearnerWithPeers(bool exact, MPI_Comm* peers) {
   perserve::ClientOptions options;
   options.exact_shard_totals = exact;
   std::unique_ptr<perserve::LearnerClient> learner;
   CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
+  CHECK_OK(learner->Peers(peers));
+  (void)ActorIndices(*peers, false);
+  return learner;
+}
+
+int TinyPriorityLearner(bool exact) {
   MPI_Comm peers = MPI_COMM_NULL;
-  CHECK_OK(learner->Peers(&peers));
-  (void)ActorIndices(peers, false);
+  std::unique_ptr<perserve::LearnerClient> learner = JoinLearnerWithPeers(exact, &peers);
   MPI_Barrier(peers);  // every item is in
   perserve::SampleBatch batch;
   CHECK_OK(learner->Sample(512, kBeta, &batch));
@@ -293,13 +300,8 @@ int EndingActor() {
 }
 
 int EndingLearner(bool exact) {
-  perserve::ClientOptions options;
-  options.exact_shard_totals = exact;
-  std::unique_ptr<perserve::LearnerClient> learner;
-  CHECK_OK(perserve::LearnerClient::Join(MPI_COMM_WORLD, options, &learner));
   MPI_Comm peers = MPI_COMM_NULL;
-  CHECK_OK(learner->Peers(&peers));
-  (void)ActorIndices(peers, false);
+  std::unique_ptr<perserve::LearnerClient> learner = JoinLearnerWithPeers(exact, &peers);
   MPI_Comm_free(&peers);
   perserve::SampleBatch batch;
   int failed = 0;
