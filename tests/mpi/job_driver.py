@@ -34,6 +34,7 @@ class Job:
             except queue.Empty:
                 return None
             if line is None:
+                self._queue.put(None)  # the end stays seen: finish() reads up to it
                 return None
             self.lines.append(line)
             match = re.search(pattern, line)
