@@ -9,37 +9,51 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "service/resident_memory.h"
-
 namespace perserve::service {
+namespace {
+
+std::vector<ClientRole> RolesOf(const Transport& transport) {
+  std::vector<ClientRole> roles;
+  for (int client = 0; client < transport.client_count(); ++client) roles.push_back(transport.Role(client));
+  return roles;
+}
+
+}  // namespace
+
 ReplayService::ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options)
     : replay_(replay),
       transport_(transport),
       options_(options),
-      open_(static_cast<size_t>(transport->client_count()), true),
-      open_clients_(transport->client_count()),
+      clients_(RolesOf(*transport), Now()),
       limiter_(RateLimiterOptions{options.samples_per_insert, options.error_buffer,
                                   std::max<int64_t>(1, options.min_size_to_sample)}),
-      deferred_adds_per_client_(static_cast<size_t>(transport->client_count()), 0),
-      pending_close_(static_cast<size_t>(transport->client_count())),
-      last_heard_(static_cast<size_t>(transport->client_count()), Clock::now()),
-      deferred_per_client_(static_cast<size_t>(transport->client_count()), 0),
-      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()),
-      columns_to_drop_(static_cast<size_t>(transport->client_count()), 0) {
-  for (int client = 0; client < transport->client_count(); ++client) {
-    const ClientRole role = transport->Role(client);
-    open_actors_ += role != ClientRole::kLearner;
-    open_learners_ += role != ClientRole::kActor;
-  }
-  if (!options_.checkpoint_dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointWriter>(options_.checkpoint_dir, options_.shard, options_.shards,
-                                                      replay_->capacity());
-    if (options_.checkpoint_every_seconds > 0) {
-      next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                     std::chrono::duration<double>(options_.checkpoint_every_seconds));
-    }
-  }
-}
+      held_(transport, transport->client_count()),
+      waiting_(transport->client_count()),
+      pins_(replay->capacity()),
+      checkpoints_(replay,
+                   CheckpointDriverOptions{options.checkpoint_dir, options.shard, options.shards,
+                                           options.checkpoint_every_seconds, options.checkpoint_slice},
+                   CheckpointDriver::Hooks{
+                       [this] {
+                         CheckpointState state;
+                         state.schema = replay_->store().schema().ToString();
+                         state.capacity = replay_->capacity();
+                         state.alpha = replay_->alpha();
+                         state.shard = options_.shard;
+                         state.shards = options_.shards;
+                         state.replay = replay_->State();
+                         state.limiter = limiter_.State();
+                         state.episodes = episodes_.carries();
+                         return state;
+                       },
+                       [this](int client, uint64_t request_id, const Status& result) {
+                         if (!result.ok()) return ReplyError(client, request_id, result);
+                         Reply(client, proto::MessageKind::kCheckpointReply, request_id,
+                               proto::CheckpointReply{checkpoints_.writer()->last_path()});
+                       },
+                       [this] { StopServing(); }}),
+      stats_(options.stats_interval_seconds),
+      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {}
 
 void ReplayService::Restore(const CheckpointState& state) {
   limiter_.Restore(state.limiter);
@@ -65,20 +79,21 @@ Status ReplayService::Run() {
 
 Status ReplayService::Step(bool* handled) {
   *handled = false;
-  ReleasePins();
-  const int clients = static_cast<int>(open_.size());
+  transport_->TakeCompletedRows(&completed_tokens_);
+  pins_.Release(completed_tokens_);
+  const int clients = clients_.size();
   for (int visited = 0; visited < clients; ++visited) {
     const int client = (next_client_ + visited) % clients;
     int64_t bytes = 0;
     for (int taken = 0; taken < options_.messages_per_client_pass && bytes < options_.bytes_per_client_pass &&
-                        open_[client];
+                        clients_.open(client);
          ++taken) {
       bool received = false;
       int tag = 0;
       PERSERVE_RETURN_IF_ERROR(transport_->TryReceive(client, &receive_buffer_, &tag, &received));
       if (!received) break;
       *handled = true;
-      last_heard_[client] = Clock::now();
+      clients_.Heard(client, Now());
       ++counters_.messages;
       columns_bytes_taken_ = 0;
       HandleGuarded(client, tag, receive_buffer_);
@@ -90,7 +105,8 @@ Status ReplayService::Step(bool* handled) {
   }
   if (clients > 0) next_client_ = (next_client_ + 1) % clients;
   ServeDeferred();
-  StepCheckpoint();
+  TakeSignal();
+  checkpoints_.Step(stopping_);
   return Status::Ok();
 }
 
@@ -150,6 +166,15 @@ void ReplayService::Handle(int client, int tag, std::span<const std::byte> bytes
   }
 }
 
+void ReplayService::TakeColumns(int client, std::span<const std::byte> bytes) {
+  if (held_.Route(client, bytes) != HeldAdds::Routed::kStray) return;
+  // Nothing to answer: the message has no request id. Said here, and counted.
+  ++counters_.errors;
+  spdlog::warn("{} sent {} bytes of an add's columns apart (tag {}) with no add waiting for them (send them right "
+               "after their add request, with columns_follow); dropped",
+               transport_->ClientName(client), bytes.size(), proto::kAddColumnsTag);
+}
+
 void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<const std::byte> bytes) {
   ++counters_.add_requests;
   proto::AddRequest request;
@@ -161,19 +186,24 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
                       Status::Unimplemented("this server's transport takes an add's columns in its request"));
   }
   if (!status.ok()) {
-    if (request.columns_follow) DropColumns(client);
+    if (request.columns_follow) held_.Refuse(client);
     return ReplyError(client, frame.header.request_id, status);
   }
-  if (!HoldAdd(client, request.count) && !ColumnsMissing(client, request.columns_follow)) {
-    return ApplyAdd(client, frame, request);
+  uint64_t ticket = 0;  // an add apart's entry in its client's ledger
+  if (!HoldAdd(client, request.count)) {
+    if (!request.columns_follow) return ApplyAdd(client, frame, request, std::nullopt, 0);
+    // Its columns go straight into the store if nothing is owed before them
+    // and they are here; else it is held, its entry kept.
+    ticket = held_.Owe(client);
+    if (held_.ColumnsReady(client, ticket)) return ApplyAdd(client, frame, request, std::nullopt, ticket);
   }
-  if (deferred_adds_per_client_[client] >= options_.max_deferred_adds) {
-    if (request.columns_follow) DropColumns(client);
+  if (held_.count(client) >= options_.max_deferred_adds) {
+    if (request.columns_follow) held_.Refuse(client, ticket);
     return ReplyError(client, frame.header.request_id,
                       Status::ResourceExhausted(fmt::format(
                           "{} adds of this client are held already ({}; the most one client may have waiting: "
                           "--max-deferred-adds); wait for their acknowledgements",
-                          deferred_adds_per_client_[client], DescribeAddHold())));
+                          held_.count(client), DescribeAddHold())));
   }
   if (PinHolds(request.count)) {
     ++counters_.pinned_adds;
@@ -182,29 +212,29 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
       spdlog::warn("intake waits: the next slots of the ring hold rows of a sample reply {} has not received yet "
                    "(sent from the store, they must not change until it has); adds are held until it receives it "
                    "(logged once; the stats line counts such adds)",
-                   transport_->ClientName(OldestPinnedClient()));
+                   transport_->ClientName(pins_.OldestClient()));
     }
   }
   ++counters_.deferred_adds;
-  ++deferred_adds_per_client_[client];
-  const Clock::time_point now = Clock::now();
-  deferred_adds_.push_back({client, frame.header.request_id, request.count,
-                            std::vector<std::byte>(bytes.begin(), bytes.end()), now,
-                            DeadlineAfter(now, request.timeout_seconds), request.columns_follow});
+  const Clock::time_point now = Now();
+  HeldAdd add{client, frame.header.request_id, request.count, std::vector<std::byte>(bytes.begin(), bytes.end()),
+              now, DeadlineAfter(now, request.timeout_seconds), request.columns_follow};
+  add.ticket = ticket;
+  held_.Hold(std::move(add));
 }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
   // Behind its own held adds, or the limiter's, or rows a learner has yet to receive.
-  return deferred_adds_per_client_[client] > 0 || LimiterHolds(count) || PinHolds(count);
+  return held_.count(client) > 0 || LimiterHolds(count) || PinHolds(count);
 }
 
 bool ReplayService::LimiterHolds(int64_t count) const {
   // Nobody left to sample: holding intake back would only stall the actors.
-  return open_learners_ > 0 && !limiter_.CanInsert(count, replay_->size());
+  return clients_.open_learners() > 0 && !limiter_.CanInsert(count, replay_->size());
 }
 
 void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request,
-                             std::optional<std::span<const std::byte>> columns_received) {
+                             std::optional<std::span<const std::byte>> columns_received, uint64_t ticket) {
   const uint64_t priority_bytes = request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
   Status status;
   if (frame.bulk.size() < priority_bytes || (request.columns_follow && frame.bulk.size() != priority_bytes)) {
@@ -213,7 +243,8 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
                     request.columns_follow ? "with its columns apart " : "with priorities ", frame.bulk.size()));
   }
   uint64_t first_key = 0;
-  bool columns_taken = !request.columns_follow || columns_received.has_value();
+  const bool columns_owed = request.columns_follow && !columns_received.has_value();
+  bool columns_taken = false;
   if (status.ok()) {
     const auto columns = columns_received.value_or(frame.bulk.first(frame.bulk.size() - priority_bytes));
     std::span<const std::byte> rest = frame.bulk.last(priority_bytes);
@@ -221,18 +252,15 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
     status = proto::TakeArray(&rest, request.has_priorities ? static_cast<size_t>(request.count) : 0, &priorities);
     // A checkpoint being written keeps the rows this add overwrites: it
     // writes them first (an error there abandons the checkpoint, not the add).
-    if (status.ok() && checkpoints_ != nullptr) {
-      const Status kept = checkpoints_->BeforeAdd(*replay_, request.count);
-      if (!kept.ok()) CheckpointEnded(kept);
-    }
-    if (status.ok() && request.columns_follow && !columns_received) {
+    if (status.ok()) checkpoints_.BeforeAdd(request.count);
+    if (status.ok() && columns_owed) {
       status = AddColumnsApart(client, request.count, priorities, &first_key, &columns_taken);
     } else if (status.ok()) {
       status = replay_->Add(request.count, columns, priorities, &first_key);
       if (status.ok()) episodes_.Observe(client, request.count, columns);
     }
   }
-  if (!columns_taken) DropColumns(client);
+  if (columns_owed) held_.Settle(client, ticket, columns_taken);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   limiter_.Inserted(request.count, replay_->size());
   Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
@@ -266,65 +294,6 @@ Status ReplayService::AddColumnsApart(int client, int64_t count, std::span<const
   return Status::Ok();
 }
 
-void ReplayService::TakeColumns(int client, std::span<const std::byte> bytes) {
-  if (columns_to_drop_[client] > 0) {  // a refused add's
-    --columns_to_drop_[client];
-    return;
-  }
-  // The columns of the client's oldest held add still waiting for them, taken
-  // by the loop's receive of any message before that add could ask for them:
-  // kept with it, and copied into the store when it goes.
-  for (DeferredAdd& add : deferred_adds_) {
-    if (add.client != client || !add.columns_follow || add.columns) continue;
-    add.columns.emplace(bytes.begin(), bytes.end());
-    return;
-  }
-  // Nothing to answer: the message has no request id. Said here, and counted.
-  ++counters_.errors;
-  spdlog::warn("{} sent {} bytes of an add's columns apart (tag {}) with no add waiting for them (send them right "
-               "after their add request, with columns_follow); dropped",
-               transport_->ClientName(client), bytes.size(), proto::kAddColumnsTag);
-}
-
-bool ReplayService::ColumnsMissing(int client, bool columns_follow) {
-  if (!columns_follow) return false;
-  DropLateColumns(client);
-  return ColumnsYetToCome(client);
-}
-
-// A client's columns messages reach its adds by two paths: the loop's receive
-// (TakeColumns gives them to the oldest held add still without) and an add's
-// own matched probe (ProbeColumns, when it is applied). Both follow the
-// client's order only while no probe leaves a claimed message unreceived: the
-// loop's next receive would then take a later add's columns and give them to
-// an earlier add. So ProbeColumns is called only to receive at once
-// (AddColumnsApart, DropLateColumns), and whether they have come (an add
-// deciding to wait; the stats line, a refusal or a second close describing
-// the held adds) is asked of ColumnsArrived, which claims nothing. Simpler
-// than remembering claimed messages in the service: the order stays the
-// transport's.
-bool ReplayService::ColumnsYetToCome(int client) const {
-  if (columns_to_drop_[client] > 0) return true;  // the next to come are a refused add's
-  bool arrived = false;
-  return !transport_->ColumnsArrived(client, &arrived).ok() || !arrived;
-}
-
-void ReplayService::DropColumns(int client) {
-  ++columns_to_drop_[client];
-  DropLateColumns(client);
-}
-
-void ReplayService::DropLateColumns(int client) {
-  while (columns_to_drop_[client] > 0) {
-    bool arrived = false;
-    int64_t bytes = 0;
-    if (!transport_->ProbeColumns(client, &arrived, &bytes).ok() || !arrived) return;
-    const Status dropped = transport_->ReceiveColumns(client, {});
-    if (!dropped.ok()) spdlog::error("dropping the columns of a refused add failed: {}", dropped.ToString());
-    --columns_to_drop_[client];
-  }
-}
-
 ReplayService::Clock::time_point ReplayService::DeadlineAfter(Clock::time_point arrived, double timeout_seconds) {
   if (!(timeout_seconds > 0.0) || timeout_seconds > 1e9) return Clock::time_point::max();
   return arrived + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
@@ -349,7 +318,7 @@ Status ReplayService::CheckReplyFits(int64_t count) const {
       "a sample of {} items would be a {}-byte reply, over MPI's 2 GiB message limit", count, reply_bytes));
 }
 
-ReplayService::SampleWait ReplayService::WaitFor(const DeferredSample& sample) const {
+ReplayService::SampleWait ReplayService::WaitFor(const WaitingSample& sample) const {
   // A probe waits only for the minimum size (it takes nothing from the limiter).
   if (sample.shard_sample && sample.fractions.empty()) {
     return replay_->size() < limiter_.options().min_size_to_sample ? SampleWait::kMinSize : SampleWait::kNone;
@@ -386,7 +355,7 @@ std::string ReplayService::Describe(SampleWait wait, int client) const {
   return "unknown";
 }
 
-void ReplayService::RefuseHopeless(const DeferredSample& sample, SampleWait wait) {
+void ReplayService::RefuseHopeless(const WaitingSample& sample, SampleWait wait) {
   const std::string why = fmt::format("no actor remains open and this sample waits for {}: it can never be served",
                                       Describe(wait, sample.client));
   if (!sample.shard_sample || !sample.fractions.empty()) {
@@ -410,26 +379,25 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
   if (status.ok()) status = CheckTimeout(request.timeout_seconds);
   if (status.ok()) status = CheckReplyFits(request.batch_size);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  const Clock::time_point now = Clock::now();
-  DeferredSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
+  const Clock::time_point now = Now();
+  WaitingSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
                         DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited};
   const SampleWait wait = WaitFor(sample);
-  if (deferred_per_client_[client] == 0 && wait == SampleWait::kNone) return Serve(sample);
+  if (waiting_.count(client) == 0 && wait == SampleWait::kNone) return Serve(sample);
   Defer(std::move(sample), wait);
 }
 
-void ReplayService::Defer(DeferredSample sample, SampleWait wait) {
+void ReplayService::Defer(WaitingSample sample, SampleWait wait) {
   if (Hopeless(wait)) return RefuseHopeless(sample, wait);
-  if (deferred_per_client_[sample.client] >= options_.max_deferred_samples) {
+  if (waiting_.count(sample.client) >= options_.max_deferred_samples) {
     return ReplyError(sample.client, sample.request_id,
                       Status::ResourceExhausted(fmt::format(
                           "{} sample requests of this client wait already (the most one client may have waiting: "
                           "--max-deferred-samples); receive their replies first",
-                          deferred_per_client_[sample.client])));
+                          waiting_.count(sample.client))));
   }
   ++counters_.deferred_samples;
-  ++deferred_per_client_[sample.client];
-  deferred_.push_back(std::move(sample));
+  waiting_.Push(std::move(sample));
 }
 
 void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
@@ -446,8 +414,8 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
   }
   if (status.ok()) status = CheckTimeout(request.timeout_seconds);
   if (status.ok()) status = CheckReplyFits(request.count);
-  const Clock::time_point now = Clock::now();
-  DeferredSample sample{client, frame.header.request_id, request.count, 0.0, now,
+  const Clock::time_point now = Now();
+  WaitingSample sample{client, frame.header.request_id, request.count, 0.0, now,
                         DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};
   std::span<const std::byte> bulk = frame.bulk;
   if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
@@ -455,13 +423,13 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   // A probe without wait answers at once; other requests as samples do.
   const SampleWait wait = WaitFor(sample);
-  if ((request.count == 0 && !request.wait) || (deferred_per_client_[client] == 0 && wait == SampleWait::kNone)) {
+  if ((request.count == 0 && !request.wait) || (waiting_.count(client) == 0 && wait == SampleWait::kNone)) {
     return Serve(sample);
   }
   Defer(std::move(sample), wait);
 }
 
-void ReplayService::Serve(const DeferredSample& sample) {
+void ReplayService::Serve(const WaitingSample& sample) {
   if (sample.shard_sample) return ServeShardSample(sample.client, sample.request_id, sample.fractions, sample.awaited);
   ServeSample(sample.client, sample.request_id, sample.batch_size, sample.beta, sample.awaited);
 }
@@ -523,7 +491,10 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
     const Status sent =
         transport_->SendSampleReplyRows(client, std::move(head), replay_->store(), sample_.slots, copy_row_, &token);
     if (!sent.ok()) return ReplyDropped(client, request_id, sent);
-    if (token != 0) Pin(token, client);
+    if (token != 0) {
+      pins_.Pin(token, client, sample_.slots, copy_row_);
+      ++counters_.zero_copy_replies;
+    }
     return;
   }
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
@@ -533,54 +504,30 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
   Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
 }
 
-void ReplayService::Pin(uint64_t token, int client) {
-  if (pins_.empty()) pins_.assign(static_cast<size_t>(replay_->capacity()), 0);
-  PinnedReply pinned{client, {}};
-  for (size_t i = 0; i < sample_.slots.size(); ++i) {
-    if (copy_row_[i]) continue;
-    ++pins_[static_cast<size_t>(sample_.slots[i])];
-    pinned.slots.push_back(sample_.slots[i]);
-  }
-  pinned_replies_.emplace(token, std::move(pinned));
-  ++counters_.zero_copy_replies;
-}
-
-void ReplayService::ReleasePins() {
-  transport_->TakeCompletedRows(&completed_tokens_);
-  for (const uint64_t token : completed_tokens_) {
-    const auto found = pinned_replies_.find(token);
-    if (found == pinned_replies_.end()) continue;
-    for (const int64_t slot : found->second.slots) --pins_[static_cast<size_t>(slot)];
-    pinned_replies_.erase(found);
-  }
-}
-
-int ReplayService::OldestPinnedClient() const {
-  if (pinned_replies_.empty()) return 0;
-  return std::min_element(pinned_replies_.begin(), pinned_replies_.end(),
-                          [](const auto& a, const auto& b) { return a.first < b.first; })
-      ->second.client;
-}
-
-ReplayService::AddHold ReplayService::HeldBy(std::deque<DeferredAdd>::const_iterator add) const {
-  const auto same_client = [client = add->client](const DeferredAdd& other) { return other.client == client; };
-  if (std::any_of(deferred_adds_.cbegin(), add, same_client)) return AddHold::kEarlierAdd;
-  if (add->awaits_columns() && ColumnsYetToCome(add->client)) return AddHold::kColumns;
+ReplayService::AddHold ReplayService::HeldBy(HeldAdds::ConstIterator add) const {
+  const auto same_client = [client = add->client](const HeldAdd& other) { return other.client == client; };
+  if (std::any_of(held_.begin(), add, same_client)) return AddHold::kEarlierAdd;
+  if (add->awaits_columns() && held_.ColumnsYetToCome(add->client, add->ticket)) return AddHold::kColumns;
   if (PinHolds(add->count)) return AddHold::kRowsInFlight;
   if (LimiterHolds(add->count)) return AddHold::kRateLimiter;
   return AddHold::kNone;
 }
 
+bool ReplayService::CanRelease(HeldAdds::Iterator add) {
+  if (LimiterHolds(add->count) || PinHolds(add->count)) return false;
+  return !add->awaits_columns() || held_.ColumnsReady(add->client, add->ticket);
+}
+
 std::string ReplayService::DescribeAddHold() const {
-  if (deferred_adds_.empty()) return "nothing holds them";
-  const DeferredAdd& oldest = deferred_adds_.front();
-  switch (HeldBy(deferred_adds_.cbegin())) {
+  if (held_.empty()) return "nothing holds them";
+  const HeldAdd& oldest = held_.front();
+  switch (HeldBy(held_.begin())) {
     case AddHold::kColumns:
       return fmt::format("the oldest waits for its columns, the message {} sends after the request",
                          transport_->ClientName(oldest.client));
     case AddHold::kRowsInFlight:
       return fmt::format("the oldest would overwrite rows of a sample reply {} has not received yet",
-                         transport_->ClientName(OldestPinnedClient()));
+                         transport_->ClientName(pins_.OldestClient()));
     case AddHold::kRateLimiter:
       return "the rate limiter holds them: the learners are behind";
     default:
@@ -588,7 +535,7 @@ std::string ReplayService::DescribeAddHold() const {
   }
 }
 
-std::string ReplayService::DescribeAddWait(std::deque<DeferredAdd>::const_iterator add) const {
+std::string ReplayService::DescribeAddWait(HeldAdds::ConstIterator add) const {
   switch (HeldBy(add)) {
     case AddHold::kEarlierAdd:
       return "its client's earlier held adds";
@@ -596,7 +543,7 @@ std::string ReplayService::DescribeAddWait(std::deque<DeferredAdd>::const_iterat
       return fmt::format("its columns, the message {} sends after the request", transport_->ClientName(add->client));
     case AddHold::kRowsInFlight:
       return fmt::format("rows it would overwrite, of a sample reply {} has not received yet",
-                         transport_->ClientName(OldestPinnedClient()));
+                         transport_->ClientName(pins_.OldestClient()));
     case AddHold::kRateLimiter:
       return fmt::format("the rate limiter: the actors are ahead of the learners ({})", limiter_.Describe());
     case AddHold::kNone:
@@ -605,17 +552,7 @@ std::string ReplayService::DescribeAddWait(std::deque<DeferredAdd>::const_iterat
   return "its turn";
 }
 
-bool ReplayService::PinHolds(int64_t count) const {
-  if (pinned_replies_.empty()) return false;
-  const int64_t capacity = replay_->capacity();
-  const int64_t first = replay_->next_slot();
-  for (int64_t j = 0; j < count; ++j) {
-    if (pins_[static_cast<size_t>((first + j) % capacity)] != 0) return true;
-  }
-  return false;
-}
-
-// Held adds, then deferred samples, each in arrival order; once one of a
+// Held adds, then waiting samples, each in arrival order; once one of a
 // client's cannot go, its later ones wait behind it (a client's requests of a
 // kind are answered in order). When the rate limiter holds both kinds and
 // neither can go, the oldest add goes anyway (logged once): a buffer too
@@ -623,31 +560,30 @@ bool ReplayService::PinHolds(int64_t count) const {
 void ReplayService::ServeDeferred() {
   ExpireDeadlines();
   bool adds_blocked = false, samples_blocked = false;
-  ServeDeferredAdds(&adds_blocked);
-  ServeDeferredSamples(&samples_blocked);
-  if (!adds_blocked || !samples_blocked || deferred_adds_.empty()) return;
-  const bool limiter_holds_samples = std::any_of(deferred_.begin(), deferred_.end(), [this](const DeferredSample& d) {
+  ServeHeldAdds(&adds_blocked);
+  ServeWaitingSamples(&samples_blocked);
+  if (!adds_blocked || !samples_blocked || held_.empty()) return;
+  const bool limiter_holds_samples = std::any_of(waiting_.begin(), waiting_.end(), [this](const WaitingSample& d) {
     return WaitFor(d) == SampleWait::kRateLimiter;
   });
-  const DeferredAdd& oldest = deferred_adds_.front();
-  if (!limiter_holds_samples || PinHolds(oldest.count) || ColumnsMissing(oldest.client, oldest.awaits_columns())) {
+  const HeldAdds::Iterator oldest = held_.begin();
+  if (!limiter_holds_samples || PinHolds(oldest->count) ||
+      (oldest->awaits_columns() && !held_.ColumnsReady(oldest->client, oldest->ticket))) {
     return;
   }
   if (counters_.limiter_overrides++ == 0) {
     spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
                  "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
                  "now and whenever this recurs",
-                 deferred_adds_.front().count, options_.error_buffer);
+                 oldest->count, options_.error_buffer);
   }
-  ReleaseHeldAdd(deferred_adds_.begin(), Status::Ok());
-  ServeDeferredSamples(&samples_blocked);
+  HeldAdds::Iterator it = held_.begin();
+  ReleaseHeldAdd(&it, Status::Ok());
+  ServeWaitingSamples(&samples_blocked);
 }
 
-std::deque<ReplayService::DeferredAdd>::iterator ReplayService::ReleaseHeldAdd(std::deque<DeferredAdd>::iterator it,
-                                                                               const Status& refusal) {
-  DeferredAdd add = std::move(*it);
-  it = deferred_adds_.erase(it);
-  --deferred_adds_per_client_[add.client];
+void ReplayService::ReleaseHeldAdd(HeldAdds::Iterator* it, const Status& refusal) {
+  HeldAdd add = held_.Take(it);
   Status status = refusal;
   proto::Frame frame;
   proto::AddRequest request;
@@ -656,48 +592,46 @@ std::deque<ReplayService::DeferredAdd>::iterator ReplayService::ReleaseHeldAdd(s
   try {
     if (status.ok()) {
       ApplyAdd(add.client, frame, request,
-               add.columns ? std::optional<std::span<const std::byte>>(*add.columns) : std::nullopt);
+               add.columns ? std::optional<std::span<const std::byte>>(*add.columns) : std::nullopt, add.ticket);
     } else {
-      if (add.awaits_columns()) DropColumns(add.client);
+      if (add.awaits_columns()) held_.Refuse(add.client, add.ticket);
       ReplyError(add.client, add.request_id, status);
     }
   } catch (const std::bad_alloc&) {
     ReplyError(add.client, add.request_id,
                Status::ResourceExhausted("the server ran out of memory storing this add"));
   }
-  if (deferred_adds_per_client_[add.client] == 0 && pending_close_[add.client]) {
-    FinishClose(add.client, *std::exchange(pending_close_[add.client], std::nullopt));
+  if (held_.count(add.client) == 0 && clients_.pending_close(add.client)) {
+    FinishClose(add.client, *clients_.TakePendingClose(add.client));
   }
-  return it;
 }
 
-void ReplayService::ServeDeferredAdds(bool* any_blocked) {
+void ReplayService::ServeHeldAdds(bool* any_blocked) {
   *any_blocked = false;
-  if (deferred_adds_.empty()) return;
-  blocked_.assign(open_.size(), false);
-  for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
+  if (held_.empty()) return;
+  blocked_.assign(static_cast<size_t>(clients_.size()), false);
+  for (auto it = held_.begin(); it != held_.end();) {
     const int client = it->client;
-    if (blocked_[client] || LimiterHolds(it->count) || PinHolds(it->count) ||
-        ColumnsMissing(client, it->awaits_columns())) {
+    if (blocked_[client] || !CanRelease(it)) {
       blocked_[client] = true;
       *any_blocked = true;
       ++it;
       continue;
     }
-    it = ReleaseHeldAdd(it, Status::Ok());
+    ReleaseHeldAdd(&it, Status::Ok());
   }
 }
 
-void ReplayService::ServeDeferredSamples(bool* any_blocked) {
+void ReplayService::ServeWaitingSamples(bool* any_blocked) {
   *any_blocked = false;
-  if (deferred_.empty()) return;
-  blocked_.assign(open_.size(), false);
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
+  if (waiting_.empty()) return;
+  blocked_.assign(static_cast<size_t>(clients_.size()), false);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
     const SampleWait wait = blocked_[it->client] ? SampleWait::kNone : WaitFor(*it);
     // What it waits for can change after the last actor closed (its unread
     // replies read, then the rate limiter's): hopeless is checked each time.
     if (!blocked_[it->client] && Hopeless(wait)) {
-      RefuseHopeless(TakeWaitingSample(&it), wait);
+      RefuseHopeless(waiting_.Take(&it), wait);
       continue;
     }
     if (blocked_[it->client] || wait != SampleWait::kNone) {
@@ -706,64 +640,51 @@ void ReplayService::ServeDeferredSamples(bool* any_blocked) {
       ++it;
       continue;
     }
-    const DeferredSample waiting = TakeWaitingSample(&it);
+    const WaitingSample sample = waiting_.Take(&it);
     try {
-      Serve(waiting);
+      Serve(sample);
     } catch (const std::bad_alloc&) {
-      ReplyError(waiting.client, waiting.request_id,
+      ReplyError(sample.client, sample.request_id,
                  Status::ResourceExhausted("the server ran out of memory serving this sample"));
     }
   }
 }
 
 void ReplayService::ExpireDeadlines() {
-  const Clock::time_point now = Clock::now();
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
+  const Clock::time_point now = Now();
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (it->deadline > now) {
       ++it;
       continue;
     }
     ++counters_.deadlines_exceeded;
-    it = FailWaitingSample(it, Status::DeadlineExceeded(fmt::format(
-                                   "the sample waited {:.3f} s, its timeout, for {}",
-                                   std::chrono::duration<double>(now - it->arrived).count(),
-                                   Describe(WaitFor(*it), it->client))));
+    const std::string why = fmt::format("the sample waited {:.3f} s, its timeout, for {}",
+                                        std::chrono::duration<double>(now - it->arrived).count(),
+                                        Describe(WaitFor(*it), it->client));
+    const WaitingSample expired = waiting_.Take(&it);
+    ReplyError(expired.client, expired.request_id, Status::DeadlineExceeded(why));
   }
-  for (auto it = deferred_adds_.begin(); it != deferred_adds_.end();) {
+  for (auto it = held_.begin(); it != held_.end();) {
     if (it->deadline > now) {
       ++it;
       continue;
     }
     ++counters_.deadlines_exceeded;
-    it = ReleaseHeldAdd(it, Status::DeadlineExceeded(fmt::format(
-                                "the add waited {:.3f} s, its timeout, for {}; nothing of it was stored",
-                                std::chrono::duration<double>(now - it->arrived).count(), DescribeAddWait(it))));
+    const std::string why = fmt::format("the add waited {:.3f} s, its timeout, for {}; nothing of it was stored",
+                                        std::chrono::duration<double>(now - it->arrived).count(), DescribeAddWait(it));
+    ReleaseHeldAdd(&it, Status::DeadlineExceeded(why));
   }
 }
 
 void ReplayService::FailHopelessSamples() {
-  for (auto it = deferred_.begin(); it != deferred_.end();) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
     const SampleWait wait = WaitFor(*it);
     if (!Hopeless(wait)) {
       ++it;
       continue;
     }
-    RefuseHopeless(TakeWaitingSample(&it), wait);
+    RefuseHopeless(waiting_.Take(&it), wait);
   }
-}
-
-ReplayService::DeferredSample ReplayService::TakeWaitingSample(std::deque<DeferredSample>::iterator* it) {
-  DeferredSample sample = std::move(**it);
-  *it = deferred_.erase(*it);
-  --deferred_per_client_[sample.client];
-  return sample;
-}
-
-std::deque<ReplayService::DeferredSample>::iterator ReplayService::FailWaitingSample(
-    std::deque<DeferredSample>::iterator it, const Status& error) {
-  const DeferredSample failed = TakeWaitingSample(&it);
-  ReplyError(failed.client, failed.request_id, error);
-  return it;
 }
 
 void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
@@ -806,151 +727,63 @@ void ReplayService::HandleClose(int client, const proto::Frame& frame) {
   Status status = proto::DecodeMeta(frame, &meta);
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a close request carries no bulk data");
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  if (pending_close_[client]) {
+  if (clients_.pending_close(client)) {
     return ReplyError(client, frame.header.request_id,
                       Status::FailedPrecondition(fmt::format(
                           "this client's close (request {}) waits already, behind its held adds ({})",
-                          *pending_close_[client], DescribeAddHold())));
+                          *clients_.pending_close(client), DescribeAddHold())));
   }
-  if (deferred_adds_per_client_[client] > 0) {
-    pending_close_[client] = frame.header.request_id;  // after its held adds (ServeDeferredAdds)
+  if (held_.count(client) > 0) {
+    clients_.SetPendingClose(client, frame.header.request_id);  // after its held adds (ReleaseHeldAdd)
     return;
   }
   FinishClose(client, frame.header.request_id);
 }
 
 void ReplayService::FinishClose(int client, uint64_t request_id) {
-  if (!open_[client]) return;
-  open_[client] = false;
-  --open_clients_;
-  const ClientRole role = transport_->Role(client);
-  open_actors_ -= role != ClientRole::kLearner;
-  open_learners_ -= role != ClientRole::kActor;
-  std::erase_if(deferred_, [client](const DeferredSample& d) { return d.client == client; });
-  deferred_per_client_[client] = 0;
+  if (!clients_.Close(client, Now())) return;
+  waiting_.ForgetClient(client);
   // Its checkpoint requests not answered yet are answered now: the close
   // reply comes after everything sent before it, and nothing comes after it.
-  const Status closed = Status::FailedPrecondition(
-      "the client closed before the checkpoint it asked for was durable (the checkpoint goes on)");
-  for (auto* waiters : {&checkpoint_waiters_, &next_checkpoint_waiters_}) {
-    std::erase_if(*waiters, [&](const std::pair<int, uint64_t>& waiter) {
-      if (waiter.first == client) ReplyError(client, waiter.second, closed);
-      return waiter.first == client;
-    });
-  }
-  spdlog::debug("{} closed; {} still open", transport_->ClientName(client), open_clients_);
+  checkpoints_.ForgetClient(client, Status::FailedPrecondition("the client closed before the checkpoint it asked "
+                                                               "for was durable (the checkpoint goes on)"));
+  spdlog::debug("{} closed; {} still open", transport_->ClientName(client), clients_.open_clients());
   Reply(client, proto::MessageKind::kCloseReply, request_id, proto::Empty{});
-  if (open_actors_ == 0) FailHopelessSamples();
+  if (clients_.open_actors() == 0) FailHopelessSamples();
 }
 
 void ReplayService::HandleCheckpoint(int client, const proto::Frame& frame) {
   proto::Empty meta;
   Status status = proto::DecodeMeta(frame, &meta);
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a checkpoint request carries no bulk data");
-  if (status.ok() && checkpoints_ == nullptr) {
+  if (status.ok() && !checkpoints_.enabled()) {
     status = Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
   }
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  next_checkpoint_waiters_.emplace_back(client, frame.header.request_id);
-  (void)RequestCheckpoint("asked by " + transport_->ClientName(client));
+  checkpoints_.AddWaiter(client, frame.header.request_id);
+  (void)checkpoints_.Request("asked by " + transport_->ClientName(client));
 }
 
-Status ReplayService::RequestCheckpoint(const std::string& reason) {
-  if (checkpoints_ == nullptr) {
-    return Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
+void ReplayService::TakeSignal() {
+  if (!options_.take_signal || stopping_) return;
+  const int signal = options_.take_signal();
+  if (signal != SIGUSR1 && signal != SIGTERM) return;
+  const bool term = signal == SIGTERM;
+  const Status asked = checkpoints_.Request(term ? "SIGTERM: then the server stops" : "SIGUSR1", /*final=*/term);
+  if (!asked.ok()) {
+    spdlog::warn("{}: {}", term ? "SIGTERM" : "SIGUSR1", asked.message());
+    if (term) StopServing();
   }
-  if (!checkpoint_wanted_) checkpoint_reason_ = reason;
-  checkpoint_wanted_ = true;
-  if (!checkpoints_->active()) BeginCheckpoint();
-  return Status::Ok();
-}
-
-void ReplayService::BeginCheckpoint() {
-  checkpoint_wanted_ = false;
-  checkpoint_waiters_ = std::move(next_checkpoint_waiters_);
-  next_checkpoint_waiters_.clear();
-  CheckpointState state;
-  state.schema = replay_->store().schema().ToString();
-  state.capacity = replay_->capacity();
-  state.alpha = replay_->alpha();
-  state.shard = options_.shard;
-  state.shards = options_.shards;
-  state.replay = replay_->State();
-  state.limiter = limiter_.State();
-  state.episodes = episodes_.carries();
-  const bool final_checkpoint = stop_after_checkpoint_;
-  const Status begun = checkpoints_->Begin(*replay_, std::move(state));
-  if (!begun.ok()) {
-    CheckpointEnded(begun);
-    if (final_checkpoint) StopServing();
-    return;
-  }
-  spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added)", checkpoints_->path(), checkpoint_reason_,
-               replay_->size(), replay_->counters().items_added);
-  // SIGTERM's checkpoint holds what was acknowledged before this Begin:
-  // from now on adds and updates are answered UNAVAILABLE, not acknowledged.
-  if (final_checkpoint) StopServing();
-}
-
-void ReplayService::StepCheckpoint() {
-  if (options_.take_signal && !stopping_) {
-    const int signal = options_.take_signal();
-    if (signal == SIGUSR1 || signal == SIGTERM) {
-      const bool term = signal == SIGTERM;
-      stop_after_checkpoint_ |= term;
-      const Status asked = RequestCheckpoint(term ? "SIGTERM: then the server stops" : "SIGUSR1");
-      if (!asked.ok()) {
-        spdlog::warn("{}: {}", term ? "SIGTERM" : "SIGUSR1", asked.message());
-        if (term) return StopServing();
-      }
-    }
-  }
-  if (checkpoints_ == nullptr) return;
-  // The next checkpoint begins here, between operations: one can end inside
-  // an add (BeforeAdd failed), where a snapshot begun would miss the rows
-  // that add overwrites next, and SIGTERM's, stopping the service, would
-  // empty the held adds being served. After one begun before SIGTERM comes
-  // SIGTERM's own (the first lacks the adds acknowledged since).
-  if (checkpoint_wanted_ && !checkpoints_->active()) BeginCheckpoint();
-  if (!stopping_ && Clock::now() >= next_periodic_checkpoint_) {
-    next_periodic_checkpoint_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::duration<double>(options_.checkpoint_every_seconds));
-    (void)RequestCheckpoint(fmt::format("every {} s", options_.checkpoint_every_seconds));
-  }
-  if (!checkpoints_->active()) return;
-  bool done = false;
-  const Status stepped = checkpoints_->Step(*replay_, options_.checkpoint_slice, &done);
-  if (!stepped.ok()) return CheckpointEnded(stepped);
-  if (done) CheckpointEnded(Status::Ok());
-}
-
-void ReplayService::CheckpointEnded(const Status& error) {
-  if (error.ok()) {
-    spdlog::info("checkpoint: {} is complete: {:.1f} MB in {:.2f} s, the longest pass writing it {:.1f} ms",
-                 checkpoints_->last_path(), checkpoints_->last_bytes() / 1e6,
-                 checkpoints_->last_duration().count() / 1e6, checkpoints_->longest_step().count() / 1e3);
-  } else {
-    spdlog::error("checkpoint: not written: {}; the previous one ({}) is kept", error.ToString(),
-                  checkpoints_->last_path().empty() ? "none" : checkpoints_->last_path());
-  }
-  for (const auto& [client, request_id] : std::exchange(checkpoint_waiters_, {})) {
-    if (error.ok()) {
-      Reply(client, proto::MessageKind::kCheckpointReply, request_id,
-            proto::CheckpointReply{checkpoints_->last_path()});
-    } else {
-      ReplyError(client, request_id, error);
-    }
-  }
-  // StepCheckpoint begins the next, if one is wanted.
 }
 
 Status ReplayService::StoppedError() const {
+  const CheckpointWriter* writer = checkpoints_.writer();
   std::string where;
-  if (WritingFinalCheckpoint()) {
+  if (checkpoints_.writing_final()) {
     where = "; its final checkpoint, holding everything acknowledged before this, is being written to " +
-            checkpoints_->path();
-  } else if (checkpoints_ != nullptr && !checkpoints_->last_path().empty()) {
-    where = "; its last checkpoint: " + checkpoints_->last_path();
+            writer->path();
+  } else if (writer != nullptr && !writer->last_path().empty()) {
+    where = "; its last checkpoint: " + writer->last_path();
   }
   return Status::Unavailable("the server has stopped serving (SIGTERM)" + where);
 }
@@ -958,33 +791,27 @@ Status ReplayService::StoppedError() const {
 void ReplayService::StopServing() {
   if (stopping_) return;
   stopping_ = true;
-  checkpoint_wanted_ = false;  // its waiters are answered below
-  stop_deadline_ = Clock::now() + kStopGrace;
+  stop_deadline_ = Now() + kStopGrace;
   const Status stopping = StoppedError();
-  for (const DeferredSample& waiting : std::exchange(deferred_, {})) {
-    ReplyError(waiting.client, waiting.request_id, stopping);
+  for (const WaitingSample& waiting : waiting_.TakeAll()) ReplyError(waiting.client, waiting.request_id, stopping);
+  // The columns still to come of the held adds are dropped as they come.
+  for (const HeldAdd& held : held_.TakeAll()) ReplyError(held.client, held.request_id, stopping);
+  checkpoints_.Stop(stopping);
+  for (int client = 0; client < clients_.size(); ++client) {
+    if (const std::optional<uint64_t> close = clients_.TakePendingClose(client)) FinishClose(client, *close);
   }
-  for (const DeferredAdd& held : std::exchange(deferred_adds_, {})) ReplyError(held.client, held.request_id, stopping);
-  for (const auto& [client, request_id] : std::exchange(next_checkpoint_waiters_, {})) {
-    ReplyError(client, request_id, stopping);
-  }
-  for (int& count : deferred_per_client_) count = 0;
-  for (int& count : deferred_adds_per_client_) count = 0;
-  for (int client = 0; client < static_cast<int>(pending_close_.size()); ++client) {
-    if (pending_close_[client]) FinishClose(client, *std::exchange(pending_close_[client], std::nullopt));
-  }
+  const CheckpointWriter* writer = checkpoints_.writer();
   spdlog::info("SIGTERM: no longer serving; every request is answered UNAVAILABLE until the {} open clients "
                "close, or for {} s{}",
-               open_clients_, kStopGrace.count(),
-               checkpoints_ != nullptr && (checkpoints_->active() || !checkpoints_->last_path().empty())
+               clients_.open_clients(), kStopGrace.count(),
+               writer != nullptr && (writer->active() || !writer->last_path().empty())
                    ? "; restore with --restore " + options_.checkpoint_dir
                    : "");
   // A launcher kills this rank a fixed time after SIGTERM (docs/checkpoints.md):
   // which checkpoint a restore takes if the final one is cut short.
-  if (WritingFinalCheckpoint()) {
-    spdlog::info("SIGTERM: if this rank is killed before {} is complete, --restore takes {}", checkpoints_->path(),
-                 checkpoints_->last_path().empty() ? "nothing (no checkpoint is complete yet)"
-                                                   : checkpoints_->last_path());
+  if (checkpoints_.writing_final()) {
+    spdlog::info("SIGTERM: if this rank is killed before {} is complete, --restore takes {}", writer->path(),
+                 writer->last_path().empty() ? "nothing (no checkpoint is complete yet)" : writer->last_path());
   }
 }
 
@@ -1017,90 +844,36 @@ void ReplayService::ReplyDropped(int client, uint64_t request_id, const Status& 
                 sent.ToString());
 }
 
-std::string ReplayService::Summary() const {
-  const replay::ReplayCounters& r = replay_->counters();
-  std::string summary = fmt::format(
-      "size {} of {}, {} items in, {} sampled, {} priorities updated, {} stale updates dropped, "
-      "{} bad priorities dropped, {} requests ({} add, {} sample, {} update), {} errors, {} replies dropped, "
-      "{} deadlines exceeded",
-      replay_->size(), replay_->capacity(), r.items_added, r.items_sampled, r.priorities_updated,
-      r.stale_updates_dropped, r.priorities_dropped, counters_.messages, counters_.add_requests,
-      counters_.sample_requests, counters_.update_requests, counters_.errors, counters_.replies_dropped,
-      counters_.deadlines_exceeded);
-  if (limiter_.enabled()) {
-    summary += fmt::format("; rate limiter {}, {} adds held, {} let through", limiter_.Describe(),
-                           counters_.deferred_adds, counters_.limiter_overrides);
-  }
-  if (counters_.zero_copy_replies > 0) {
-    summary += fmt::format("; {} sample replies sent from the store, {} adds waited for their rows",
-                           counters_.zero_copy_replies, counters_.pinned_adds);
-  }
-  return summary;
-}
-
 std::string ReplayService::DescribeClients() const {
-  const Clock::time_point now = Clock::now();
-  int actors = 0, learners = 0, unknown = 0;
-  std::vector<std::string> silent;
-  const double silent_after = std::max(1.0, options_.stats_interval_seconds);
-  for (int client = 0; client < static_cast<int>(open_.size()); ++client) {
-    if (!open_[client]) continue;
-    const ClientRole role = transport_->Role(client);
-    actors += role == ClientRole::kActor;
-    learners += role == ClientRole::kLearner;
-    unknown += role == ClientRole::kUnknown;
-    const double quiet = std::chrono::duration<double>(now - last_heard_[client]).count();
-    if (quiet > silent_after) {
-      const char* name = role == ClientRole::kActor ? "actor" : role == ClientRole::kLearner ? "learner" : "client";
-      silent.push_back(fmt::format("{} ({}) {:.0f} s", transport_->ClientName(client), name, quiet));
-    }
-  }
-  std::string text = fmt::format("open {} actors, {} learners", actors, learners);
-  if (unknown > 0) text += fmt::format(", {} others", unknown);
-  if (!deferred_.empty()) {
-    const DeferredSample& oldest = deferred_.front();
-    text += fmt::format(" | waiting samples {} (oldest {:.1f} s, for {})", deferred_.size(),
+  const Clock::time_point now = Now();
+  std::string text = clients_.DescribeOpen(now);
+  if (!waiting_.empty()) {
+    const WaitingSample& oldest = waiting_.front();
+    text += fmt::format(" | waiting samples {} (oldest {:.1f} s, for {})", waiting_.size(),
                         std::chrono::duration<double>(now - oldest.arrived).count(),
                         Describe(WaitFor(oldest), oldest.client));
   } else {
     text += " | waiting samples 0";
   }
-  if (!deferred_adds_.empty()) {
-    text += fmt::format(" | held adds {} (oldest {:.1f} s: {})", deferred_adds_.size(),
-                        std::chrono::duration<double>(now - deferred_adds_.front().arrived).count(),
-                        DescribeAddHold());
+  if (!held_.empty()) {
+    text += fmt::format(" | held adds {} (oldest {:.1f} s: {})", held_.size(),
+                        std::chrono::duration<double>(now - held_.front().arrived).count(), DescribeAddHold());
   }
   if (limiter_.enabled()) text += " | rate limiter " + limiter_.Describe();
-  if (!silent.empty()) {
-    constexpr size_t kShown = 8;
-    text += " | silent:";
-    for (size_t i = 0; i < std::min(silent.size(), kShown); ++i) text += (i == 0 ? " " : ", ") + silent[i];
-    if (silent.size() > kShown) text += fmt::format(" and {} more", silent.size() - kShown);
-  }
+  text += clients_.DescribeSilent(now, std::max(1.0, options_.stats_interval_seconds),
+                                  [this](int client) { return transport_->ClientName(client); });
   return text;
 }
 
 void ReplayService::MaybeLogStats() {
-  if (options_.stats_interval_seconds <= 0) return;
-  const double seconds = std::chrono::duration<double>(Clock::now() - stats_since_).count();
-  if (seconds < options_.stats_interval_seconds) return;
-  const replay::ReplayCounters& r = replay_->counters();
-  spdlog::info("size {} | in {:.0f} items/s | sampled {:.0f} items/s | updated {:.0f}/s | stale dropped {} | "
-               "bad priorities dropped {} | errors {} | rss {} MiB | {}",
-               replay_->size(), (r.items_added - replay_at_last_stats_.items_added) / seconds,
-               (r.items_sampled - replay_at_last_stats_.items_sampled) / seconds,
-               (r.priorities_updated - replay_at_last_stats_.priorities_updated) / seconds,
-               r.stale_updates_dropped - replay_at_last_stats_.stale_updates_dropped,
-               r.priorities_dropped - replay_at_last_stats_.priorities_dropped,
-               counters_.errors - service_at_last_stats_.errors, ResidentBytes() >> 20, DescribeClients());
+  const Clock::time_point now = Now();
+  if (!stats_.Due(now)) return;
+  spdlog::info("{} | {}", stats_.Take(*replay_, counters_, now), DescribeClients());
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();
     spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,
                  e.max_return, e.mean_length);
   }
-  replay_at_last_stats_ = r;
-  service_at_last_stats_ = counters_;
-  stats_since_ = Clock::now();
 }
 
 }  // namespace perserve::service

@@ -369,15 +369,14 @@ TEST_F(ColumnsApartTest, AClientsCloseWaitsBehindAnAddWaitingForItsColumnsAndASe
   Reply(kActor, MessageKind::kCloseReply, 2);
 }
 
-// Issue 24, found by the simulation (seed 3, before it avoided this): an add
-// apart refused on arrival (here one more than --max-deferred-adds; a bad
-// count does the same) while an earlier add apart of its client waits for its
-// columns marks "the next columns to come" for dropping, but the earlier
-// add's come first: they are dropped, and the held add takes the refused
-// add's, of the same size here: stored under the wrong keys. Disabled until
-// the held adds' owner keeps the columns each client owes in one queue, in its
-// order (the service's split, issue 24's first deliverable).
-TEST_F(ColumnsApartTest, DISABLED_ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds) {
+// Issue 24, found by the simulation (seed 3): an add apart refused on
+// arrival (here one more than --max-deferred-adds; a bad count does the
+// same) while an earlier add apart of its client waits for its columns
+// marked "the next columns to come" for dropping, but the earlier add's come
+// first: they were dropped, and the held add took the refused add's, of the
+// same size here: stored under the wrong keys. HeldAdds keeps the columns
+// each client owes in one ledger, in its order.
+TEST_F(ColumnsApartTest, ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds) {
   ServiceOptions options = Options(1);
   options.max_deferred_adds = 1;
   Start(2, kCapacity, RowSchema(), options, {ClientRole::kActor, ClientRole::kLearner});

@@ -92,6 +92,7 @@ void ReferenceModel::Sent(int client, uint64_t request_id, Request request) {
   const bool sample = request.kind == Kind::kSample || request.kind == Kind::kShardSample;
   request.waiting_before = sample ? Unanswered(client, Kind::kSample) + Unanswered(client, Kind::kShardSample)
                                   : Unanswered(client, request.kind);
+  request.sent_at = now_;
   const bool fresh = ledgers_[client].requests.emplace(request_id, std::move(request)).second;
   Expect(fresh, fmt::format("client {} sent request {} twice (a bug of the simulator)", client, request_id));
 }
@@ -100,13 +101,6 @@ int64_t ReferenceModel::Unanswered(int client, Kind kind) const {
   int64_t count = 0;
   for (const auto& [id, request] : ledgers_[client].requests) count += request.kind == kind;
   return count;
-}
-
-int64_t ReferenceModel::unanswered_adds_apart(int client) const {
-  int64_t adds = 0;
-  for (const auto& [id, request] : ledgers_[client].requests)
-    adds += request.kind == Kind::kAdd && request.columns_apart;
-  return adds;
 }
 
 std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::byte> bytes, uint64_t next_key) {
@@ -184,10 +178,20 @@ std::vector<uint64_t> ReferenceModel::Received(int client, std::span<const std::
   return {};
 }
 
+void ReferenceModel::WithTimeout(int client, uint64_t request_id, double seconds) {
+  const auto found = ledgers_[client].requests.find(request_id);
+  Expect(found != ledgers_[client].requests.end(), "a timeout for a request never sent (a bug of the simulator)");
+  found->second.timeout_seconds = seconds;
+}
+
 void ReferenceModel::CheckError(int client, uint64_t request_id, const Request& request,
                                 const proto::ErrorReply& error) const {
   const int32_t code = error.code;
   bool allowed = terminated_ && Is(code, Code::kUnavailable);
+  // A request past its timeout, held or waiting (an add, a sample), may end so; never one sooner.
+  const double waited = std::chrono::duration<double>(now_ - request.sent_at).count();
+  allowed |= request.timeout_seconds > 0 && waited >= request.timeout_seconds && Is(code, Code::kDeadlineExceeded) &&
+             (request.kind == Kind::kAdd || request.kind == Kind::kSample || request.kind == Kind::kShardSample);
   switch (request.kind) {
     case Kind::kAdd:  // too many held (at most its unanswered ones), or malformed
       allowed |= (request.waiting_before >= config_.options.max_deferred_adds && Is(code, Code::kResourceExhausted)) ||

@@ -17,6 +17,7 @@
 // A violation throws SimulationFailure with what broke.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -53,6 +54,11 @@ class ReferenceModel {
   void SentCheckpoint(int client, uint64_t request_id);
   // After this, UNAVAILABLE is an answer any request may get.
   void SentTerminate() { terminated_ = true; }
+  // The request `client` just sent carries a timeout: past it (on the
+  // simulation's clock) DEADLINE_EXCEEDED is an answer it may get.
+  void WithTimeout(int client, uint64_t request_id, double seconds);
+  // The simulation's clock, which the service's deadlines run on.
+  void SetNow(std::chrono::steady_clock::time_point now) { now_ = now; }
 
   // A reply `client` received. Returns the keys of a sample reply (for the
   // learner's updates), else nothing.
@@ -65,7 +71,6 @@ class ReferenceModel {
   bool closed(int client) const { return ledgers_[client].closed; }
   int64_t unanswered(int client) const { return static_cast<int64_t>(ledgers_[client].requests.size()); }
   int64_t unanswered_adds(int client) const { return Unanswered(client, Kind::kAdd); }
-  int64_t unanswered_adds_apart(int client) const;
 
   // After every step: the replay within its capacity, its tree finite, keys
   // issued no fewer than acknowledged.
@@ -87,6 +92,8 @@ class ReferenceModel {
     bool never_issued = false;
     bool columns_apart = false;  // an add's
     int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
+    std::chrono::steady_clock::time_point sent_at{};
+    double timeout_seconds = 0.0;  // 0: none
   };
   struct Ledger {
     std::map<uint64_t, Request> requests;  // unanswered, by request id
@@ -120,6 +127,7 @@ class ReferenceModel {
   std::multimap<uint64_t, int64_t> sampled_early_;  // observed before their add's acknowledgement came
   int64_t items_acknowledged_ = 0;
   bool terminated_ = false;
+  std::chrono::steady_clock::time_point now_{};
 };
 
 }  // namespace perserve::service::simulation

@@ -75,24 +75,16 @@ void SimulatedClients::Add(int client) {
   if (model_.unanswered_adds(client) >= config_.max_adds_in_flight) return;  // back-pressure
   proto::AddRequest request{random_.Pick(1, std::min<int64_t>(12, config_.capacity)), random_.Chance(0.5)};
   request.columns_follow = random_.Chance(0.4);
-  if (random_.Chance(0.1)) request.timeout_seconds = 3600;  // a deadline the run never reaches
+  if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
   // Now and then an add the server must refuse whole.
   enum class Flaw { kNone, kBadPriority, kColumnsSize, kTooMany };
   Flaw flaw = random_.Chance(0.05) ? static_cast<Flaw>(random_.Pick(1, 3)) : Flaw::kNone;
   if (flaw == Flaw::kColumnsSize && !request.columns_follow) flaw = Flaw::kTooMany;
-  // Issue 24, found by seed 3 (not fixed: replay_service.cc is being split):
-  // an add apart refused on arrival (too many held, or a bad count) while an
-  // earlier add apart of its client still waits for its columns marks "the
-  // next columns to come" for dropping, and the next to come are the earlier
-  // add's: they are dropped, and that add takes a later add's columns (of
-  // another size: refused; of the same size: stored under the wrong keys).
-  // Until it is fixed, such an add goes with its columns in the request.
-  const bool may_be_refused_on_arrival =
-      model_.unanswered_adds(client) >= config_.options.max_deferred_adds || flaw == Flaw::kTooMany;
-  if (request.columns_follow && may_be_refused_on_arrival && model_.unanswered_adds_apart(client) > 0) {
-    request.columns_follow = false;
-    if (flaw == Flaw::kColumnsSize) flaw = Flaw::kTooMany;
-  }
+  // Issue 24, found by seed 3: an add apart refused on arrival (too many
+  // held, or a bad count) while an earlier add apart of its client still
+  // waited for its columns dropped the earlier add's columns, and that add
+  // took the refused add's. Such adds are sent as any other since the fix
+  // (HeldAdds' ledger).
   if (flaw == Flaw::kTooMany) request.count = config_.capacity + 1;
   const int64_t count = request.count;
   std::vector<double> priorities;
@@ -107,8 +99,10 @@ void SimulatedClients::Add(int client) {
   const std::vector<std::byte> columns = EncodeColumns(client, state.next_item, columns_count, config_.pad_bytes);
   const uint64_t id = state.next_request_id++;
   model_.SentAdd(client, id, state.next_item, count, valid, request.columns_follow);
-  random_.Trace("client {} request {}: add of {} items from item {}{}{}{}", client, id, count, state.next_item,
+  if (request.timeout_seconds > 0) model_.WithTimeout(client, id, request.timeout_seconds);
+  random_.Trace("client {} request {}: add of {} items from item {}{}{}{}{}", client, id, count, state.next_item,
                 request.has_priorities ? ", priorities" : "", request.columns_follow ? ", columns apart" : "",
+                request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
                 valid ? "" : " (to be refused)");
   if (valid) state.next_item += count;
   const auto priority_bytes = std::as_bytes(std::span(priorities));
@@ -120,13 +114,21 @@ void SimulatedClients::Add(int client) {
   }
 }
 
+double SimulatedClients::Timeout() {
+  // Half fire within a run (the service's clock is the simulation's: 1 ms a
+  // step), half never do.
+  return later_random_.Chance(0.5) ? later_random_.Uniform(0.001, 0.1) : 3600.0;
+}
+
 void SimulatedClients::Sample(int client) {
   if (model_.unanswered(client) >= config_.max_requests_waiting) return;
   const uint64_t id = clients_[client].next_request_id++;
   proto::SampleRequest request{random_.Pick(1, 16), random_.Uniform(0.0, 1.0)};
-  if (random_.Chance(0.1)) request.timeout_seconds = 3600;
+  if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
   model_.SentSample(client, id, request.beta, replay_.next_key());
-  random_.Trace("client {} request {}: sample of {} (beta {})", client, id, request.batch_size, request.beta);
+  if (request.timeout_seconds > 0) model_.WithTimeout(client, id, request.timeout_seconds);
+  random_.Trace("client {} request {}: sample of {} (beta {}{})", client, id, request.batch_size, request.beta,
+                request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "");
   Push(client, Frame(MessageKind::kSampleRequest, id, request));
 }
 

@@ -56,6 +56,8 @@ class SimulatedClients {
   };
 
   void Add(int client);
+  // A request's timeout: one that fires within the run, or one that never does.
+  double Timeout();
   void Sample(int client);
   void ShardSample(int client);
   void Update(int client);

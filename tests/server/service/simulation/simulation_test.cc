@@ -50,7 +50,8 @@ TEST_F(SimulationTest, OneSeed) {
   if (!only_seed_) GTEST_SKIP() << "set PERSERVE_SIM_SEED to run one seed";
   const SimulationResult result = RunSimulation(*only_seed_);
   std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, " << result.replies
-            << " replies, fingerprint " << std::hex << result.fingerprint << std::dec << "\n";
+            << " replies, " << result.deadlines_exceeded << " ended at their timeout, fingerprint " << std::hex
+            << result.fingerprint << std::dec << "\n";
   EXPECT_TRUE(result.passed) << "seed " << *only_seed_ << " failed " << result.failure;
 }
 
@@ -59,17 +60,18 @@ TEST_F(SimulationTest, ManySeeds) {
   const uint64_t first = SeedFromEnvironment("PERSERVE_SIM_FIRST_SEED").value_or(1);
   const uint64_t seeds = SeedFromEnvironment("PERSERVE_SIM_SEEDS").value_or(kSeedsInCi);
   const auto start = std::chrono::steady_clock::now();
-  int64_t steps = 0, failed = 0, ran = 0;
+  int64_t steps = 0, failed = 0, ran = 0, deadlines = 0;
   for (uint64_t seed = first; seed < first + seeds && failed < 5; ++seed, ++ran) {
     const SimulationResult result = RunSimulation(seed);
     steps += result.steps;
+    deadlines += result.deadlines_exceeded;
     if (!result.passed) ++failed;
     EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
                                << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << ran << " seeds from " << first << " in " << seconds << " s: " << ran / seconds << " seeds/s, "
-            << steps / seconds << " steps/s\n";
+            << steps / seconds << " steps/s; " << deadlines << " requests ended at their timeout\n";
 }
 
 // Seeds that once failed, each with what it found. Features added since draw
@@ -79,8 +81,7 @@ TEST_F(SimulationTest, ManySeeds) {
 TEST_F(SimulationTest, RegressionSeeds) {
   if (only_seed_) GTEST_SKIP() << "PERSERVE_SIM_SEED runs one seed";
   // An add apart refused on arrival took the columns of an earlier held add
-  // (not fixed yet: the simulation avoids it, see SimulatedClients::Add;
-  // ColumnsApartTest.DISABLED_ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds).
+  // (fixed by HeldAdds' ledger; ColumnsApartTest.ARefusedAddApartDropsItsOwnColumnsNotAnEarlierHeldAdds).
   ExpectPasses(3);
   // A checkpoint request answered after its client's close reply (also seed
   // 71, before shard samples joined): FinishClose now answers it first

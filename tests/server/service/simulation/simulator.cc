@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -92,6 +93,9 @@ class Simulator {
   std::unique_ptr<ReplayService> service_;
   replay::ReplayOptions replay_options_;
   int pending_signal_ = 0;
+  // The service's clock: deadlines and SIGTERM's grace fire at the same step of every run.
+  static constexpr std::chrono::milliseconds kStepTime{1};
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   bool terminated_ = false;
   int64_t file_limit_ = -1;  // bytes a file may grow to during a spell of faults; < 0: none
   std::optional<Snapshot> snapshot_;
@@ -113,6 +117,7 @@ SimulationResult Simulator::Run() {
     }
     CheckEnd();
     result_.replies = clients_->replies();
+    result_.deadlines_exceeded = service_->counters().deadlines_exceeded;
     result_.fingerprint = clients_->fingerprint();
   } catch (const SimulationFailure& failure) {
     result_.passed = false;
@@ -143,6 +148,8 @@ void Simulator::Start() {
     options.checkpoint_dir = dir_.string();
   }
   options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
+  options.clock = [this] { return now_; };
+  model_.SetNow(now_);
   // The roles first: the service counts them when it is made.
   clients_ =
       std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &model_, transport_.get(), replay_.get());
@@ -222,6 +229,8 @@ void Simulator::Step() {
     if (service_->checkpoints() != nullptr) service_->checkpoints()->AwaitFinish();
   });
   ++result_.steps;
+  now_ += kStepTime;
+  model_.SetNow(now_);
   random_.Stepped();
   if (random_.tracing()) random_.Trace("stepped: next key {}, {}", replay_->next_key(), service_->DescribeClients());
   model_.CheckReplay(*replay_);

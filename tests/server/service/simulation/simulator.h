@@ -8,8 +8,9 @@
 // and the replay after every step; once the clients stop working and close,
 // the service must reach done() within a bound of steps.
 //
-// Nothing but the seed's std::mt19937_64 decides anything: requests carry no
-// timeouts that could fire (only ones far beyond any run), checkpoints write
+// Nothing but the seed's std::mt19937_64 decides anything: the service's
+// clock is the simulation's (1 ms a step), so requests' timeouts fire at the
+// same step of every run; checkpoints write
 // one slice a pass (ServiceOptions::checkpoint_slice 0) and their helper
 // thread is awaited before the next step (CheckpointWriter::AwaitFinish), no
 // stats lines. So a seed's run is the same every time: RerunCommand(seed)
@@ -28,6 +29,7 @@ struct SimulationResult {
   int64_t steps = 0;         // calls of ReplayService::Step
   int64_t replies = 0;       // replies the clients received
   uint64_t fingerprint = 0;  // of every reply received, in order: equal runs, equal fingerprints
+  int64_t deadlines_exceeded = 0;  // requests the service ended at their timeout
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.

@@ -1,0 +1,42 @@
+#include "service/row_pins.h"
+
+#include <algorithm>
+
+namespace perserve::service {
+
+void RowPins::Pin(uint64_t token, int client, std::span<const int64_t> slots, std::span<const char> copied) {
+  if (counts_.empty()) counts_.assign(static_cast<size_t>(capacity_), 0);
+  Reply reply{client, {}};
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (copied[i]) continue;
+    ++counts_[static_cast<size_t>(slots[i])];
+    reply.slots.push_back(slots[i]);
+  }
+  replies_.emplace(token, std::move(reply));
+}
+
+void RowPins::Release(std::span<const uint64_t> tokens) {
+  for (const uint64_t token : tokens) {
+    const auto found = replies_.find(token);
+    if (found == replies_.end()) continue;
+    for (const int64_t slot : found->second.slots) --counts_[static_cast<size_t>(slot)];
+    replies_.erase(found);
+  }
+}
+
+bool RowPins::Holds(int64_t first_slot, int64_t count) const {
+  if (replies_.empty()) return false;
+  for (int64_t j = 0; j < count; ++j) {
+    if (counts_[static_cast<size_t>((first_slot + j) % capacity_)] != 0) return true;
+  }
+  return false;
+}
+
+int RowPins::OldestClient() const {
+  if (replies_.empty()) return 0;
+  return std::min_element(replies_.begin(), replies_.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; })
+      ->second.client;
+}
+
+}  // namespace perserve::service
