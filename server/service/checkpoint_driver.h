@@ -50,6 +50,8 @@ class CheckpointDriver {
   bool active() const { return writer_ != nullptr && writer_->active(); }
   // SIGTERM's checkpoint is being written.
   bool writing_final() const { return final_began_ && active(); }
+  // SIGTERM's checkpoint is wanted (after the one being written) or being written.
+  bool final_unfinished() const { return final_wanted_ || writing_final(); }
 
   // Asks for a checkpoint (`reason` goes to the log): it begins now unless one
   // is being written. `final`: SIGTERM's, after which the service stops

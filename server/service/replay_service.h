@@ -140,9 +140,10 @@ class ReplayService {
 
   // Every client has closed, or after SIGTERM they have had their grace
   // period (kStopGrace) to see UNAVAILABLE and close; never while the final
-  // checkpoint SIGTERM asked for is being written.
+  // checkpoint SIGTERM asked for is being written, or waits for the one
+  // being written to end.
   bool done() const {
-    return !checkpoints_.writing_final() &&
+    return !checkpoints_.final_unfinished() &&
            (clients_.open_clients() == 0 || (stopping_ && Now() >= stop_deadline_));
   }
   // After a restore: the rate limiter's and the episodes' saved state.

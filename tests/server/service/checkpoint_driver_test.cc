@@ -95,11 +95,13 @@ TEST_F(CheckpointDriverTest, SigtermsCheckpointBeginsAfterTheOneBeingWrittenAndS
   ASSERT_TRUE(driver_->Request("SIGTERM", /*final=*/true).ok());
   EXPECT_EQ(final_begun_, 0) << "one is being written: SIGTERM's comes after it";
   EXPECT_FALSE(driver_->writing_final());
+  EXPECT_TRUE(driver_->final_unfinished()) << "the service must not end before it is written";
   StepUntil([this] { return final_begun_ > 0; }, /*stopping=*/true);
   EXPECT_EQ(final_begun_, 1);
   EXPECT_TRUE(driver_->writing_final());
   StepUntilIdle();
   EXPECT_FALSE(driver_->writing_final());
+  EXPECT_FALSE(driver_->final_unfinished());
 }
 
 TEST_F(CheckpointDriverTest, StoppingAnswersTheWaitersOfANextCheckpointAndWantsNoMore) {

@@ -136,5 +136,41 @@ TEST_F(CheckpointSignalTest, ACheckpointBeingWrittenWhenSigtermComesIsFollowedBy
       << "the server stopped after the checkpoint begun before SIGTERM, which lacks the adds acknowledged since";
 }
 
+// SIGTERM while a checkpoint is written, and every client closes before that
+// one ends: the service goes on until SIGTERM's own checkpoint is complete
+// (it ended with neither: done() looked only at a final one being written).
+TEST_F(CheckpointSignalTest, TheLastClientsCloseDoesNotEndTheServiceBeforeSigtermsCheckpoint) {
+  ServiceOptions options;
+  options.stats_interval_seconds = 0.0;
+  options.checkpoint_dir = dir_.string();
+  options.checkpoint_slice = std::chrono::microseconds(1);
+  options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
+  replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+  LoopbackTransport transport(kActors);
+  ReplayService service(replay_.get(), &transport, options);
+  bool refused[kActors] = {};
+  int64_t acknowledged = 0;
+  for (uint64_t request = 1; request <= 20; ++request) {
+    for (int actor = 0; actor < kActors; ++actor) transport.Push(actor, AddFrame(request));
+    bool handled = false;
+    ASSERT_TRUE(service.Step(&handled).ok());
+  }
+  ASSERT_TRUE(service.RequestCheckpoint("test").ok());
+  pending_signal_ = SIGTERM;
+  for (int actor = 0; actor < kActors; ++actor) {
+    transport.Push(actor, service_test::Frame(MessageKind::kCloseRequest, 21, proto::Empty{}));
+  }
+  bool handled = false;
+  ASSERT_TRUE(service.Step(&handled).ok());
+  ASSERT_TRUE(service.checkpoints()->active()) << "the asked checkpoint ended too soon for this test";
+  for (int actor = 0; actor < kActors; ++actor) acknowledged += TakeReplies(transport, actor, &refused[actor]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!service.done() && std::chrono::steady_clock::now() < deadline) ASSERT_TRUE(service.Step(&handled).ok());
+  EXPECT_FALSE(service.checkpoints()->active());
+  EXPECT_EQ(service.checkpoints()->last_path(), (dir_ / "shard-0-of-1" / "checkpoint-000001").string())
+      << "SIGTERM's checkpoint, after the one asked for, was never written";
+  EXPECT_EQ(RestoredItemsAdded(), static_cast<uint64_t>(acknowledged));
+}
+
 }  // namespace
 }  // namespace perserve::service
