@@ -29,8 +29,9 @@ env = dict(os.environ, OMPI_MCA_odls_base_sigkill_timeout=str(GRACE))
 # The sanitized build's ASan runtime goes to the ranks only: preloaded into
 # mpirun it catches Open MPI's own use-after-free on an abort path (in
 # pmix_server_log_fn) and ends mpirun, and the ranks with it, mid-checkpoint.
+# (`env` in front of python: mpirun's own -x did not reach the exec in time.)
 preload = env.pop("LD_PRELOAD", None)
-to_ranks = ["-x", f"LD_PRELOAD={preload}"] if preload else []
+python_rank = ["env", f"LD_PRELOAD={preload}", python] if preload else [python]
 large = ["--column", "id:int64", "--column", "obs:uint8:100000", "--capacity", "4000", "--min-size-to-sample", "100",
          "--stats-interval", "0"]
 
@@ -39,8 +40,8 @@ def run(name, stop, wrapper=()):
     """A job of two actors and a learner, ended by `stop` (a signal to mpirun,
     or None: `wrapper` ends it); then its checkpoint directory is checked and restored."""
     checkpoints = os.path.join(work, name.split()[0].lower())
-    job = Job([*wrapper, mpiexec, *to_ranks, "-np", "1", server, *large, "--checkpoint-dir", checkpoints, ":",
-               "-np", "3", python, "-m", "mpi4py", client, "term", "1"], env=env)
+    job = Job([*wrapper, mpiexec, "-np", "1", server, *large, "--checkpoint-dir", checkpoints, ":",
+               "-np", "3", *python_rank, "-m", "mpi4py", client, "term", "1"], env=env)
     started = time.monotonic()
     serving = job.wait_for(r"serving 3 clients", 120)
     print(f"== {name}: serving {time.monotonic() - started:.1f} s after mpirun started")
@@ -61,8 +62,8 @@ def run(name, stop, wrapper=()):
     if not (serving and added):
         failures.append(f"{name}: the job did not serve, or wrote no SIGTERM checkpoint:\n{out}")
         return
-    restore = Job([mpiexec, *to_ranks, "-np", "1", server, *large, "--restore", checkpoints, ":",
-                   "-np", "3", python, "-m", "mpi4py", client, "read", "1", added.group(1)], env=env)
+    restore = Job([mpiexec, "-np", "1", server, *large, "--restore", checkpoints, ":",
+                   "-np", "3", *python_rank, "-m", "mpi4py", client, "read", "1", added.group(1)], env=env)
     rc, out = restore.finish(120)
     expect(f"{name}: its checkpoint restores", out, rf"learner: restored {added.group(1)} items", code=0, rc=rc)
 
