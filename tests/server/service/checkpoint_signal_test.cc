@@ -34,12 +34,7 @@ class CheckpointSignalTest : public CheckpointTest {
   // (after a checkpoint asked for at `asked_pass`, if >= 0). Each actor stops
   // adding at its first UNAVAILABLE and closes. Returns the items acknowledged.
   int64_t RunUntilStopped(int asked_pass, int signal_pass) {
-    ServiceOptions options;
-    options.stats_interval_seconds = 0.0;
-    options.checkpoint_dir = dir_.string();
-    options.checkpoint_slice = std::chrono::microseconds(1);
-    options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
-    replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+    const ServiceOptions options = Options();  // makes replay_ first
     LoopbackTransport transport(kActors);
     ReplayService service(replay_.get(), &transport, options);
 
@@ -73,6 +68,18 @@ class CheckpointSignalTest : public CheckpointTest {
     }
     EXPECT_FALSE(service.checkpoints()->active());
     return acknowledged;
+  }
+
+  // Checkpoints under dir_ written a row or so a pass, signals from
+  // pending_signal_; and a fresh replay_ to serve.
+  ServiceOptions Options() {
+    ServiceOptions options;
+    options.stats_interval_seconds = 0.0;
+    options.checkpoint_dir = dir_.string();
+    options.checkpoint_slice = std::chrono::microseconds(1);
+    options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
+    replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+    return options;
   }
 
   // An add of kBatch items; their columns are zeros (the count is what is checked).
@@ -140,12 +147,7 @@ TEST_F(CheckpointSignalTest, ACheckpointBeingWrittenWhenSigtermComesIsFollowedBy
 // one ends: the service goes on until SIGTERM's own checkpoint is complete
 // (it ended with neither: done() looked only at a final one being written).
 TEST_F(CheckpointSignalTest, TheLastClientsCloseDoesNotEndTheServiceBeforeSigtermsCheckpoint) {
-  ServiceOptions options;
-  options.stats_interval_seconds = 0.0;
-  options.checkpoint_dir = dir_.string();
-  options.checkpoint_slice = std::chrono::microseconds(1);
-  options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
-  replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+  const ServiceOptions options = Options();  // makes replay_ first
   LoopbackTransport transport(kActors);
   ReplayService service(replay_.get(), &transport, options);
   bool refused[kActors] = {};
