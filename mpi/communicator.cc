@@ -14,26 +14,39 @@ Status Check(int code, const char* what) {
 
 Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatype type,
                       const StopWaiting& stop_waiting, std::vector<std::byte>* owner) {
-  if (!stop_waiting) return Check(MPI_Mrecv(buffer, count, type, message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  if (stop_waiting.empty()) return Check(MPI_Mrecv(buffer, count, type, message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  const auto is_paused = [&stop_waiting] { return stop_waiting.paused && stop_waiting.paused(); };
+  // Paused already: the matched message is dropped unreceived, as an
+  // abandoned one is (MPI_Imrecv may already send to its sender, for a large one).
+  bool paused = is_paused();
   MPI_Request request = MPI_REQUEST_NULL;
-  PERSERVE_RETURN_IF_ERROR(Check(MPI_Imrecv(buffer, count, type, message, &request), "MPI_Imrecv"));
+  if (paused) {
+    *message = MPI_MESSAGE_NULL;
+  } else {
+    PERSERVE_RETURN_IF_ERROR(Check(MPI_Imrecv(buffer, count, type, message, &request), "MPI_Imrecv"));
+  }
   using Clock = std::chrono::steady_clock;
   Clock::time_point abandon_at = Clock::time_point::max();
-  for (;;) {
+  while (!paused) {
     int completed = 0;
     PERSERVE_RETURN_IF_ERROR(Check(MPI_Test(&request, &completed, MPI_STATUS_IGNORE), "MPI_Test"));
     if (completed) return Status::Ok();
-    if (abandon_at == Clock::time_point::max() && stop_waiting()) abandon_at = Clock::now() + kAbandonAfter;
+    if (abandon_at == Clock::time_point::max() && stop_waiting.terminating && stop_waiting.terminating()) {
+      abandon_at = Clock::now() + kAbandonAfter;
+    }
     if (Clock::now() >= abandon_at) break;
+    paused = is_paused();  // asked before each MPI call: SIGTERM may come while one runs
   }
-  (void)MPI_Request_free(&request);
+  if (!paused) (void)MPI_Request_free(&request);
   if (owner != nullptr) {
     // The targets of receives that may still complete (the server's loop
     // thread alone gives up on receives).
     static std::vector<std::vector<std::byte>> abandoned;
     abandoned.push_back(std::exchange(*owner, {}));
   }
-  return Status::Unavailable("its sender stopped sending a message already begun");
+  return Status::Unavailable(paused ? "received no further: the server stopped receiving at SIGTERM until its final "
+                                      "checkpoint is complete"
+                                    : "its sender stopped sending a message already begun");
 }
 
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
@@ -47,6 +60,8 @@ Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<s
 
 Status ReceiveGrowing(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, size_t* length,
                       bool* received, int* matched_tag, const StopWaiting& stop_waiting) {
+  *received = false;
+  if (stop_waiting.paused && stop_waiting.paused()) return Status::Ok();
   int flag = 1;
   MPI_Message message;
   MPI_Status status;

@@ -21,16 +21,26 @@ Status Check(int code, const char* what);
 
 // Ends the wait for a matched message's bytes: a sender that dies after its
 // message was matched (a launcher's SIGTERM reaches every rank at once) never
-// sends the rest, and MPI_Mrecv would wait for ever. Once this returns true,
-// the wait ends kAbandonAfter later (a live sender finishes within it) with
-// UNAVAILABLE. Empty: wait for ever.
-using StopWaiting = std::function<bool()>;
+// sends the rest, and MPI_Mrecv would wait for ever. Both empty: wait for ever.
+struct StopWaiting {
+  // Once this returns true, the wait ends kAbandonAfter later (a live sender
+  // finishes within it) with UNAVAILABLE.
+  std::function<bool()> terminating;
+  // While this returns true, the wait ends at once with UNAVAILABLE and makes
+  // no further MPI call: over TCP, Open MPI reports a peer that died through
+  // mpirun and blocks until mpirun answers, which it does not while it waits
+  // to kill the job (docs/checkpoints.md).
+  std::function<bool()> paused;
+  bool empty() const { return !terminating && !paused; }
+};
 inline constexpr std::chrono::milliseconds kAbandonAfter{500};
 
 // Completes a matched message into (buffer, count, type), as MPI_Mrecv, but
 // polling, so `stop_waiting` can end the wait. An abandoned receive may still
 // write into the buffer later: `owner`'s storage (if given) is then kept
-// until exit; other buffers are the caller's to keep from being read.
+// until exit; other buffers are the caller's to keep from being read. A
+// receive given up on while paused keeps its request (never freed: freeing it
+// is an MPI call).
 Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatype type,
                       const StopWaiting& stop_waiting, std::vector<std::byte>* owner = nullptr);
 
@@ -38,7 +48,8 @@ Status ReceiveMatched(MPI_Message* message, void* buffer, int count, MPI_Datatyp
 // to fit). With wait false it returns at once, *received false, when none is
 // waiting; with wait true it blocks until one arrives. A matched probe
 // (MPI_Improbe / MPI_Mprobe + MPI_Mrecv), so no other thread's receive can
-// take the message between the probe and the receive.
+// take the message between the probe and the receive. While
+// `stop_waiting.paused` returns true, nothing is received (no MPI call).
 // `tag` may be MPI_ANY_TAG; the matched message's tag goes to *matched_tag if given.
 Status ReceiveBytes(MPI_Comm comm, int source, int tag, bool wait, std::vector<std::byte>* buffer, bool* received,
                     int* matched_tag = nullptr, const StopWaiting& stop_waiting = {});

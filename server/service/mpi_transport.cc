@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +17,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::vector<int> client_ranks, std::ve
     : comm_(comm), client_ranks_(std::move(client_ranks)), roles_(std::move(roles)) {
   roles_.resize(client_ranks_.size(), ClientRole::kUnknown);
   probed_.resize(client_ranks_.size());
+  held_sample_replies_.resize(client_ranks_.size());
 }
 
 std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined) {
@@ -30,6 +32,8 @@ std::vector<ClientRole> MpiTransport::ClientRoles(const mpi::JoinResult& joined)
 }
 
 Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int* tag, bool* received) {
+  *received = false;
+  if (Paused()) return Status::Ok();
   const Status status = mpi::ReceiveBytes(comm_, client_ranks_[client], MPI_ANY_TAG, /*wait=*/false, buffer,
                                           received, tag, stop_waiting_);
   if (status.code() != Status::Code::kUnavailable) return status;
@@ -41,6 +45,10 @@ Status MpiTransport::TryReceive(int client, std::vector<std::byte>* buffer, int*
 Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
   ProbedColumns& probed = probed_[client];
   if (probed.message == MPI_MESSAGE_NULL) {
+    if (Paused()) {
+      *arrived = false;
+      return Status::Ok();
+    }
     int flag = 0;
     MPI_Status status;
     PERSERVE_RETURN_IF_ERROR(mpi::Check(
@@ -62,7 +70,7 @@ Status MpiTransport::ProbeColumns(int client, bool* arrived, int64_t* bytes) {
 
 Status MpiTransport::ColumnsArrived(int client, bool* arrived) const {
   *arrived = probed_[client].message != MPI_MESSAGE_NULL;
-  if (*arrived) return Status::Ok();
+  if (*arrived || Paused()) return Status::Ok();
   int flag = 0;
   PERSERVE_RETURN_IF_ERROR(
       mpi::Check(MPI_Iprobe(client_ranks_[client], proto::kAddColumnsTag, comm_, &flag, MPI_STATUS_IGNORE),
@@ -89,16 +97,31 @@ Status MpiTransport::ReceiveColumns(int client, std::span<const std::span<std::b
 }
 
 Status MpiTransport::Send(int client, std::vector<std::byte> frame) {
+  if (Paused() || !held_.empty()) {
+    held_.push_back({client, std::move(frame), false});
+    return Status::Ok();
+  }
   return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_);
 }
 
 Status MpiTransport::SendSampleReply(int client, std::vector<std::byte> frame) {
+  if (Paused() || !held_.empty()) {
+    Unread& held = held_sample_replies_[client];
+    ++held.replies;
+    held.bytes += static_cast<int64_t>(frame.size());
+    held_.push_back({client, std::move(frame), true});
+    return Status::Ok();
+  }
   return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_, /*tracked=*/true);
 }
 
 Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
                                          std::span<const int64_t> slots, std::span<const char> copy_row,
                                          uint64_t* token) {
+  // Held: its rows are copied now (Transport's way), so none stays pinned.
+  if (Paused() || !held_.empty()) {
+    return Transport::SendSampleReplyRows(client, std::move(head), store, slots, copy_row, token);
+  }
   *token = 0;
   const Schema& schema = store.schema();
   // The copied rows go into the room behind the frame's head, in the order
@@ -137,7 +160,33 @@ Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head
 // waits for the client's receive).
 Transport::Unread MpiTransport::UnreadSampleReplies(int client) const {
   const mpi::SendQueue::InFlight in_flight = sends_.TrackedInFlight(client_ranks_[client]);
-  return Unread{in_flight.messages, in_flight.bytes};
+  const Unread& held = held_sample_replies_[client];
+  return Unread{in_flight.messages + held.replies, in_flight.bytes + held.bytes};
+}
+
+Status MpiTransport::Progress() {
+  if (Paused()) return Status::Ok();
+  PERSERVE_RETURN_IF_ERROR(SendHeld());
+  return sends_.Progress();
+}
+
+Status MpiTransport::Drain() {
+  // At the end of serving, paused or not (the final checkpoint is complete
+  // by then, or was never asked for).
+  PERSERVE_RETURN_IF_ERROR(SendHeld());
+  return sends_.Drain();
+}
+
+Status MpiTransport::SendHeld() {
+  if (held_.empty()) return Status::Ok();
+  spdlog::info("sending the {} replies held while the final checkpoint was written", held_.size());
+  std::vector<HeldSend> held = std::exchange(held_, {});
+  std::fill(held_sample_replies_.begin(), held_sample_replies_.end(), Unread{});
+  for (HeldSend& send : held) {
+    PERSERVE_RETURN_IF_ERROR(sends_.Send(std::move(send.frame), client_ranks_[send.client], proto::kReplyTag, comm_,
+                                         /*tracked=*/send.sample_reply));
+  }
+  return Status::Ok();
 }
 
 }  // namespace perserve::service

@@ -34,10 +34,17 @@ class MpiTransport final : public Transport {
   // regions later: the replay gives a failed add's rows a zero leaf, so they
   // are never drawn.
   Status ReceiveColumns(int client, std::span<const std::span<std::byte>> regions) override;
-  // Once `stop_waiting` returns true (SIGTERM: the server is to stop), a
-  // message whose sender died after it was matched is given up on
+  // Once `stop_waiting.terminating` returns true (SIGTERM: the server is to
+  // stop), a message whose sender died after it was matched is given up on
   // (mpi::StopWaiting) instead of holding the loop for ever: TryReceive
   // logs it and receives nothing, ReceiveColumns answers UNAVAILABLE.
+  // While `stop_waiting.paused` returns true (from SIGTERM until the final
+  // checkpoint is complete) the transport makes no MPI call at all, since
+  // any may block for as long as the launcher's grace (mpi::StopWaiting):
+  // nothing is received, a message being received is given up on at once,
+  // ColumnsArrived and ProbeColumns find nothing, and replies are held (a
+  // sample reply's rows copied) and sent, in order, by the first Progress
+  // or Drain after the pause. Held sample replies count as unread.
   void SetStopWaiting(mpi::StopWaiting stop_waiting) { stop_waiting_ = std::move(stop_waiting); }
   Status Send(int client, std::vector<std::byte> frame) override;
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
@@ -52,10 +59,14 @@ class MpiTransport final : public Transport {
   std::string ClientName(int client) const override { return "rank " + std::to_string(client_ranks_[client]); }
   ClientRole Role(int client) const override { return roles_[client]; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
-  Status Progress() override { return sends_.Progress(); }
-  Status Drain() override { return sends_.Drain(); }
+  Status Progress() override;
+  Status Drain() override;
 
  private:
+  bool Paused() const { return stop_waiting_.paused && stop_waiting_.paused(); }
+  // Sends what was held during a pause.
+  Status SendHeld();
+
   MPI_Comm comm_;
   std::vector<int> client_ranks_;
   std::vector<ClientRole> roles_;
@@ -69,6 +80,14 @@ class MpiTransport final : public Transport {
   uint64_t next_token_ = 1;
   mpi::ByteBlocks blocks_;  // a datatype's blocks, reused across messages
   mpi::StopWaiting stop_waiting_;
+  // Replies held while paused, oldest first; the held sample replies per client.
+  struct HeldSend {
+    int client;
+    std::vector<std::byte> frame;
+    bool sample_reply;
+  };
+  std::vector<HeldSend> held_;
+  std::vector<Unread> held_sample_replies_;
 };
 
 }  // namespace perserve::service

@@ -107,6 +107,14 @@ Status ReplayService::Step(bool* handled) {
   ServeDeferred();
   TakeSignal();
   checkpoints_.Step(stopping_);
+  // The clients' grace after SIGTERM runs from the end of the final
+  // checkpoint: while it is written perserve-server makes no MPI call (its
+  // transport pauses), so a checkpoint longer than the grace left live
+  // clients none to see UNAVAILABLE and close.
+  if (stopping_ && !grace_restarted_ && !checkpoints_.final_unfinished()) {
+    grace_restarted_ = true;
+    stop_deadline_ = std::max(stop_deadline_, Now() + kStopGrace);
+  }
   return Status::Ok();
 }
 
@@ -802,8 +810,9 @@ void ReplayService::StopServing() {
   }
   const CheckpointWriter* writer = checkpoints_.writer();
   spdlog::info("SIGTERM: no longer serving; every request is answered UNAVAILABLE until the {} open clients "
-               "close, or for {} s{}",
+               "close, or for {} s{}{}",
                clients_.open_clients(), kStopGrace.count(),
+               checkpoints_.writing_final() ? " after its final checkpoint is complete" : "",
                writer != nullptr && (writer->active() || !writer->last_path().empty())
                    ? "; restore with --restore " + options_.checkpoint_dir
                    : "");

@@ -306,6 +306,7 @@ class ReplayService {
   static constexpr int64_t kCopyGuardDivisor = 8;
   bool stopping_ = false;
   Clock::time_point stop_deadline_;
+  bool grace_restarted_ = false;  // stop_deadline_ counted again from the final checkpoint's end
 };
 
 }  // namespace perserve::service

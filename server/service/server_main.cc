@@ -69,6 +69,35 @@ void OnSignal(int signal) {
   pending_signal.store(signal);
 }
 
+// From SIGTERM until its final checkpoint is complete the server makes no
+// MPI call (MpiTransport pauses): over TCP, Open MPI reports a peer that
+// died (every client gets the launcher's SIGTERM too) through mpirun, which
+// answers nothing while it waits to kill the job, so the call would block
+// until the SIGKILL (docs/checkpoints.md). SIGTERM is handed to the service
+// only while no checkpoint is being written, so its final one begins at
+// once, and the pause ends when nothing is being written again. The loop
+// thread alone calls both.
+class FinalCheckpointPause {
+ public:
+  void Watch(const perserve::service::ReplayService* service) { service_ = service; }
+  // The service's take_signal.
+  int TakeSignal() {
+    if (!terminating.load()) return pending_signal.exchange(0);
+    if (sigterm_taken_ || Writing()) return 0;  // a SIGUSR1 pending as well: the final checkpoint covers it
+    sigterm_taken_ = true;
+    pending_signal.store(0);
+    return SIGTERM;
+  }
+  bool Paused() const { return terminating.load() && (!sigterm_taken_ || Writing()); }
+
+ private:
+  bool Writing() const {
+    return service_ != nullptr && service_->checkpoints() != nullptr && service_->checkpoints()->active();
+  }
+  const perserve::service::ReplayService* service_ = nullptr;
+  bool sigterm_taken_ = false;
+};
+
 // Ends the whole job with a message: every other rank is waiting in the join.
 [[noreturn]] void Abort(const std::string& message) {
   std::fprintf(stderr, "perserve-server: %s\n", message.c_str());
@@ -113,12 +142,14 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
                                                perserve::service::MpiTransport::ClientRoles(joined));
   // mpirun and srun send SIGTERM to every rank at once: a client may die
-  // mid-message, and the final checkpoint must not wait for it.
-  transport.SetStopWaiting([] { return terminating.load(); });
+  // mid-message, and the final checkpoint must not wait for it, nor for MPI.
+  FinalCheckpointPause pause;
+  transport.SetStopWaiting({.terminating = [] { return terminating.load(); },
+                            .paused = [&pause] { return pause.Paused(); }});
   perserve::service::ServiceOptions service_options = flags.service;
   service_options.shard = std::max(0, joined.shard);
   service_options.shards = static_cast<int>(joined.server_ranks.size());
-  service_options.take_signal = [] { return pending_signal.exchange(0); };
+  service_options.take_signal = [&pause] { return pause.TakeSignal(); };
   // Restored after the join (the shard is known then); clients' requests
   // wait in MPI meanwhile. A checkpoint that does not fit or is damaged ends
   // the job before anything is served.
@@ -133,6 +164,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   perserve::service::ReplayService service(replay.get(), &transport, service_options);
+  pause.Watch(&service);
   if (!flags.restore.empty()) service.Restore(restored);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever

@@ -187,6 +187,50 @@ int BuffersSelf() {
   return 0;
 }
 
+// One rank over MPI_COMM_SELF: while mpi::StopWaiting's `paused` returns
+// true (the server from SIGTERM until its final checkpoint is complete),
+// ReceiveGrowing takes nothing (the message stays for later), and
+// ReceiveMatched gives a matched message up at once, unreceived, with
+// UNAVAILABLE; `terminating` alone still lets a message complete.
+int PausedSelf() {
+  constexpr int kTag = 7;
+  constexpr size_t kBytes = 100;
+  bool paused = true;
+  const perserve::mpi::StopWaiting stop_waiting{.terminating = [] { return true; },
+                                                .paused = [&paused] { return paused; }};
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<std::byte> message(kBytes, std::byte{static_cast<unsigned char>(i + 1)});
+    CHECK(MPI_Send(message.data(), static_cast<int>(kBytes), MPI_BYTE, 0, kTag, MPI_COMM_SELF) == MPI_SUCCESS,
+          "MPI_Send to self");
+  }
+  std::vector<std::byte> buffer;
+  size_t length = 0;
+  bool received = true;
+  CHECK_OK(perserve::mpi::ReceiveGrowing(MPI_COMM_SELF, 0, kTag, /*wait=*/false, &buffer, &length, &received,
+                                         nullptr, stop_waiting));
+  CHECK(!received && buffer.empty(), "received {} while paused", received);
+  int waiting = 0;
+  CHECK(MPI_Iprobe(0, kTag, MPI_COMM_SELF, &waiting, MPI_STATUS_IGNORE) == MPI_SUCCESS && waiting,
+        "the first message is still there");
+
+  MPI_Message matched = MPI_MESSAGE_NULL;
+  CHECK(MPI_Mprobe(0, kTag, MPI_COMM_SELF, &matched, MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Mprobe");
+  std::vector<std::byte> into(kBytes, std::byte{0});
+  const perserve::Status given_up = perserve::mpi::ReceiveMatched(&matched, into.data(), static_cast<int>(kBytes),
+                                                                   MPI_BYTE, stop_waiting);
+  CHECK(given_up.code() == perserve::Status::Code::kUnavailable &&
+            given_up.message().find("until its final checkpoint is complete") != std::string::npos,
+        "{}", given_up.ToString());
+  CHECK(matched == MPI_MESSAGE_NULL && into[0] == std::byte{0}, "the matched message was given up unreceived");
+
+  paused = false;  // terminating only: a message that is all there completes
+  CHECK_OK(perserve::mpi::ReceiveGrowing(MPI_COMM_SELF, 0, kTag, /*wait=*/false, &buffer, &length, &received,
+                                         nullptr, stop_waiting));
+  CHECK(received && length == kBytes && buffer[0] == std::byte{2}, "received {} length {}", received, length);
+  fmt::print("[rank {}] paused: nothing taken while paused, a matched message given up unreceived\n", rank);
+  return 0;
+}
+
 int StaleActor() {
   std::unique_ptr<perserve::ActorClient> actor;
   CHECK_OK(perserve::ActorClient::Join(MPI_COMM_WORLD, {}, &actor));
@@ -509,6 +553,7 @@ int main(int argc, char** argv) {
   if (scenario == "end_to_end" && role == "actor") code = EndToEndActor();
   if (scenario == "end_to_end" && role == "learner") code = EndToEndLearner(argc > 3 ? std::atoll(argv[3]) : 2000);
   if (scenario == "buffers" && role == "self") code = BuffersSelf();
+  if (scenario == "paused" && role == "self") code = PausedSelf();
   if (scenario == "lent" && role == "actor") code = PayloadActor(kLentItems, argc > 3 ? std::atoi(argv[3]) : 5, true);
   if (scenario == "lent" && role == "learner") code = LentLearner();
   if (scenario == "stale" && role == "actor") code = StaleActor();

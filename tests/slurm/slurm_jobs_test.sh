@@ -168,9 +168,58 @@ cancelled() {
     run_job restored "$repo/scripts/slurm/perserve-single.sbatch" "restored .*checkpoint-000000: "
 }
 cancelled
+# Slurm's time limit with --signal, as both job scripts have it (TERM@120
+# before a 30-minute limit), shrunk: a 1-minute limit (Slurm's smallest) and
+# TERM@10. slurmctld checks limits every 30 s (PERIODIC_TIMEOUT) and signals
+# at the first check within sig_time + 30 s of the end (slurmctld/job_mgr.c,
+# send_job_warn_signal): SIGCONT, then SIGTERM, to every task of the job's
+# steps (not the batch shell), here 20-50 s after the start. The server must
+# get it from that signal, not from the limit's own kill 60-90 s in: the job
+# ends before the limit (its state is not TIMEOUT), the final checkpoint is
+# complete, and the job started again restores it. The server ends on its
+# own ("final:"), not killed: a client that died of the SIGTERM would make
+# Slurm's PMIx plugin SIGKILL the step a second later (the scripts' clients
+# ignore SIGTERM, CLIENT_PREFIX).
+time_limited() {
+  local copy="$dir/jobs/time-limited.sbatch" out="$dir/jobs/time-limited.out" checkpoints="$dir/limited" job state
+  shrink "$repo/scripts/slurm/perserve-single.sbatch" "$out" |
+    sed -e 's/^#SBATCH --time=.*/#SBATCH --time=1/' -e 's/^#SBATCH --signal=TERM@120$/#SBATCH --signal=TERM@10/' \
+    >"$copy"
+  if ! grep -q -- "--signal=TERM@10" "$copy"; then
+    echo "   perserve-single.sbatch has no --signal=TERM@120 line to shrink"
+    failures=$((failures + 1))
+  fi
+  echo "== time-limited: perserve-single.sbatch with --time=1 and --signal=TERM@10"
+  local started=$SECONDS
+  job=$(SERVER_FLAGS="$SERVER_FLAGS --checkpoint-dir $checkpoints" ACTOR_ARGS="--role actor --seconds 300" \
+        LEARNER_ARGS="--role learner --seconds 300" sbatch --parsable "$copy")
+  for _ in $(seq 1 150); do [ -n "$(squeue -h -j "$job" 2>/dev/null)" ] || break; sleep 1; done
+  state=$(scontrol -o show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  echo "   the job ended $((SECONDS - started)) s after sbatch, state ${state:-unknown}"
+  sed "s/^/   | /" "$out" 2>/dev/null | grep -E "serving|checkpoint: |SIGTERM: |CANCELLED|srun: error" | grep -v UNAVAILABLE |
+    cut -c1-200 | tail -n 8
+  if [ -z "$state" ] || [ "$state" = TIMEOUT ] || [ "$state" = RUNNING ]; then
+    echo "   the job was not ended by its --signal before the time limit"
+    diagnose
+    failures=$((failures + 1))
+  fi
+  if ! grep -q "\[rank 0 server\] \[info\] final: " "$out" || grep -q "task 0: Killed" "$out"; then
+    echo "   the server did not end on its own (killed: $(grep -c "task 0: Killed" "$out"))"
+    failures=$((failures + 1))
+  fi
+  if [ "$(ls "$checkpoints/shard-0-of-1" 2>/dev/null)" != checkpoint-000000 ]; then
+    echo "   the final checkpoint is not complete: $(ls "$checkpoints"/shard-0-of-1 2>/dev/null)"
+    failures=$((failures + 1))
+    return
+  fi
+  SERVER_FLAGS="$SERVER_FLAGS --restore $checkpoints" \
+    run_job restored-after-limit "$repo/scripts/slurm/perserve-single.sbatch" "restored .*checkpoint-000000: "
+}
+time_limited
 if [ "$failures" -ne 0 ]; then
   echo "slurm job scripts: $failures checks failed"
   tail -n 20 "$dir"/log/*.log
   exit 1
 fi
-echo "slurm job scripts: hetjob and single allocation ran end to end; a cancelled job's checkpoint restored"
+echo "slurm job scripts: hetjob and single allocation ran end to end; a cancelled job's and a time-limited job's" \
+  "checkpoints restored"

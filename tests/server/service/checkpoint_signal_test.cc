@@ -174,5 +174,34 @@ TEST_F(CheckpointSignalTest, TheLastClientsCloseDoesNotEndTheServiceBeforeSigter
   EXPECT_EQ(RestoredItemsAdded(), static_cast<uint64_t>(acknowledged));
 }
 
+// SIGTERM to the server alone: its clients live on and get the grace to see
+// UNAVAILABLE and close counted from the end of the final checkpoint (while
+// it is written perserve-server answers nothing), not from its beginning.
+TEST_F(CheckpointSignalTest, TheClientsGraceAfterSigtermRunsFromTheFinalCheckpointsEnd) {
+  ServiceOptions options = Options();
+  auto now = std::chrono::steady_clock::now();
+  options.clock = [&now] { return now; };
+  LoopbackTransport transport(kActors);
+  ReplayService service(replay_.get(), &transport, options);
+  bool handled = false;
+  for (uint64_t request = 1; request <= 20; ++request) {
+    for (int actor = 0; actor < kActors; ++actor) transport.Push(actor, AddFrame(request));
+    ASSERT_TRUE(service.Step(&handled).ok());
+  }
+  pending_signal_ = SIGTERM;
+  ASSERT_TRUE(service.Step(&handled).ok());
+  ASSERT_TRUE(service.checkpoints()->active());
+  while (service.checkpoints()->active()) {
+    now += std::chrono::seconds(1);  // a checkpoint that takes longer than the grace
+    ASSERT_TRUE(service.Step(&handled).ok());
+  }
+  EXPECT_FALSE(service.done()) << "the clients had no time after the final checkpoint to see UNAVAILABLE";
+  now += std::chrono::seconds(9);
+  ASSERT_TRUE(service.Step(&handled).ok());
+  EXPECT_FALSE(service.done());
+  now += std::chrono::seconds(2);
+  EXPECT_TRUE(service.done()) << "10 s after the final checkpoint the grace is over";
+}
+
 }  // namespace
 }  // namespace perserve::service
