@@ -3,14 +3,6 @@
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
-namespace {
-
-Status NoDirectory() {
-  return Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
-}
-
-}  // namespace
-
 CheckpointDriver::CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks)
     : replay_(replay), options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.dir.empty()) return;
@@ -21,8 +13,13 @@ CheckpointDriver::CheckpointDriver(const replay::Replay* replay, CheckpointDrive
   }
 }
 
+Status CheckpointDriver::CheckEnabled() const {
+  if (writer_ != nullptr) return Status::Ok();
+  return Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
+}
+
 Status CheckpointDriver::Request(const std::string& reason, bool final) {
-  if (writer_ == nullptr) return NoDirectory();
+  PERSERVE_RETURN_IF_ERROR(CheckEnabled());
   if (!wanted_) reason_ = reason;
   wanted_ = true;
   final_wanted_ |= final;

@@ -46,6 +46,8 @@ class CheckpointDriver {
   CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks);
 
   bool enabled() const { return writer_ != nullptr; }
+  // FAILED_PRECONDITION, saying how to enable them, without a directory.
+  Status CheckEnabled() const;
   const CheckpointWriter* writer() const { return writer_.get(); }
   bool active() const { return writer_ != nullptr && writer_->active(); }
   // SIGTERM's checkpoint is being written.

@@ -79,6 +79,8 @@ class HeldAdds {
   // first (the refused adds' columns before it that have come are dropped
   // first) and they have arrived. Claims nothing.
   bool ColumnsReady(int client, uint64_t ticket);
+  // For a held add: its columns are here, or may be received now.
+  bool ColumnsReady(const HeldAdd& add) { return !add.awaits_columns() || ColumnsReady(add.client, add.ticket); }
   // The same, without dropping anything (for descriptions).
   bool ColumnsYetToCome(int client, uint64_t ticket) const;
   // The add of `ticket` was applied: its columns were received (`taken`), or

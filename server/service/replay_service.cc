@@ -111,9 +111,8 @@ Status ReplayService::Step(bool* handled) {
   // checkpoint: while it is written perserve-server makes no MPI call (its
   // transport pauses), so a checkpoint longer than the grace left live
   // clients none to see UNAVAILABLE and close.
-  if (stopping_ && !grace_restarted_ && !checkpoints_.final_unfinished()) {
-    grace_restarted_ = true;
-    stop_deadline_ = std::max(stop_deadline_, Now() + kStopGrace);
+  if (stopping_ && stop_deadline_ == Clock::time_point::max() && !checkpoints_.final_unfinished()) {
+    stop_deadline_ = Now() + kStopGrace;
   }
   return Status::Ok();
 }
@@ -389,7 +388,7 @@ void ReplayService::HandleSample(int client, const proto::Frame& frame) {
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   const Clock::time_point now = Now();
   WaitingSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
-                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited};
+                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited};
   const SampleWait wait = WaitFor(sample);
   if (waiting_.count(client) == 0 && wait == SampleWait::kNone) return Serve(sample);
   Defer(std::move(sample), wait);
@@ -424,7 +423,7 @@ void ReplayService::HandleShardSample(int client, const proto::Frame& frame) {
   if (status.ok()) status = CheckReplyFits(request.count);
   const Clock::time_point now = Now();
   WaitingSample sample{client, frame.header.request_id, request.count, 0.0, now,
-                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};
+                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};
   std::span<const std::byte> bulk = frame.bulk;
   if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
   if (status.ok()) status = replay::CheckFractions(sample.fractions);
@@ -523,7 +522,7 @@ ReplayService::AddHold ReplayService::HeldBy(HeldAdds::ConstIterator add) const 
 
 bool ReplayService::CanRelease(HeldAdds::Iterator add) {
   if (LimiterHolds(add->count) || PinHolds(add->count)) return false;
-  return !add->awaits_columns() || held_.ColumnsReady(add->client, add->ticket);
+  return held_.ColumnsReady(*add);
 }
 
 std::string ReplayService::DescribeAddHold() const {
@@ -575,8 +574,7 @@ void ReplayService::ServeDeferred() {
     return WaitFor(d) == SampleWait::kRateLimiter;
   });
   const HeldAdds::Iterator oldest = held_.begin();
-  if (!limiter_holds_samples || PinHolds(oldest->count) ||
-      (oldest->awaits_columns() && !held_.ColumnsReady(oldest->client, oldest->ticket))) {
+  if (!limiter_holds_samples || PinHolds(oldest->count) || !held_.ColumnsReady(*oldest)) {
     return;
   }
   if (counters_.limiter_overrides++ == 0) {
@@ -764,9 +762,7 @@ void ReplayService::HandleCheckpoint(int client, const proto::Frame& frame) {
   proto::Empty meta;
   Status status = proto::DecodeMeta(frame, &meta);
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a checkpoint request carries no bulk data");
-  if (status.ok() && !checkpoints_.enabled()) {
-    status = Status::FailedPrecondition("this server takes no checkpoints: start it with --checkpoint-dir");
-  }
+  if (status.ok()) status = checkpoints_.CheckEnabled();
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
   checkpoints_.AddWaiter(client, frame.header.request_id);
   (void)checkpoints_.Request("asked by " + transport_->ClientName(client));
@@ -799,7 +795,7 @@ Status ReplayService::StoppedError() const {
 void ReplayService::StopServing() {
   if (stopping_) return;
   stopping_ = true;
-  stop_deadline_ = Now() + kStopGrace;
+  stop_deadline_ = checkpoints_.final_unfinished() ? Clock::time_point::max() : Now() + kStopGrace;
   const Status stopping = StoppedError();
   for (const WaitingSample& waiting : waiting_.TakeAll()) ReplyError(waiting.client, waiting.request_id, stopping);
   // The columns still to come of the held adds are dropped as they come.

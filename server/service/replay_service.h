@@ -305,8 +305,8 @@ class ReplayService {
   // reply's rows only when the reply is still unread after that many adds.
   static constexpr int64_t kCopyGuardDivisor = 8;
   bool stopping_ = false;
-  Clock::time_point stop_deadline_;
-  bool grace_restarted_ = false;  // stop_deadline_ counted again from the final checkpoint's end
+  // kStopGrace after SIGTERM's checkpoint is complete (max while it is unfinished).
+  Clock::time_point stop_deadline_ = Clock::time_point::max();
 };
 
 }  // namespace perserve::service
