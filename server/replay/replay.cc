@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "perserve/importance_weight.h"
+#include "tree/tree_validation.h"
 
 namespace perserve::replay {
 namespace {
@@ -37,6 +38,12 @@ void Shuffle(uint64_t seed, uint64_t counter, std::span<int64_t> slots, std::spa
   }
 }
 
+Status NothingLive(int64_t size) {
+  if (size == 0) return Status::FailedPrecondition("the replay is empty");
+  return Status::FailedPrecondition(
+      fmt::format("the replay is empty: the {} items it holds are all removed (leaf 0)", size));
+}
+
 }  // namespace
 
 Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay) {
@@ -60,7 +67,8 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
 Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree::PriorityTree> tree)
     : options_(options),
       store_(std::move(schema), options.capacity, options.prefault_store),
-      tree_(std::move(tree)) {}
+      tree_(std::move(tree)),
+      zero_leaf_(static_cast<size_t>(options.capacity), 0) {}
 
 bool Replay::IsBadPriority(double p) const {
   const double shifted = p + options_.priority_eps;
@@ -106,21 +114,59 @@ Status Replay::CheckAddCount(int64_t count) const {
       fmt::format("an add of {} items: the count must be in [1, capacity {}]", count, options_.capacity));
 }
 
-Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
+Status Replay::CheckAdd(int64_t count, std::span<const double> priorities) const {
   PERSERVE_RETURN_IF_ERROR(CheckAddCount(count));
   if (!priorities.empty() && static_cast<int64_t>(priorities.size()) != count) {
     return Status::InvalidArgument(fmt::format("{} priorities for {} items", priorities.size(), count));
   }
+  double largest = max_priority_;  // what a priority-less add gives every item
+  if (!priorities.empty()) {
+    largest = 0.0;
+    for (size_t j = 0; j < priorities.size(); ++j) {
+      if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
+      largest = std::max(largest, priorities[j] + options_.priority_eps);
+    }
+  }
+  // The tree's own checks, before it is asked: no power that overflows (on
+  // the largest value first, one check where every priority passes), and a
+  // total that stays bounded (fast path: this bound; only near the limit
+  // does it need every slot).
+  const auto overflows = [this](double shifted) {
+    const int64_t no_slot = 0;
+    return !tree::ValidateExponentBatch(std::span<const int64_t>(&no_slot, 1), std::span<const double>(&shifted, 1),
+                                        options_.alpha, options_.capacity)
+                .ok();
+  };
+  if (overflows(largest)) {
+    for (size_t j = 0; j < priorities.size(); ++j) {
+      if (overflows(priorities[j] + options_.priority_eps)) {
+        return Status::InvalidArgument(fmt::format("priority {} at position {} overflows p^alpha (alpha {})",
+                                                   priorities[j], j, options_.alpha));
+      }
+    }
+    return Status::InvalidArgument(
+        fmt::format("the max priority {} overflows p^alpha (alpha {})", largest, options_.alpha));
+  }
+  const double bound = tree_->Total() + static_cast<double>(count) * std::pow(largest, options_.alpha);
+  if (bound <= tree::kMaxTreeTotal * 0.5) return Status::Ok();
+  std::vector<int64_t> slots(static_cast<size_t>(count));
+  std::vector<double> shifted(static_cast<size_t>(count), largest);
+  for (int64_t j = 0; j < count; ++j) {
+    slots[j] = (next_slot() + j) % options_.capacity;
+    if (!priorities.empty()) shifted[j] = priorities[j] + options_.priority_eps;
+  }
+  return tree::ValidateTotalStaysBounded(*tree_, slots, shifted, options_.alpha);
+}
+
+Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
+  PERSERVE_RETURN_IF_ERROR(CheckAdd(count, priorities));
   // What goes to the tree: each priority plus eps, or the running max (which
   // already includes eps) for a priority-less add.
   shifted_.resize(static_cast<size_t>(count));
   if (priorities.empty()) {
     std::fill(shifted_.begin(), shifted_.end(), max_priority_);
   } else {
-    for (size_t j = 0; j < priorities.size(); ++j) {
-      if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
-      shifted_[j] = priorities[j] + options_.priority_eps;
-    }
+    for (size_t j = 0; j < priorities.size(); ++j) shifted_[j] = priorities[j] + options_.priority_eps;
   }
 
   const int64_t first_slot = next_slot();
@@ -129,6 +175,10 @@ Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, con
   // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and
   // fails without a change on a priority whose power overflows.
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
+  for (const int64_t slot : slots_) {  // removed items overwritten now: no longer counted
+    zero_leaves_ -= zero_leaf_[slot];
+    zero_leaf_[slot] = 0;
+  }
   store_.Regions(first_slot, count, &regions_);
   const Status filled = fill(regions_);
   *first_key = next_key_;
@@ -136,6 +186,8 @@ Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, con
   if (!filled.ok()) {
     shifted_.assign(static_cast<size_t>(count), 0.0);
     (void)tree_->Update(slots_, shifted_);  // half-written rows are never drawn
+    for (const int64_t slot : slots_) zero_leaf_[slot] = 1;
+    zero_leaves_ += count;
     return filled;
   }
   if (options_.max_priority_from_adds) {
@@ -150,7 +202,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   if (!std::isfinite(beta) || !(beta >= 0.0)) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
-  if (size() == 0) return Status::FailedPrecondition("the replay is empty");
+  if (live_size() == 0) return NothingLive(size());
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));
@@ -193,6 +245,11 @@ Status Replay::RestoreItems(uint64_t first_key, int64_t count, std::span<const s
   slots_.resize(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
   PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves));
+  for (int64_t j = 0; j < count; ++j) {
+    const uint8_t zero = leaves[j] == 0.0 ? 1 : 0;
+    zero_leaves_ += zero - zero_leaf_[slots_[j]];
+    zero_leaf_[slots_[j]] = zero;
+  }
   store_.Write(first_slot, count, columns);
   return Status::Ok();
 }
@@ -221,7 +278,7 @@ Status CheckFractions(std::span<const double> fractions) {
 
 Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
   PERSERVE_RETURN_IF_ERROR(CheckFractions(fractions));
-  if (size() == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
+  if (live_size() == 0 && !fractions.empty()) return NothingLive(size());
   const double total = tree_->Total();
   const size_t count = fractions.size();
   leaves_.resize(count);
@@ -238,6 +295,27 @@ Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result)
     result->probabilities[i] = result->leaves[i] / total;
   }
   counters_.items_sampled += static_cast<int64_t>(count);
+  return Status::Ok();
+}
+
+Status Replay::Remove(std::span<const uint64_t> keys) {
+  slots_.clear();
+  const uint64_t oldest = oldest_key();
+  for (const uint64_t key : keys) {
+    if (key < oldest || key >= next_key_) continue;
+    const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(options_.capacity));
+    if (zero_leaf_[slot] != 0) continue;  // already 0 (or a repeat)
+    zero_leaf_[slot] = 1;
+    slots_.push_back(slot);
+  }
+  if (slots_.empty()) return Status::Ok();
+  shifted_.assign(slots_.size(), 0.0);
+  const Status updated = tree_->Update(slots_, shifted_);
+  if (!updated.ok()) {
+    for (const int64_t slot : slots_) zero_leaf_[slot] = 0;
+    return updated;
+  }
+  zero_leaves_ += static_cast<int64_t>(slots_.size());
   return Status::Ok();
 }
 
@@ -270,12 +348,13 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       ++result.dropped;
       continue;
     }
-    if (keys[j] < oldest_live) {
+    const int64_t slot = static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity));
+    if (keys[j] < oldest_live || zero_leaf_[slot] != 0) {  // overwritten, or removed: applying would revive it
       ++result.stale;
       continue;
     }
     const double shifted = priorities[j] + options_.priority_eps;
-    slots_.push_back(static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity)));
+    slots_.push_back(slot);
     shifted_.push_back(shifted);
     largest = std::max(largest, shifted);
   }

@@ -28,6 +28,12 @@
 //   drop_bad_priorities: then just those elements are dropped and counted.
 // - A priority update for a key whose item was overwritten is dropped and
 //   counted (stale); a key never issued is an error for the whole update.
+// - Remove sets held items' leaves to 0: the tree never draws a 0 leaf and
+//   its min covers positive leaves only, so a removed item is gone from
+//   sampling and weights while its key and row stay in the ring until
+//   overwritten. An update to a held key whose leaf is 0 (removed, or an
+//   AddInPlace whose fill failed) is stale too: it would bring the item back.
+//   size() counts held items; live_size() those whose leaf is not 0.
 //
 // Does no I/O. Not thread-safe: the service calls it from one thread.
 #pragma once
@@ -110,8 +116,21 @@ class Replay {
   uint64_t next_key() const { return next_key_; }
   // The slot the next add writes first (its items go to this one and on, mod capacity).
   int64_t next_slot() const { return static_cast<int64_t>(next_key_ % static_cast<uint64_t>(options_.capacity)); }
+  // Items held whose leaf is not 0 (drawable): size() less the removed ones,
+  // and those whose fill failed, still in the ring. O(1).
+  int64_t live_size() const { return size() - zero_leaves_; }
   // An add's count: in [1, capacity] (the error says so).
   Status CheckAddCount(int64_t count) const;
+  // Every check Add and AddInPlace make before changing anything: the count,
+  // priorities empty or `count` long, each priority under the policy, no
+  // (p + eps)^alpha past the tree's limit, and the tree's total staying below
+  // tree/tree_validation.h's kMaxTreeTotal with these items added (an upper
+  // bound: leaves the add would replace are read only near the limit). So
+  // when it passes, an Add of `count` items with these priorities (and
+  // columns CheckBatch accepts) succeeds unless the tree's device fails, also
+  // after any Remove (which only lowers the total). Usually O(count) with one
+  // pow; O(count log capacity) near the total's limit.
+  Status CheckAdd(int64_t count, std::span<const double> priorities) const;
   double max_priority() const { return max_priority_; }
   const ReplayCounters& counters() const { return counters_; }
   const store::TransitionStore& store() const { return store_; }
@@ -160,11 +179,19 @@ class Replay {
                       std::span<const double> leaves);
   Status RestoreState(const ReplayState& state);
 
+  // Sets the leaves of the held items with these keys (oldest_key() <= key <
+  // next_key()) to 0: never drawn again, not in the min, not live; later
+  // updates to them are stale. Keys not held, and items already at 0, are
+  // ignored (repeats too). Fails only where the tree's device does, and then
+  // nothing changed. O(k log capacity), one batched tree update.
+  Status Remove(std::span<const uint64_t> keys);
+
   // Sets the priorities of the items with these keys (repeats: the last
-  // applied wins) and says what became of each element in *counts. On an
-  // error nothing is applied and *counts is untouched: sizes differ, a key was
-  // never issued (NotFound), a bad priority without drop_bad_priorities, or a
-  // power past the tree's limits (in either mode).
+  // applied wins) and says what became of each element in *counts: a key
+  // overwritten, or held with leaf 0 (removed, or its fill failed), is stale.
+  // On an error nothing is applied and *counts is untouched: sizes differ, a
+  // key was never issued (NotFound), a bad priority without
+  // drop_bad_priorities, or a power past the tree's limits (in either mode).
   Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
                           UpdateCounts* counts);
 
@@ -184,6 +211,12 @@ class Replay {
   uint64_t next_key_ = 0;
   double max_priority_ = 1.0;
   ReplayCounters counters_;
+  // Per slot, 1 where the slot holds an item whose leaf is 0 (removed, a
+  // failed fill, or restored so); never 1 for a slot holding no item.
+  // zero_leaves_ counts the ones. Kept here, not read from the tree, so
+  // neither adds nor updates need a (device) read of leaves.
+  std::vector<uint8_t> zero_leaf_;
+  int64_t zero_leaves_ = 0;
   uint64_t samples_drawn_ = 0;  // the sampling generator's counter: one value per Sample call
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
