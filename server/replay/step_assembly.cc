@@ -1,0 +1,175 @@
+// StepReplay::Assemble: a sample's items in sample_schema's layout, read
+// straight from the step ring.
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "replay/step_replay.h"
+
+namespace perserve::replay {
+namespace {
+
+// Writes `frames` (each `elements` elements of kBytes bytes) interleaved onto
+// a new last axis: out[e * depth + f] = frames[f][e]. Each frame is read once
+// and each output byte written once; the output row (a few tens of KB for
+// Atari) stays in cache across the frames' strided passes.
+template <size_t kBytes>
+void Interleave(std::span<const std::byte* const> frames, int64_t elements, std::byte* out) {
+  const size_t depth = frames.size();
+  for (size_t f = 0; f < depth; ++f) {
+    const std::byte* in = frames[f];
+    std::byte* target = out + f * kBytes;
+    for (int64_t e = 0; e < elements; ++e) {
+      std::memcpy(target + static_cast<size_t>(e) * depth * kBytes, in + e * kBytes, kBytes);
+    }
+  }
+}
+
+// The common Atari case, 4 byte frames: one 32-bit store per element, which
+// the compiler vectorizes (the generic loop's byte stores do not).
+void InterleaveFourBytes(std::span<const std::byte* const> frames, int64_t elements, std::byte* out) {
+  const auto* a = reinterpret_cast<const uint8_t*>(frames[0]);
+  const auto* b = reinterpret_cast<const uint8_t*>(frames[1]);
+  const auto* c = reinterpret_cast<const uint8_t*>(frames[2]);
+  const auto* d = reinterpret_cast<const uint8_t*>(frames[3]);
+  auto* target = reinterpret_cast<uint8_t*>(out);
+  for (int64_t e = 0; e < elements; ++e) {
+    target[4 * e] = a[e];
+    target[4 * e + 1] = b[e];
+    target[4 * e + 2] = c[e];
+    target[4 * e + 3] = d[e];
+  }
+}
+
+}  // namespace
+
+// One sampled item, worked out once for all its columns.
+struct StepReplay::ItemView {
+  int stream = 0;
+  int64_t t = 0;
+  int64_t episode_start = 0;
+  int64_t valid = 0;  // n' (kNStep), or the steps up to the episode's end within L (kSequence)
+  double n_step_return = 0.0;
+  double discount = 0.0;
+};
+
+StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
+  uint64_t key = 0;
+  std::memcpy(&key, items_->store().Rows(0, item_slot, 1).data(), sizeof(key));
+  const store::StepInfo& first = steps_.Info(key);
+  ItemView item;
+  item.stream = first.stream;
+  item.t = first.index;
+  item.episode_start = first.episode_start;
+  assert(item.t >= steps_.stream_oldest(item.stream));
+  if (options_.kind == StepOptions::Kind::kNStep) {
+    // The return's recurrence, exactly as step_replay.h states it.
+    double ret = 0.0, g = 1.0;
+    bool ended = false;
+    item.valid = options_.n_step;
+    for (int64_t j = 0; j < options_.n_step; ++j) {
+      const store::StepInfo& step = steps_.Info(steps_.KeyOf(item.stream, item.t + j));
+      ret += g * step.reward;
+      g *= options_.discount;
+      if (step.done != 0) {
+        ended = true;
+        item.valid = j + 1;
+        break;
+      }
+    }
+    item.n_step_return = ret;
+    item.discount = ended ? 0.0 : g;
+  } else {
+    item.valid = options_.sequence_length;
+    for (int64_t j = 0; j < options_.sequence_length; ++j) {
+      if (steps_.Info(steps_.KeyOf(item.stream, item.t + j)).done != 0) {
+        item.valid = j + 1;
+        break;
+      }
+    }
+  }
+  return item;
+}
+
+void StepReplay::WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start,
+                              std::byte* out) const {
+  const Column& step_column = steps_.schema().columns[static_cast<size_t>(column)];
+  if (depth == 1) {
+    std::memcpy(out, steps_.Row(column, steps_.KeyOf(stream, index)), static_cast<size_t>(step_column.ItemBytes()));
+    return;
+  }
+  // At most a few frames: on the stack up to 16, beyond that (rare) on the heap.
+  const std::byte* small[16];
+  std::vector<const std::byte*> large;
+  const std::byte** frames = small;
+  if (depth > 16) {
+    large.resize(static_cast<size_t>(depth));
+    frames = large.data();
+  }
+  for (int f = 0; f < depth; ++f) {
+    const int64_t frame = index - depth + 1 + f;
+    frames[f] = frame < episode_start ? zero_frame_.data() : steps_.Row(column, steps_.KeyOf(stream, frame));
+  }
+  const std::span<const std::byte* const> all(frames, static_cast<size_t>(depth));
+  const int64_t elements = step_column.ElementCount();
+  switch (DTypeSize(step_column.dtype)) {
+    case 1:
+      if (depth == 4) {
+        InterleaveFourBytes(all, elements, out);
+      } else {
+        Interleave<1>(all, elements, out);
+      }
+      break;
+    case 4: Interleave<4>(all, elements, out); break;
+    default: Interleave<8>(all, elements, out); break;
+  }
+}
+
+void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot,
+                             std::byte* out) const {
+  using Source = SampleColumn::Source;
+  switch (column.source) {
+    case Source::kStep:
+      if (options_.kind == StepOptions::Kind::kNStep) {
+        WriteStacked(column.column, column.depth, item.stream, item.t, item.episode_start, out);
+      } else {
+        const int64_t row = column.bytes / options_.sequence_length;
+        for (int64_t j = 0; j < item.valid; ++j) {
+          WriteStacked(column.column, column.depth, item.stream, item.t + j, item.episode_start, out + j * row);
+        }
+        std::memset(out + item.valid * row, 0, static_cast<size_t>((options_.sequence_length - item.valid) * row));
+      }
+      return;
+    case Source::kNextStep:
+      if (item.discount == 0.0) {
+        std::memset(out, 0, static_cast<size_t>(column.bytes));
+      } else {
+        WriteStacked(column.column, column.depth, item.stream, item.t + item.valid, item.episode_start, out);
+      }
+      return;
+    case Source::kReturn: std::memcpy(out, &item.n_step_return, sizeof(double)); return;
+    case Source::kDiscount: std::memcpy(out, &item.discount, sizeof(double)); return;
+    case Source::kMask:
+      for (int64_t j = 0; j < options_.sequence_length; ++j) out[j] = static_cast<std::byte>(j < item.valid ? 1 : 0);
+      return;
+    case Source::kItem:
+      std::memcpy(out, items_->store().Rows(1 + column.column, item_slot, 1).data(),
+                  static_cast<size_t>(column.bytes));
+      return;
+  }
+}
+
+void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const {
+  assert(out.size() == item_slots.size() * static_cast<size_t>(SampleItemBytes()));
+  std::vector<ItemView> items(item_slots.size());
+  for (size_t i = 0; i < item_slots.size(); ++i) items[i] = ViewItem(item_slots[i]);
+  std::byte* target = out.data();
+  for (const SampleColumn& column : layout_.columns) {
+    for (size_t i = 0; i < item_slots.size(); ++i) {
+      WriteColumn(column, items[i], item_slots[i], target);
+      target += column.bytes;
+    }
+  }
+}
+
+}  // namespace perserve::replay

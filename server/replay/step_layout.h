@@ -1,0 +1,46 @@
+// StepLayout: how a StepReplay's samples are laid out (step_replay.h's
+// header states the layouts): the sample and stored schemas and, per sample
+// column, where its bytes come from. Built once, from the options and the
+// step schema, by StepSchemas and StepReplay::Create.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "perserve/schema.h"
+#include "perserve/status.h"
+
+namespace perserve::replay {
+
+struct StepOptions;
+
+struct SampleColumn {
+  enum class Source {
+    kStep,      // a step column at t (kNStep) or at t .. t+L-1 (kSequence), stacked to `depth`
+    kNextStep,  // kNStep's next_c: the step column at t+n', stacked to `depth`
+    kReturn,    // kNStep's float64 n-step return
+    kDiscount,  // kNStep's float64 discount
+    kMask,      // kSequence's uint8 [L]
+    kItem,      // an item column, as sent
+  };
+  Source source = Source::kStep;
+  int column = 0;     // the step column (kStep, kNextStep) or the item column (kItem)
+  int depth = 1;      // frames stacked on the last axis (1: not stacked)
+  int64_t bytes = 0;  // one item's bytes of this column in a sample
+};
+
+struct StepLayout {
+  Schema sample_schema;
+  Schema stored_schema;               // step int64, then the item columns
+  std::vector<SampleColumn> columns;  // one per sample_schema column
+  std::vector<int> depths;            // per step column: its stack depth (1: not stacked)
+  int max_depth = 1;                  // K: the deepest stack
+  int reward_column = -1;
+  int done_column = -1;
+  int64_t item_column_bytes = 0;      // one item's bytes of the item columns
+};
+
+// StepSchemas' checks and result, with the plan Assemble follows.
+Status BuildStepLayout(const StepOptions& options, const Schema& step_schema, StepLayout* layout);
+
+}  // namespace perserve::replay

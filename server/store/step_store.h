@@ -1,0 +1,108 @@
+// StepStore: the steps of every actor's stream in one ring, each step stored
+// once (issue 27). Knows streams and episodes, nothing of items or priorities.
+//
+// - Steps get global keys 0, 1, ... in append order, over all streams; a
+//   step's slot is key mod capacity, and an append overwrites the oldest
+//   steps first (a FIFO ring, as TransitionStore's items).
+// - A step also has its stream and its index in that stream (0, 1, ... per
+//   stream). Within a stream keys grow with the index, so the ring drops each
+//   stream's steps oldest first: a stream holds a contiguous run of indices,
+//   stream_oldest(s) .. stream_steps(s) - 1, and KeyOf maps them to keys.
+// - The done column's nonzero marks an episode's last step; the stream's next
+//   step begins a new episode. Each step keeps its episode's first index, its
+//   done flag and its reward (as a double) beside its columns.
+//
+// Columns live in a TransitionStore (page memory, untouched until written);
+// the per-step bookkeeping is 32 bytes a slot plus 8 a held step in its
+// stream's index -> key map. Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "perserve/schema.h"
+#include "store/transition_store.h"
+
+namespace perserve::store {
+
+// What the store keeps of a step beside its columns.
+struct StepInfo {
+  int64_t index = 0;          // in its stream
+  int64_t episode_start = 0;  // the stream index of its episode's first step
+  double reward = 0.0;
+  int32_t stream = 0;
+  uint8_t done = 0;
+};
+
+class StepStore {
+ public:
+  // `reward_column` (a scalar float32 or float64) and `done_column` (a scalar
+  // uint8) index `schema`; the caller has checked them. capacity >= 1.
+  StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column);
+
+  const Schema& schema() const { return columns_.schema(); }
+  int64_t capacity() const { return columns_.capacity(); }
+  int streams() const { return static_cast<int>(streams_.size()); }
+  uint64_t next_key() const { return next_key_; }
+  // The oldest key held (0 before the ring is full).
+  uint64_t oldest_key() const { return OldestKeyAfter(0); }
+  // The oldest key held after `steps` more are appended.
+  uint64_t OldestKeyAfter(int64_t steps) const {
+    const uint64_t next = next_key_ + static_cast<uint64_t>(steps);
+    const uint64_t capacity = static_cast<uint64_t>(columns_.capacity());
+    return next > capacity ? next - capacity : 0;
+  }
+  int64_t SlotOf(uint64_t key) const { return static_cast<int64_t>(key % static_cast<uint64_t>(capacity())); }
+
+  // Steps `stream` ever appended; the oldest of its indices still held
+  // (== stream_steps when it holds none).
+  int64_t stream_steps(int stream) const { return streams_[stream].steps; }
+  int64_t stream_oldest(int stream) const {
+    const Stream& s = streams_[stream];
+    return s.steps - static_cast<int64_t>(s.keys.size());
+  }
+  // The episode start the stream's next step gets: its own index after a
+  // done step, else the current episode's.
+  int64_t next_episode_start(int stream) const { return streams_[stream].next_episode_start; }
+  // The key of a held step: stream_oldest(stream) <= index < stream_steps(stream). O(1).
+  uint64_t KeyOf(int stream, int64_t index) const {
+    const Stream& s = streams_[stream];
+    return s.keys[static_cast<size_t>(index - (s.steps - static_cast<int64_t>(s.keys.size())))];
+  }
+  // A held key's bookkeeping and column rows.
+  const StepInfo& Info(uint64_t key) const { return info_[static_cast<size_t>(SlotOf(key))]; }
+  const std::byte* Row(int column, uint64_t key) const { return columns_.Rows(column, SlotOf(key), 1).data(); }
+
+  // A batch's done flag and reward of step j (bulk: `steps` steps, column
+  // after column, checked by CheckBatch).
+  uint8_t BulkDone(std::span<const std::byte> bulk, int64_t steps, int64_t j) const;
+  double BulkReward(std::span<const std::byte> bulk, int64_t steps, int64_t j) const;
+  Status CheckBatch(int64_t steps, std::span<const std::byte> bulk) const {
+    return columns_.CheckBatch(steps, bulk);
+  }
+
+  // Appends a checked batch of `steps` (1 .. capacity) steps to `stream`:
+  // keys next_key() .., indices stream_steps(stream) ..; the steps they
+  // overwrite leave their streams. O(bytes + steps).
+  void Append(int stream, int64_t steps, std::span<const std::byte> bulk);
+
+ private:
+  struct Stream {
+    int64_t steps = 0;
+    int64_t next_episode_start = 0;
+    std::deque<uint64_t> keys;  // of indices stream_oldest .. steps - 1
+  };
+
+  TransitionStore columns_;
+  std::vector<int64_t> column_offsets_;  // bytes before each column in a batch, per step of the batch
+  int reward_column_;
+  int done_column_;
+  std::vector<StepInfo> info_;  // per slot
+  std::vector<Stream> streams_;
+  uint64_t next_key_ = 0;
+};
+
+}  // namespace perserve::store
