@@ -1,0 +1,208 @@
+// A plain reference for StepReplay (step_replay.h), kept deliberately simple:
+// every stream's whole history as vectors, and every item's sample recomputed
+// from it by the header's rules, one step at a time. No ring, no lists: the
+// test compares StepReplay's answers with these bit for bit.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "perserve/schema.h"
+#include "replay/step_replay.h"
+
+namespace perserve::replay::step_test {
+
+struct RefStep {
+  std::vector<std::vector<std::byte>> columns;  // each step column's row
+  uint64_t key = 0;                             // its global key
+};
+
+struct RefItem {
+  int stream = 0;
+  int64_t t = 0;
+  std::vector<std::vector<std::byte>> columns;  // each item column's row
+};
+
+class StepReference {
+ public:
+  StepReference(const StepOptions& options, const Schema& step_schema)
+      : options_(options), schema_(step_schema), streams_(static_cast<size_t>(options.streams)) {
+    reward_ = schema_.ColumnIndex(options.reward_column);
+    done_ = schema_.ColumnIndex(options.done_column);
+    depth_.assign(schema_.columns.size(), 0);  // 0: not named in the stacks
+    for (const auto& [name, depth] : options.stacks) depth_[schema_.ColumnIndex(name)] = depth;
+    if (options.stacks.empty() && options.kind == StepOptions::Kind::kNStep) depth_[schema_.ColumnIndex("obs")] = 1;
+    for (int d : depth_) max_depth_ = std::max(max_depth_, d);
+  }
+
+  int64_t steps(int stream) const { return static_cast<int64_t>(streams_[stream].size()); }
+  uint64_t next_key() const { return next_key_; }
+  uint64_t OldestKeyAfter(int64_t more) const {
+    const uint64_t next = next_key_ + static_cast<uint64_t>(more);
+    const uint64_t capacity = static_cast<uint64_t>(options_.step_capacity);
+    return next > capacity ? next - capacity : 0;
+  }
+  const std::vector<RefStep>& history(int stream) const { return streams_[stream]; }
+
+  bool Done(int stream, int64_t i) const { return Row(stream, i, done_)[0] != std::byte{0}; }
+  double Reward(int stream, int64_t i) const {
+    const std::vector<std::byte>& row = Row(stream, i, reward_);
+    if (schema_.columns[reward_].dtype == DType::kFloat32) {
+      float value;
+      std::memcpy(&value, row.data(), sizeof(value));
+      return value;
+    }
+    double value;
+    std::memcpy(&value, row.data(), sizeof(value));
+    return value;
+  }
+  // The first step of i's episode: walk back to just after a done step.
+  int64_t EpisodeStart(int stream, int64_t i) const {
+    while (i > 0 && !Done(stream, i - 1)) --i;
+    return i;
+  }
+
+  // Appends a stream's steps (rows[j][c]) with keys next_key() ...
+  void Append(int stream, const std::vector<std::vector<std::vector<std::byte>>>& rows) {
+    for (const auto& columns : rows) streams_[stream].push_back(RefStep{columns, next_key_++});
+  }
+
+  // Whether an item at step t of `stream` may be created once `history`
+  // holds the request's steps and the ring's oldest key is oldest_key_after
+  // (the header's creatability rules, said again plainly).
+  bool Creatable(int stream, int64_t t, uint64_t oldest_key_after) const {
+    const int64_t have = steps(stream);
+    if (t < 0 || t >= have) return false;
+    const int64_t start = EpisodeStart(stream, t);
+    if (streams_[stream][EarliestStep(stream, t)].key < oldest_key_after) return false;
+    const bool n_step = options_.kind == StepOptions::Kind::kNStep;
+    if (!n_step && (t - start) % options_.sequence_period != 0) return false;
+    const int64_t reach = n_step ? options_.n_step : options_.sequence_length;  // steps t .. t+reach-1
+    for (int64_t i = t; i < t + reach && i < have; ++i) {
+      if (Done(stream, i)) return true;
+    }
+    return n_step ? t + options_.n_step < have : t + options_.sequence_length - 1 < have;
+  }
+
+  // The earliest step an item at t needs: the deepest stack's first frame,
+  // not before the episode's start.
+  int64_t EarliestStep(int stream, int64_t t) const {
+    return std::max(EpisodeStart(stream, t), t - std::max(max_depth_, 1) + 1);
+  }
+
+  void AddItem(uint64_t key, RefItem item) { items_[key] = std::move(item); }
+  const RefItem& item(uint64_t key) const { return items_.at(key); }
+  uint64_t EarliestKey(uint64_t item_key) const {
+    const RefItem& item = items_.at(item_key);
+    return streams_[item.stream][EarliestStep(item.stream, item.t)].key;
+  }
+
+  // The item's sample, one byte vector per sample column, in layout order.
+  std::vector<std::vector<std::byte>> Expected(uint64_t item_key) const {
+    const RefItem& item = items_.at(item_key);
+    const int s = item.stream;
+    const int64_t t = item.t;
+    const int64_t start = EpisodeStart(s, t);
+    std::vector<std::vector<std::byte>> out;
+    const auto columns = static_cast<int>(schema_.columns.size());
+    if (options_.kind == StepOptions::Kind::kNStep) {
+      int64_t n = options_.n_step;
+      bool ended = false;
+      for (int64_t j = 0; j < options_.n_step; ++j) {
+        if (Done(s, t + j)) {
+          n = j + 1;
+          ended = true;
+          break;
+        }
+      }
+      double ret = 0.0, g = 1.0;
+      for (int64_t j = 0; j < n; ++j) {
+        ret += g * Reward(s, t + j);
+        g *= options_.discount;
+      }
+      const double discount = ended ? 0.0 : g;
+      for (int c = 0; c < columns; ++c) {
+        if (c != reward_ && c != done_) out.push_back(Stack(s, c, t, start));
+      }
+      out.push_back(Bytes(ret));
+      out.push_back(Bytes(discount));
+      for (int c = 0; c < columns; ++c) {
+        if (depth_[c] == 0) continue;
+        std::vector<std::byte> next = Stack(s, c, t + n, start, /*zeros=*/discount == 0.0);
+        out.push_back(next);
+      }
+    } else {
+      const int64_t length = options_.sequence_length;
+      int64_t valid = length;
+      for (int64_t j = 0; j < length; ++j) {
+        if (Done(s, t + j)) {
+          valid = j + 1;
+          break;
+        }
+      }
+      for (int c = 0; c < columns; ++c) {
+        std::vector<std::byte> column;
+        for (int64_t j = 0; j < length; ++j) {
+          const std::vector<std::byte> step = Stack(s, c, t + j, start, /*zeros=*/j >= valid);
+          column.insert(column.end(), step.begin(), step.end());
+        }
+        out.push_back(column);
+      }
+      std::vector<std::byte> mask;
+      for (int64_t j = 0; j < length; ++j) mask.push_back(std::byte{j < valid ? uint8_t{1} : uint8_t{0}});
+      out.push_back(mask);
+    }
+    for (const auto& column : item.columns) out.push_back(column);
+    return out;
+  }
+
+ private:
+  const std::vector<std::byte>& Row(int stream, int64_t i, int column) const {
+    return streams_[stream][static_cast<size_t>(i)].columns[column];
+  }
+
+  template <typename T>
+  static std::vector<std::byte> Bytes(T value) {
+    std::vector<std::byte> bytes(sizeof(T));
+    std::memcpy(bytes.data(), &value, sizeof(T));
+    return bytes;
+  }
+
+  // Column c at step i, stacked to its depth (frames i-k+1 .. i, oldest
+  // first, on a new last axis; those before `start` zeros), or all zeros.
+  std::vector<std::byte> Stack(int s, int c, int64_t i, int64_t start, bool zeros = false) const {
+    const Column& column = schema_.columns[c];
+    const int64_t k = std::max(depth_[c], 1);
+    const int64_t element = DTypeSize(column.dtype);
+    const int64_t elements = column.ElementCount();
+    std::vector<std::byte> out(static_cast<size_t>(elements * element * k), std::byte{0});
+    if (zeros) return out;
+    for (int64_t f = 0; f < k; ++f) {
+      const int64_t frame = i - k + 1 + f;
+      if (frame < start) continue;
+      const std::vector<std::byte>& row = Row(s, frame, c);
+      for (int64_t e = 0; e < elements; ++e) {
+        for (int64_t b = 0; b < element; ++b) out[(e * k + f) * element + b] = row[e * element + b];
+      }
+    }
+    return out;
+  }
+
+  StepOptions options_;
+  Schema schema_;
+  int reward_ = -1;
+  int done_ = -1;
+  std::vector<int> depth_;
+  int max_depth_ = 1;
+  std::vector<std::vector<RefStep>> streams_;
+  std::map<uint64_t, RefItem> items_;
+  uint64_t next_key_ = 0;
+};
+
+}  // namespace perserve::replay::step_test
