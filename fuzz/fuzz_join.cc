@@ -3,7 +3,7 @@
 // its {role, protocol version} entry (CheckJoinEntry), the schema length a
 // server rank broadcasts (CheckSchemaLength), its alpha and capacity
 // (CheckServerInfo), the number of servers (CheckServerCount) and the
-// schema's bytes (proto::DeserializeSchema). Each must answer with a status, never crash or
+// schemas' bytes (proto::DeserializeServedSchemas). Each must answer with a status, never crash or
 // hit UB; the checks must accept exactly what the protocol allows; and a
 // schema that decodes is valid and serializes back to the same bytes.
 #include <algorithm>
@@ -45,15 +45,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Status servers = mpi::CheckServerCount(join.servers);
   FUZZ_CHECK(servers.code() == (join.servers <= 1024 ? Status::Code::kOk : Status::Code::kInvalidArgument));
 
-  Schema schema;
-  const Status decoded = proto::DeserializeSchema(join.schema, &schema);
+  proto::ServedSchemas served;
+  const Status decoded = proto::DeserializeServedSchemas(join.schema, &served);
   if (!decoded.ok()) {
     FUZZ_CHECK(decoded.code() == Status::Code::kInvalidArgument);
     return 0;
   }
-  FUZZ_CHECK(schema.Validate().ok());
-  FUZZ_CHECK(schema.ItemBytes() > 0);
-  const std::string again = proto::SerializeSchema(schema);
+  FUZZ_CHECK(served.adds.Validate().ok() && served.samples.Validate().ok());
+  FUZZ_CHECK(served.adds.ItemBytes() > 0 && served.samples.ItemBytes() > 0);
+  FUZZ_CHECK(served.steps || served.samples.ToString() == served.adds.ToString());
+  const std::string again = proto::SerializeServedSchemas(served);
   FUZZ_CHECK(again.size() == join.schema.size());
   FUZZ_CHECK(std::equal(again.begin(), again.end(), reinterpret_cast<const char*>(join.schema.data())));
   return 0;

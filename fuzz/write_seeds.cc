@@ -194,8 +194,14 @@ std::map<std::string, Bytes> ServiceSeeds() {
 std::map<std::string, Bytes> JoinSeeds() {
   const auto server = static_cast<int32_t>(proto::Role::kServer);
   const auto learner = static_cast<int32_t>(proto::Role::kLearner);
-  const std::string default_schema = proto::SerializeSchema(Schema::Default());
-  const std::string small_schema = proto::SerializeSchema(ServiceSchema());
+  const std::string default_schema = proto::SerializeServedSchemas(proto::TransitionSchemas(Schema::Default()));
+  const std::string small_schema = proto::SerializeServedSchemas(proto::TransitionSchemas(ServiceSchema()));
+  const Schema frame_step{{{"obs", DType::kUInt8, {84, 84}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+  const Schema stacked{{{"obs", DType::kUInt8, {84, 84, 4}},
+                        {"return", DType::kFloat64, {}},
+                        {"discount", DType::kFloat64, {}},
+                        {"next_obs", DType::kUInt8, {84, 84, 4}}}};
+  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}});
   const auto join = [](int32_t rank, int32_t role, int32_t version, uint64_t length, const std::string& schema,
                        double alpha = 0.6, double capacity = 1 << 21, uint32_t servers = 1) {
     return EncodeJoinInput(JoinInput{rank, role, version, length, alpha, capacity, servers,
@@ -205,6 +211,7 @@ std::map<std::string, Bytes> JoinSeeds() {
       {"server_default_schema", join(0, server, proto::kProtocolVersion, default_schema.size(), default_schema)},
       {"server_small_schema", join(1, server, proto::kProtocolVersion, small_schema.size(), small_schema, 1.0, 64, 2)},
       {"learner_no_schema", join(2, learner, proto::kProtocolVersion, 0, "")},
+      {"server_step_schemas", join(0, server, proto::kProtocolVersion, step_schemas.size(), step_schemas)},
       {"other_version", join(3, server, proto::kProtocolVersion + 1, small_schema.size(), small_schema)},
       {"unknown_role", join(4, 5, proto::kProtocolVersion, uint64_t{1} << 40, small_schema)},
       {"nan_capacity", join(0, server, proto::kProtocolVersion, small_schema.size(), small_schema, 0.6,

@@ -26,7 +26,7 @@ Status CheckJoinEntry(int rank, int32_t role, int32_t version) {
   return Status::Ok();
 }
 
-Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<Schema>& schemas,
+Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<proto::ServedSchemas>& schemas,
                          const std::vector<double>& alphas) {
   for (size_t s = 1; s < ranks.size(); ++s) {
     const std::string first = schemas[0].ToString(), theirs = schemas[s].ToString();
@@ -204,12 +204,12 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
 
   // Each server broadcasts its schema, alpha and capacity; everyone takes
   // part in every broadcast.
-  std::vector<Schema> schemas;
+  std::vector<proto::ServedSchemas> schemas;
   std::vector<double> alphas;
   for (size_t s = 0; s < result->server_ranks.size(); ++s) {
     const int root = result->server_ranks[s];
     std::string bytes;
-    if (root == comm->rank()) bytes = proto::SerializeSchema(server->schema);
+    if (root == comm->rank()) bytes = proto::SerializeServedSchemas(server->schemas);
     uint64_t size = bytes.size();
     PERSERVE_RETURN_IF_ERROR(Check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, comm->get()), "MPI_Bcast (schema size)"));
     // Checked before anything is allocated; all ranks got the same size, so
@@ -218,8 +218,9 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
     bytes.resize(size);
     PERSERVE_RETURN_IF_ERROR(
         Check(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, comm->get()), "MPI_Bcast (schema)"));
-    Schema schema;
-    const Status decoded = proto::DeserializeSchema(std::as_bytes(std::span(bytes.data(), bytes.size())), &schema);
+    proto::ServedSchemas schema;
+    const Status decoded =
+        proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &schema);
     if (!decoded.ok()) {
       return Status::InvalidArgument(fmt::format("server rank {} sent a schema that does not decode: {}", root,
                                                  decoded.message()));
@@ -235,7 +236,7 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
     result->capacities.push_back(static_cast<int64_t>(info[1]));
   }
   PERSERVE_RETURN_IF_ERROR(CheckServersAgree(result->server_ranks, schemas, alphas));
-  result->schema = schemas[0];
+  result->served = schemas[0];
   result->alpha = alphas[0];
 
   // Actors round-robin over the servers; learners to every server.

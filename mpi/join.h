@@ -8,8 +8,9 @@
 //      hello first, names the ranks that have not joined yet);
 //   3. every rank checks that all versions match and that there is at least
 //      one server; all ranks see the same table, so all agree on failure;
-//   4. each server rank, in rank order, broadcasts its schema (size, bytes),
-//      its alpha and its capacity; all servers must agree on schema and alpha
+//   4. each server rank, in rank order, broadcasts its schemas (size, bytes:
+//      proto::ServedSchemas, what its adds take and its samples return), its
+//      alpha and its capacity; all servers must agree on schemas and alpha
 //      (every rank refuses the join otherwise, naming the ranks). At most
 //      proto::kMaxShards (1024) servers may join.
 //
@@ -30,13 +31,14 @@
 #include "mpi/communicator.h"
 #include "perserve/schema.h"
 #include "perserve/status.h"
+#include "proto/codec.h"
 #include "proto/messages.h"
 
 namespace perserve::mpi {
 
 // What a server rank brings to the join.
 struct ServerInfo {
-  Schema schema;
+  proto::ServedSchemas schemas;
   double alpha = 0.6;
   int64_t capacity = 0;
 };
@@ -49,7 +51,7 @@ struct JoinResult {
   std::vector<int> servers;        // the ranks this rank talks to: an actor's one, a learner's all, a server's none
   int server_rank = -1;            // a client's first server (an actor's only one)
   int shard = -1;                  // a server's index among the servers
-  Schema schema;                   // the servers' schema
+  proto::ServedSchemas served;     // the servers' schemas (served.adds: what an actor adds)
   std::vector<int> client_ranks;   // a server's clients: its actors, then every learner
   std::vector<proto::Role> roles;  // every rank's role, by rank
 };
@@ -82,7 +84,7 @@ std::string DescribeShard(const JoinResult& joined, std::string* warning);
 
 // Where every server must agree (schema, alpha): the first difference from
 // server 0, naming both ranks; OK when they agree.
-Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<Schema>& schemas,
+Status CheckServersAgree(const std::vector<int>& ranks, const std::vector<proto::ServedSchemas>& schemas,
                          const std::vector<double>& alphas);
 
 // The join's checks on what a peer sent, on their own (tests and fuzzing).

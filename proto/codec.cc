@@ -97,6 +97,32 @@ void EncodeFrameHead(MessageKind kind, uint64_t request_id, const std::string& m
 
 std::string SerializeSchema(const Schema& schema) { return SerializeMeta(schema); }
 
+std::string ServedSchemas::ToString() const {
+  if (!steps) return adds.ToString();
+  return fmt::format("steps {}; samples {}; item columns {}", adds.ToString(), samples.ToString(),
+                     items.columns.empty() ? "none" : items.ToString());
+}
+
+template <class Archive>
+void serialize(Archive& ar, ServedSchemas& served) {
+  ar(served.steps, served.adds, served.samples, served.items);
+}
+
+std::string SerializeServedSchemas(const ServedSchemas& served) { return SerializeMeta(served); }
+
+Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas* served) {
+  Frame frame;
+  frame.meta = bytes;
+  PERSERVE_RETURN_IF_ERROR(DecodeMeta(frame, served));
+  PERSERVE_RETURN_IF_ERROR(served->adds.Validate());
+  PERSERVE_RETURN_IF_ERROR(served->samples.Validate());
+  if (!served->items.columns.empty()) PERSERVE_RETURN_IF_ERROR(served->items.Validate());
+  if (!served->steps && (served->samples.ToString() != served->adds.ToString() || !served->items.columns.empty())) {
+    return Status::InvalidArgument("a server of transitions must sample what it adds, with no item columns");
+  }
+  return Status::Ok();
+}
+
 Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema) {
   Frame frame;
   frame.meta = bytes;

@@ -89,6 +89,25 @@ Status DecodeMeta(const Frame& frame, Meta* meta) {
 std::string SerializeSchema(const Schema& schema);
 Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
 
+// What a server serves, as every server broadcasts it at join: the schema its
+// adds take (a transition's; a step's when it stores step streams), the
+// schema its samples return (the same for transitions; the item layout of
+// docs/steps.md for step streams), and the columns an actor sends with each
+// item it creates over its steps (none for transitions).
+struct ServedSchemas {
+  bool steps = false;
+  Schema adds;
+  Schema samples;
+  Schema items;  // may have no columns
+  std::string ToString() const;
+};
+// A server of transitions: it samples what it adds.
+inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}}; }
+std::string SerializeServedSchemas(const ServedSchemas& served);
+// Decodes and validates (adds and samples as Schema::Validate; items too when
+// it has columns; transitions: samples equal to adds and no items).
+Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas* served);
+
 // Copies `count` values of T from the front of a bulk region (which need not
 // be aligned for T) into `out`, and advances the region past them. Fails if
 // the region is shorter.

@@ -32,7 +32,7 @@ constexpr uint32_t kMagic = 0x56525350;
 // their shard, shard samples, servers' alpha and capacity in the join); 4: an
 // add's columns may follow in their own message (AddRequest::columns_follow);
 // 5: a sample request says whether its reply is awaited (rows from the store).
-constexpr uint16_t kProtocolVersion = 5;
+constexpr uint16_t kProtocolVersion = 6;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 // An add's columns sent apart: no frame, only the bytes (each column's count *
@@ -91,6 +91,12 @@ struct Empty {
   void serialize(Archive&) {}
 };
 
+// An add of transitions, or (first_step >= 0, a server that stores step
+// streams) an append of `count` steps to the sender's stream, whose indices
+// are first_step .. first_step + count - 1, creating `items` items. An
+// append's bulk: each step column (count * step bytes), then `items` int64
+// stream indices (the items' steps), then `items` doubles (has_priorities),
+// then each item column (items * its bytes), in the served schemas' order.
 struct AddRequest {
   int64_t count = 0;
   bool has_priorities = false;
@@ -99,13 +105,18 @@ struct AddRequest {
   double timeout_seconds = 0.0;
   // The columns come as the sender's next message on kAddColumnsTag.
   bool columns_follow = false;
+  int64_t first_step = -1;  // -1: an add of transitions
+  int64_t items = 0;        // an append's new items
+  bool is_append() const { return first_step >= 0; }
+  // The items an add stores: the rate limiter's inserts.
+  int64_t stored_items() const { return is_append() ? items : count; }
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds, columns_follow); }
+  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds, columns_follow, first_step, items); }
 };
 
 struct AddReply {
   uint64_t first_key = 0;  // the batch's keys are first_key .. first_key + count - 1
-  int64_t count = 0;
+  int64_t count = 0;       // items stored (an append's: the items it created)
   template <class Archive>
   void serialize(Archive& ar) { ar(first_key, count); }
 };

@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
     if (rank < servers) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
-      const perserve::mpi::ServerInfo info{schema, 0.6, capacity};
+      const perserve::mpi::ServerInfo info{perserve::proto::TransitionSchemas(schema), 0.6, capacity};
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
                                                         perserve::service::MpiTransport::ClientRoles(joined));

@@ -67,6 +67,11 @@ Status ActorClient::AddBorrowed(const ColumnSpans& batch, std::span<const double
 
 Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
+  if (connection_->steps()) {
+    return Status::FailedPrecondition("this server stores step streams (perserve-server --n-step or "
+                                      "--sequence-length): append steps and create items over them with Append "
+                                      "(docs/steps.md); nothing was sent");
+  }
   PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), batch, priorities));
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
   if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
@@ -110,6 +115,86 @@ Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> prior
   return Status::Ok();
 }
 
+bool ActorClient::stores_steps() const { return connection_->steps(); }
+
+const Schema& ActorClient::item_schema() const { return connection_->item_schema(); }
+
+Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
+  if (closed_) return Status::FailedPrecondition("the actor is closed");
+  if (!connection_->steps()) {
+    return Status::FailedPrecondition("this server stores transitions: Append needs a server of step streams "
+                                      "(perserve-server --n-step or --sequence-length; docs/steps.md); use Add");
+  }
+  const bool no_steps = steps.size == 0 && steps.columns.empty();
+  if (!no_steps) PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), steps, {}));
+  const int64_t count = no_steps ? 0 : steps.size;
+  const int64_t item_count = static_cast<int64_t>(items.steps.size());
+  if (count == 0 && item_count == 0) {
+    return Status::InvalidArgument("an append of no steps and no items; nothing was sent");
+  }
+  if (!items.priorities.empty() && items.priorities.size() != items.steps.size()) {
+    return Status::InvalidArgument(fmt::format("{} items with {} priorities: give one per item, or none (the "
+                                               "server's max priority); nothing was sent",
+                                               item_count, items.priorities.size()));
+  }
+  PERSERVE_RETURN_IF_ERROR(CheckPriorities(items.priorities));
+  const Schema& item_schema = connection_->item_schema();
+  if (item_schema.columns.empty()) {
+    if (!items.columns.columns.empty()) {
+      return Status::InvalidArgument("the server has no item columns (perserve-server --item-column), but the items "
+                                     "carry columns; nothing was sent");
+    }
+  } else if (item_count > 0 || !items.columns.columns.empty()) {
+    if (items.columns.size != item_count) {
+      return Status::InvalidArgument(fmt::format("{} items with item columns of {} rows; nothing was sent",
+                                                 item_count, items.columns.size));
+    }
+    PERSERVE_RETURN_IF_ERROR(CheckBatch(item_schema, items.columns, {}));
+  }
+  while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
+  if (stream_rejected_) {
+    // Every append sent after the refused one is refused too (its first step
+    // is past the server's): once all are answered, the stream goes on from
+    // the steps the server acknowledged.
+    while (!in_flight_.empty()) PERSERVE_RETURN_IF_ERROR(CollectOldest());
+    steps_sent_ = steps_acknowledged_;
+    stream_rejected_ = false;
+  }
+  if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
+  for (size_t i = 0; i < items.steps.size(); ++i) {
+    if (items.steps[i] < 0 || items.steps[i] >= steps_sent_ + count) {
+      return Status::InvalidArgument(fmt::format("item {}'s step {} is not in this actor's stream (its steps are 0 "
+                                                 "to {} with this append's); nothing was sent",
+                                                 i, items.steps[i], steps_sent_ + count - 1));
+    }
+  }
+
+  proto::AddRequest request{count, !items.priorities.empty(), options_.add_timeout_seconds};
+  request.first_step = steps_sent_;
+  request.items = item_count;
+  size_t tail_bytes = items.steps.size_bytes() + items.priorities.size_bytes();
+  for (const auto& column : steps.columns) tail_bytes += column.size();
+  for (const auto& column : items.columns.columns) tail_bytes += column.size();
+  const uint64_t id = connection_->NextRequestId();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(tail_bytes + 96);
+  std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
+                                                         proto::SerializeMeta(request), {}, tail_bytes, &frame);
+  const auto put = [&tail](std::span<const std::byte> bytes) {
+    if (!bytes.empty()) std::memcpy(tail.data(), bytes.data(), bytes.size());
+    tail = tail.subspan(bytes.size());
+  };
+  if (count > 0) {
+    for (const auto& column : steps.columns) put(column);
+  }
+  put(std::as_bytes(items.steps));
+  put(std::as_bytes(items.priorities));
+  for (const auto& column : items.columns.columns) put(column);
+  PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
+  in_flight_.push_back(SentAdd{id, 0, count});
+  steps_sent_ += count;
+  return Status::Ok();
+}
+
 Status ActorClient::CanAdd(bool* ready) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
   bool collected = true;
@@ -136,8 +221,10 @@ Status ActorClient::CollectOldest(bool wait, bool* collected) {
   if (status.ok()) {
     last_first_key_ = reply.first_key;
     items_acknowledged_ += reply.count;
+    steps_acknowledged_ += oldest.steps;
     return Status::Ok();
   }
+  if (oldest.steps > 0) stream_rejected_ = true;
   ++rejected_batches_;
   if (unreported_rejections_++ == 0) first_rejection_ = status;
   return Status::Ok();

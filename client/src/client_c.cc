@@ -168,6 +168,52 @@ int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const*
   return AddSpans(a, n, columns, column_bytes, priorities, /*borrow=*/true);
 }
 
+int perserve_actor_append(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                          int64_t items, const int64_t* item_steps, const double* priorities,
+                          const void* const* item_columns, const int64_t* item_column_bytes) {
+  if (a == nullptr) return Fail("actor handle is NULL");
+  if (n < 0 || items < 0) return Fail("a negative count of steps or items");
+  if (n > 0 && (columns == nullptr || column_bytes == nullptr)) return Fail("columns or column_bytes is NULL");
+  if (items > 0 && item_steps == nullptr) return Fail("item_steps is NULL");
+  const size_t item_column_count = a->client->item_schema().columns.size();
+  if (items > 0 && item_column_count > 0 && (item_columns == nullptr || item_column_bytes == nullptr)) {
+    return Fail("the server's items carry columns: item_columns or item_column_bytes is NULL");
+  }
+  return Guarded([&] {
+    const auto spans = [](int64_t rows, size_t count, const void* const* data, const int64_t* bytes,
+                          perserve::ColumnSpans* out) {
+      *out = perserve::ColumnSpans{rows, {}};
+      for (size_t i = 0; i < count; ++i) {
+        if (bytes[i] < 0) return false;
+        out->columns.emplace_back(static_cast<const std::byte*>(data[i]), static_cast<size_t>(bytes[i]));
+      }
+      return true;
+    };
+    perserve::ColumnSpans steps;
+    perserve::NewItems new_items;
+    if (n > 0 && !spans(n, a->client->schema().columns.size(), columns, column_bytes, &steps)) {
+      return Fail("a column length is negative");
+    }
+    if (items > 0 && item_column_count > 0 &&
+        !spans(items, item_column_count, item_columns, item_column_bytes, &new_items.columns)) {
+      return Fail("an item column length is negative");
+    }
+    if (items > 0) new_items.steps = std::span<const int64_t>(item_steps, static_cast<size_t>(items));
+    if (items > 0 && priorities != nullptr) {
+      new_items.priorities = std::span<const double>(priorities, static_cast<size_t>(items));
+    }
+    return Report(a->client->Append(steps, new_items));
+  });
+}
+
+int64_t perserve_actor_steps_appended(const perserve_actor* a) {
+  return a == nullptr ? -1 : a->client->steps_appended();
+}
+
+int perserve_actor_stores_steps(const perserve_actor* a) {
+  return a == nullptr ? -1 : (a->client->stores_steps() ? 1 : 0);
+}
+
 int perserve_actor_can_add(perserve_actor* a, int* ready) {
   if (a == nullptr || ready == nullptr) return Fail("actor handle or ready is NULL");
   return Guarded([&] {

@@ -27,7 +27,18 @@ class Connection {
  public:
   virtual ~Connection() = default;
 
+  // What an actor adds: a transition's columns, or a step's when the server
+  // stores step streams (steps()).
   virtual const Schema& schema() const = 0;
+  // What a sample returns (the schema itself for transitions).
+  virtual const Schema& sample_schema() const { return schema(); }
+  // Step streams: whether the server stores them, and the columns an actor
+  // sends with each item it creates.
+  virtual bool steps() const { return false; }
+  virtual const Schema& item_schema() const {
+    static const Schema none;
+    return none;
+  }
   uint64_t NextRequestId() { return next_request_id_++; }
 
   // A buffer to encode the next frame into (recycled where the transport can).
@@ -126,7 +137,10 @@ class MpiConnection final : public Connection {
   // Collective over `parent`. A bystander has no server (server_rank -1).
   Status Join(MPI_Comm parent, proto::Role role);
 
-  const Schema& schema() const override { return join_.schema; }
+  const Schema& schema() const override { return join_.served.adds; }
+  const Schema& sample_schema() const override { return join_.served.samples; }
+  bool steps() const override { return join_.served.steps; }
+  const Schema& item_schema() const override { return join_.served.items; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(join_.servers.size()); }

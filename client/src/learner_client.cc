@@ -75,7 +75,7 @@ LearnerClient::~LearnerClient() {
 
 void LearnerClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("learner", Close()); }
 
-const Schema& LearnerClient::schema() const { return connection_->schema(); }
+const Schema& LearnerClient::schema() const { return connection_->sample_schema(); }
 
 int LearnerClient::shards() const { return connection_->shard_count(); }
 

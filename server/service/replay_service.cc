@@ -21,7 +21,12 @@ std::vector<ClientRole> RolesOf(const Transport& transport) {
 }  // namespace
 
 ReplayService::ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options)
+    : ReplayService(replay, nullptr, transport, std::move(options)) {}
+
+ReplayService::ReplayService(replay::Replay* replay, replay::StepReplay* steps, Transport* transport,
+                             ServiceOptions options)
     : replay_(replay),
+      steps_(steps),
       transport_(transport),
       options_(options),
       clients_(RolesOf(*transport), Now()),
@@ -53,7 +58,11 @@ ReplayService::ReplayService(replay::Replay* replay, Transport* transport, Servi
                        },
                        [this] { StopServing(); }}),
       stats_(options.stats_interval_seconds),
-      episodes_(replay->store().schema(), options_.reward_column, options_.done_column, transport->client_count()) {}
+      episodes_(steps != nullptr ? steps->step_schema() : replay->store().schema(), options_.reward_column,
+                options_.done_column, transport->client_count()) {
+  // Samples of steps are assembled (stacked, n-step returns) into the reply: there are no rows to lend.
+  if (steps_ != nullptr) options_.zero_copy_min_row_bytes = -1;
+}
 
 void ReplayService::Restore(const CheckpointState& state) {
   limiter_.Restore(state.limiter);
@@ -186,7 +195,7 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
   ++counters_.add_requests;
   proto::AddRequest request;
   Status status = proto::DecodeMeta(frame, &request);
-  if (status.ok()) status = replay_->CheckAddCount(request.count);
+  if (status.ok()) status = CheckAddKind(request);
   if (status.ok()) status = CheckTimeout(request.timeout_seconds);
   if (status.ok() && request.columns_follow && !transport_->TakesColumnsApart()) {
     return ReplyError(client, frame.header.request_id,
@@ -196,8 +205,9 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
     if (request.columns_follow) held_.Refuse(client);
     return ReplyError(client, frame.header.request_id, status);
   }
+  const int64_t items = request.stored_items();
   uint64_t ticket = 0;  // an add apart's entry in its client's ledger
-  if (!HoldAdd(client, request.count)) {
+  if (!HoldAdd(client, items)) {
     if (!request.columns_follow) return ApplyAdd(client, frame, request, std::nullopt, 0);
     // Its columns go straight into the store if nothing is owed before them
     // and they are here; else it is held, its entry kept.
@@ -212,7 +222,7 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
                           "--max-deferred-adds); wait for their acknowledgements",
                           held_.count(client), DescribeAddHold())));
   }
-  if (PinHolds(request.count)) {
+  if (PinHolds(items)) {
     ++counters_.pinned_adds;
     if (!pin_hold_logged_) {
       pin_hold_logged_ = true;
@@ -224,11 +234,35 @@ void ReplayService::HandleAdd(int client, const proto::Frame& frame, std::span<c
   }
   ++counters_.deferred_adds;
   const Clock::time_point now = Now();
-  HeldAdd add{client, frame.header.request_id, request.count, std::vector<std::byte>(bytes.begin(), bytes.end()),
+  HeldAdd add{client, frame.header.request_id, items, std::vector<std::byte>(bytes.begin(), bytes.end()),
               now, DeadlineAfter(now, request.timeout_seconds), request.columns_follow};
   add.ticket = ticket;
   held_.Hold(std::move(add));
 }
+
+Status ReplayService::CheckAddKind(const proto::AddRequest& request) const {
+  if (request.is_append() != (steps_ != nullptr)) {
+    return Status::FailedPrecondition(
+        steps_ != nullptr ? "this server stores step streams (--n-step or --sequence-length): actors append steps and "
+                            "create items over them (Append; docs/steps.md), they do not add transitions"
+                          : "this server stores transitions: append steps only to a server started with --n-step or "
+                            "--sequence-length (docs/steps.md)");
+  }
+  if (!request.is_append()) return replay_->CheckAddCount(request.count);
+  if (request.count < 0 || request.items < 0 || request.count + request.items == 0 || request.columns_follow) {
+    return Status::InvalidArgument(fmt::format("an append of {} steps and {} items{} is malformed: both >= 0, one "
+                                               "> 0, with the steps in the request",
+                                               request.count, request.items,
+                                               request.columns_follow ? " with its columns apart" : ""));
+  }
+  return Status::Ok();
+}
+
+int64_t ReplayService::SampleRowBytes() const {
+  return steps_ != nullptr ? steps_->SampleItemBytes() : replay_->store().schema().ItemBytes();
+}
+
+int64_t ReplayService::HeldItems() const { return steps_ != nullptr ? replay_->live_size() : replay_->size(); }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
   // Behind its own held adds, or the limiter's, or rows a learner has yet to receive.
@@ -237,11 +271,12 @@ bool ReplayService::HoldAdd(int client, int64_t count) const {
 
 bool ReplayService::LimiterHolds(int64_t count) const {
   // Nobody left to sample: holding intake back would only stall the actors.
-  return clients_.open_learners() > 0 && !limiter_.CanInsert(count, replay_->size());
+  return clients_.open_learners() > 0 && !limiter_.CanInsert(count, HeldItems());
 }
 
 void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request,
                              std::optional<std::span<const std::byte>> columns_received, uint64_t ticket) {
+  if (request.is_append()) return ApplyAppend(client, frame, request);
   const uint64_t priority_bytes = request.has_priorities ? static_cast<uint64_t>(request.count) * sizeof(double) : 0;
   Status status;
   if (frame.bulk.size() < priority_bytes || (request.columns_follow && frame.bulk.size() != priority_bytes)) {
@@ -269,9 +304,51 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
   }
   if (columns_owed) held_.Settle(client, ticket, columns_taken);
   if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
-  limiter_.Inserted(request.count, replay_->size());
+  limiter_.Inserted(request.count, HeldItems());
   Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
         proto::AddReply{proto::ShardKey(options_.shard, first_key), request.count});
+}
+
+void ReplayService::ApplyAppend(int client, const proto::Frame& frame, const proto::AddRequest& request) {
+  // The bulk: the steps' columns, the items' steps, their priorities, their columns.
+  const int64_t step_bytes = steps_->step_schema().ItemBytes();
+  const int64_t item_bytes = Schema{steps_->options().item_columns}.ItemBytes();
+  const uint64_t priority_count = request.has_priorities ? static_cast<uint64_t>(request.items) : 0;
+  std::span<const std::byte> bulk = frame.bulk;
+  // Counts bounded by the bulk first, so the products below cannot overflow.
+  const bool fits = static_cast<uint64_t>(request.count) <= bulk.size() / static_cast<uint64_t>(step_bytes) &&
+                    static_cast<uint64_t>(request.items) <= bulk.size() / 8;
+  const uint64_t expected = fits ? static_cast<uint64_t>(request.count * step_bytes) +
+                                       static_cast<uint64_t>(request.items) * (8 + static_cast<uint64_t>(item_bytes)) +
+                                       priority_count * 8
+                                 : 0;
+  Status status;
+  if (!fits || bulk.size() != expected) {
+    status = Status::InvalidArgument(fmt::format(
+        "an append of {} steps ({} bytes each: {}) and {} items ({}{} bytes of item columns each) carries {} bulk "
+        "bytes",
+        request.count, step_bytes, steps_->step_schema().ToString(), request.items,
+        request.has_priorities ? "with priorities, " : "", item_bytes, bulk.size()));
+  }
+  const std::span<const std::byte> step_columns = fits ? bulk.first(static_cast<size_t>(request.count * step_bytes))
+                                                       : std::span<const std::byte>{};
+  uint64_t first_key = 0;
+  if (status.ok()) {
+    bulk = bulk.subspan(step_columns.size());
+    std::vector<int64_t> item_steps;
+    std::vector<double> priorities;
+    status = proto::TakeArray(&bulk, static_cast<size_t>(request.items), &item_steps);
+    if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(priority_count), &priorities);
+    if (status.ok()) {
+      status = steps_->Append(client, request.first_step, request.count, step_columns, item_steps, priorities, bulk,
+                              &first_key);
+    }
+  }
+  if (!status.ok()) return ReplyError(client, frame.header.request_id, status);
+  if (request.count > 0) episodes_.Observe(client, request.count, step_columns);
+  limiter_.Inserted(request.items, HeldItems());
+  Reply(client, proto::MessageKind::kAddReply, frame.header.request_id,
+        proto::AddReply{proto::ShardKey(options_.shard, first_key), request.items});
 }
 
 Status ReplayService::AddColumnsApart(int client, int64_t count, std::span<const double> priorities,
@@ -309,8 +386,7 @@ ReplayService::Clock::time_point ReplayService::DeadlineAfter(Clock::time_point 
 int64_t ReplayService::SampleReplyBytes(int64_t batch_size) const {
   // Bounded operands (batch <= max_sample_batch, an item <= 1 GiB): no overflow.
   const int64_t meta = static_cast<int64_t>(proto::SerializeMeta(proto::SampleReply{batch_size}).size());
-  return static_cast<int64_t>(proto::kFrameHeaderBytes) + meta +
-         batch_size * (replay_->store().schema().ItemBytes() + 3 * 8);
+  return static_cast<int64_t>(proto::kFrameHeaderBytes) + meta + batch_size * (SampleRowBytes() + 3 * 8);
 }
 
 Status ReplayService::CheckTimeout(double timeout_seconds) {
@@ -328,14 +404,14 @@ Status ReplayService::CheckReplyFits(int64_t count) const {
 ReplayService::SampleWait ReplayService::WaitFor(const WaitingSample& sample) const {
   // A probe waits only for the minimum size (it takes nothing from the limiter).
   if (sample.shard_sample && sample.fractions.empty()) {
-    return replay_->size() < limiter_.options().min_size_to_sample ? SampleWait::kMinSize : SampleWait::kNone;
+    return HeldItems() < limiter_.options().min_size_to_sample ? SampleWait::kMinSize : SampleWait::kNone;
   }
   return WaitFor(sample.client, sample.batch_size);
 }
 
 ReplayService::SampleWait ReplayService::WaitFor(int client, int64_t batch_size) const {
-  if (replay_->size() < limiter_.options().min_size_to_sample) return SampleWait::kMinSize;
-  if (!limiter_.CanSample(batch_size, replay_->size())) return SampleWait::kRateLimiter;
+  if (HeldItems() < limiter_.options().min_size_to_sample) return SampleWait::kMinSize;
+  if (!limiter_.CanSample(batch_size, HeldItems())) return SampleWait::kRateLimiter;
   const Transport::Unread unread = transport_->UnreadSampleReplies(client);
   if (unread.replies == 0) return SampleWait::kNone;
   const bool allowed = unread.replies < options_.max_unread_sample_replies &&
@@ -349,7 +425,7 @@ std::string ReplayService::Describe(SampleWait wait, int client) const {
       return "nothing";
     case SampleWait::kMinSize:
       return fmt::format("the replay holds {} of the {} items sampling needs (--min-size-to-sample)",
-                         replay_->size(), limiter_.options().min_size_to_sample);
+                         HeldItems(), limiter_.options().min_size_to_sample);
     case SampleWait::kRateLimiter:
       return fmt::format("the rate limiter: the learners are ahead of the actors ({})", limiter_.Describe());
     case SampleWait::kUnread: {
@@ -454,11 +530,11 @@ void ReplayService::ServeShardSample(int client, uint64_t request_id, std::span<
     sample_.slots.clear();
   }
   const proto::ShardSampleReply meta{count,
-                                     replay_->size(),
+                                     HeldItems(),
                                      replay_->counters().items_added,
                                      replay_->tree().Total(),
                                      replay_->tree().Min(),
-                                     replay_->size() >= limiter_.options().min_size_to_sample};
+                                     HeldItems() >= limiter_.options().min_size_to_sample};
   SendDrawn(client, request_id, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta), awaited,
             {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))});
 }
@@ -478,7 +554,7 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
                               std::initializer_list<std::span<const std::byte>> arrays) {
   for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);  // in place: `arrays` view them
   const int64_t count = static_cast<int64_t>(sample_.slots.size());
-  const int64_t row_bytes = replay_->store().schema().ItemBytes();
+  const int64_t row_bytes = SampleRowBytes();
   const size_t column_bytes = static_cast<size_t>(count * row_bytes);
   if (count > 0 && awaited && options_.zero_copy_min_row_bytes >= 0 && row_bytes >= options_.zero_copy_min_row_bytes) {
     // Rows the next adds will soon overwrite are copied into the reply; the
@@ -506,7 +582,11 @@ void ReplayService::SendDrawn(int client, uint64_t request_id, proto::MessageKin
   }
   std::vector<std::byte> frame = transport_->AcquireBuffer(static_cast<size_t>(SampleReplyBytes(count)));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(kind, request_id, meta, arrays, column_bytes, &frame);
-  replay_->store().Gather(sample_.slots, columns);
+  if (steps_ != nullptr) {
+    steps_->Assemble(sample_.slots, columns);
+  } else {
+    replay_->store().Gather(sample_.slots, columns);
+  }
   // A reply without rows (a shard's state) does not count against the client's unread allowance.
   Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
 }

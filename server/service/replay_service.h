@@ -63,6 +63,7 @@
 #include "proto/codec.h"
 #include "replay/episode_tracker.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "service/checkpoint_driver.h"
 #include "service/client_book.h"
 #include "service/held_adds.h"
@@ -130,6 +131,10 @@ struct ServiceOptions {
 class ReplayService {
  public:
   ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options);
+  // A server of step streams (docs/steps.md): `steps` appends the actors'
+  // steps and creates the items `replay` holds (StepReplay::Create made it
+  // over `replay`), and assembles the samples; neither owned.
+  ReplayService(replay::Replay* replay, replay::StepReplay* steps, Transport* transport, ServiceOptions options);
 
   // Serves until every client has closed, then drains the last replies.
   Status Run();
@@ -198,6 +203,16 @@ class ReplayService {
   // Whether an add of `count` items from `client` must be held: behind the
   // client's held adds, or by the rate limiter, or rows in flight.
   bool HoldAdd(int client, int64_t count) const;
+  // An add of transitions to a server of them, or an append of steps to a
+  // server of step streams, with sane counts.
+  Status CheckAddKind(const proto::AddRequest& request) const;
+  // An append of steps (and items over them) to the client's stream.
+  void ApplyAppend(int client, const proto::Frame& frame, const proto::AddRequest& request);
+  // Items that can be drawn: the replay's size, less (step streams) items
+  // whose steps were overwritten.
+  int64_t HeldItems() const;
+  // Bytes of one sampled item's columns in a reply.
+  int64_t SampleRowBytes() const;
   bool LimiterHolds(int64_t count) const;
   bool PinHolds(int64_t count) const { return pins_.Holds(replay_->next_slot(), count); }
   // Whether the held add at `add` can go now (it is its client's oldest).
@@ -279,6 +294,7 @@ class ReplayService {
   void MaybeLogStats();
 
   replay::Replay* replay_;
+  replay::StepReplay* steps_ = nullptr;  // step streams; nullptr: transitions
   Transport* transport_;
   ServiceOptions options_;
   ClientBook clients_;

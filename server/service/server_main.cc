@@ -18,6 +18,7 @@
 
 #include "mpi/join.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "service/mpi_transport.h"
 #include "service/replay_service.h"
 
@@ -37,6 +38,14 @@ struct Flags {
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
   std::string restore;
+  // Step streams (docs/steps.md): n-step transitions or sequences over the
+  // actors' appended steps, with stacked columns and item columns.
+  int n_step = 0;
+  double discount = 0.99;
+  int sequence_length = 0;
+  int sequence_period = 0;
+  std::vector<std::string> stacks;
+  std::vector<std::string> item_columns;
   // The service loop's flags bind straight to its options; the minimum size
   // defaults to 1000 here (capped to the capacity unless given).
   perserve::service::ServiceOptions service = [] {
@@ -108,6 +117,46 @@ class FinalCheckpointPause {
   std::exit(2);
 }
 
+// Whether the server stores step streams.
+bool StoresSteps(const Flags& flags) { return flags.n_step > 0 || flags.sequence_length > 0; }
+
+// The step streams' options from the flags (streams: set after the join).
+perserve::Status StepOptionsOf(const Flags& flags, perserve::replay::StepOptions* options) {
+  using perserve::replay::StepOptions;
+  if (flags.n_step > 0 && flags.sequence_length > 0) {
+    return perserve::Status::InvalidArgument("--n-step and --sequence-length choose the item kind: give one");
+  }
+  options->kind = flags.n_step > 0 ? StepOptions::Kind::kNStep : StepOptions::Kind::kSequence;
+  options->n_step = std::max(1, flags.n_step);
+  options->discount = flags.discount;
+  options->sequence_length = flags.sequence_length;
+  options->sequence_period = flags.sequence_period > 0 ? flags.sequence_period : flags.sequence_length;
+  options->reward_column = flags.service.reward_column;
+  options->done_column = flags.service.done_column;
+  options->step_capacity = flags.capacity;
+  for (const std::string& spec : flags.stacks) {
+    const size_t colon = spec.rfind(':');
+    int depth = -1;
+    if (colon != std::string::npos && colon > 0) {
+      try {
+        size_t used = 0;
+        depth = std::stoi(spec.substr(colon + 1), &used);
+        if (used != spec.size() - colon - 1) depth = -1;
+      } catch (const std::exception&) {
+        depth = -1;
+      }
+    }
+    if (depth < 0) return perserve::Status::InvalidArgument(fmt::format("--stack {}: give name:depth, as obs:4", spec));
+    options->stacks.emplace_back(spec.substr(0, colon), depth);
+  }
+  for (const std::string& spec : flags.item_columns) {
+    perserve::Column column;
+    PERSERVE_RETURN_IF_ERROR(perserve::ParseColumn(spec, &column));
+    options->item_columns.push_back(column);
+  }
+  return perserve::Status::Ok();
+}
+
 // Joins, serves until every client has closed; everything MPI is freed on return.
 int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::ReplayOptions options) {
   int world_rank = 0;
@@ -118,12 +167,25 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
 
   // The replay first (allocation, store prefault, the tree's auto calibration):
   // clients wait in the join meanwhile, so no request waits for it.
+  // With step streams the replay holds the items (their step and item
+  // columns) and the StepReplay, made after the join, the steps.
+  perserve::proto::ServedSchemas served = perserve::proto::TransitionSchemas(schema);
+  perserve::replay::StepOptions step_options;
+  perserve::Schema stored = schema;
+  perserve::Status status;
+  if (StoresSteps(flags)) {
+    status = StepOptionsOf(flags, &step_options);
+    if (status.ok()) status = perserve::replay::StepSchemas(step_options, schema, &served.samples, &stored);
+    if (!status.ok()) Abort(status.ToString());
+    served.steps = true;
+    served.items = perserve::Schema{step_options.item_columns};
+  }
   std::unique_ptr<perserve::replay::Replay> replay;
-  perserve::Status status = perserve::replay::Replay::Create(options, schema, &replay);
+  status = perserve::replay::Replay::Create(options, stored, &replay);
   if (!status.ok()) Abort(status.ToString());
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  const perserve::mpi::ServerInfo info{schema, flags.alpha, flags.capacity};
+  const perserve::mpi::ServerInfo info{served, flags.alpha, flags.capacity};
   status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined,
                                [](const std::string& message) { spdlog::warn("{}", message); });
   if (!status.ok()) Abort("join failed: " + status.ToString());
@@ -134,6 +196,19 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
                flags.capacity, flags.alpha, flags.service.min_size_to_sample, replay->tree().device_name(),
                schema.ToString(), schema.ItemBytes());
+  std::unique_ptr<perserve::replay::StepReplay> steps;
+  if (served.steps) {
+    step_options.streams = std::max<int>(1, static_cast<int>(joined.client_ranks.size()));
+    status = perserve::replay::StepReplay::Create(step_options, schema, replay.get(), &steps);
+    if (!status.ok()) Abort(status.ToString());
+    spdlog::info("step streams: {}; a sample returns {} ({} bytes an item){}",
+                 step_options.kind == perserve::replay::StepOptions::Kind::kNStep
+                     ? fmt::format("{}-step transitions, discount {}", step_options.n_step, step_options.discount)
+                     : fmt::format("sequences of {} steps every {} steps", step_options.sequence_length,
+                                   step_options.sequence_period),
+                 served.samples.ToString(), served.samples.ItemBytes(),
+                 served.items.columns.empty() ? "" : "; items carry " + served.items.ToString());
+  }
   if (!shard_warning.empty()) spdlog::warn("{}", shard_warning);
   if (flags.service.samples_per_insert > 0) {
     spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.service.samples_per_insert,
@@ -163,7 +238,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
     spdlog::info("restored {}: {} items, next key {}, in {:.2f} s", loaded, replay->size(), replay->next_key(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
-  perserve::service::ReplayService service(replay.get(), &transport, service_options);
+  perserve::service::ReplayService service(replay.get(), steps.get(), &transport, service_options);
   pause.Watch(&service);
   if (!flags.restore.empty()) service.Restore(restored);
   status = service.Run();
@@ -177,7 +252,8 @@ static int Main(int argc, char** argv) {
   CLI::App app{"perserve-server: a prioritized experience replay rank"};
   Flags flags;
   app.set_config("--config", "", "TOML/INI file with any of these options (column = [\"obs:uint8:84,84,4\", ...])");
-  app.add_option("--capacity", flags.capacity, "transitions held (FIFO ring)")->check(CLI::PositiveNumber)
+  app.add_option("--capacity", flags.capacity,
+                 "transitions held (FIFO ring); with step streams, steps held and items at most")->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -252,6 +328,23 @@ static int Main(int argc, char** argv) {
   app.add_option("--restore", flags.restore,
                  "start from a checkpoint: a checkpoint directory, or a --checkpoint-dir (its newest complete one "
                  "for this shard); the schema and capacity flags must match it");
+  app.add_option("--n-step", flags.n_step,
+                 "step streams (docs/steps.md): actors append steps, each item an n-step transition computed at "
+                 "sample time (obs, action, return, discount, next_obs)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--discount", flags.discount, "the n-step return's discount G, in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--sequence-length", flags.sequence_length,
+                 "step streams: each item a sequence of this many steps (R2D2: 80), with a mask past its episode")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sequence-period", flags.sequence_period,
+                 "sequences start every this many steps of an episode (R2D2: 40; default: the length)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stack", flags.stacks,
+                 "step streams: a column stored one frame a step and returned stacked, name:depth (obs:4 returns "
+                 "84,84 frames as 84,84,4); n-step items also return it at the next step as next_<name>");
+  app.add_option("--item-column", flags.item_columns,
+                 "step streams: a column an actor sends with each item it creates, name:dtype:shape (repeat)");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {
@@ -267,6 +360,10 @@ static int Main(int argc, char** argv) {
   } else if (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.capacity) {
     Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
                       flags.service.min_size_to_sample, flags.capacity));
+  }
+  if (StoresSteps(flags) && (!flags.service.checkpoint_dir.empty() || !flags.restore.empty())) {
+    Abort("checkpoints of step streams are not written yet (--checkpoint-dir and --restore work with transitions; "
+          "docs/steps.md)");
   }
   if (flags.service.checkpoint_every_seconds > 0 && flags.service.checkpoint_dir.empty()) {
     Abort("--checkpoint-every needs --checkpoint-dir");

@@ -156,7 +156,7 @@ int BrokenServer(const BrokenJoin& broken) {
         "allgather");
   CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS, "allgather wait");
   if (broken.info) {
-    const std::string schema = perserve::proto::SerializeSchema(perserve::Schema::Default());
+    const std::string schema = perserve::proto::SerializeServedSchemas(perserve::proto::TransitionSchemas(perserve::Schema::Default()));
     uint64_t length = schema.size();
     CHECK(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, comm) == MPI_SUCCESS, "bcast size");
     CHECK(MPI_Bcast(const_cast<char*>(schema.data()), static_cast<int>(length), MPI_BYTE, 0, comm) == MPI_SUCCESS,

@@ -64,7 +64,7 @@ class RawClient {
     return ErrorIn(Exchange(frame, tag)).code();
   }
 
-  const Schema& schema() const { return join_.schema; }
+  const Schema& schema() const { return join_.served.adds; }
 
  private:
   mpi::Communicator comm_;

@@ -151,6 +151,18 @@ Status CheckPriorities(std::span<const double> priorities);
 // A request's timeout in seconds: finite and >= 0 (0: none).
 Status CheckTimeout(double timeout_seconds);
 
+// Items an actor creates over its stream's steps (a server of step streams:
+// docs/steps.md). steps[i] is the stream index of item i's step (the stream's
+// first step is 0; ActorClient::steps_appended() counts them); priorities
+// empty (the server's max priority) or one per item; columns: the server's
+// item columns (ActorClient::item_schema()), steps.size() rows each, or none
+// when it has none.
+struct NewItems {
+  std::span<const int64_t> steps;
+  std::span<const double> priorities;
+  ColumnSpans columns;
+};
+
 class ActorClient {
  public:
   // Collective over `comm` (every rank of it joins).
@@ -180,6 +192,25 @@ class ActorClient {
   // oldest acknowledgement while max_in_flight are in flight), so an actor
   // that fills max_in_flight + 1 buffers in turn never waits for its own.
   Status AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities = {});
+
+  // Step streams (a server started with --n-step or --sequence-length;
+  // docs/steps.md). Appends steps (schema()'s columns, steps.size rows each;
+  // size 0 with no columns: none) to this actor's stream, then creates
+  // `items` over the stream's steps, these included; the server computes
+  // each item's layout at sample time. Checked here as Add is (and each
+  // item's step below steps_appended() after this append); the server
+  // checks the rest (steps it no longer holds, a step not yet followed by
+  // the n steps an item needs, a sequence off its period) and refuses the
+  // whole request: reported as Add's rejections are, and the refused steps
+  // are not in the stream (steps_appended() then counts the steps the server
+  // acknowledged, once the rejection is reported). Copies, as Add.
+  Status Append(const ColumnSpans& steps, const NewItems& items = {});
+  // The steps this actor's stream holds so far, counting those sent: the
+  // next appended step's index.
+  int64_t steps_appended() const { return steps_sent_; }
+  // Whether the server stores step streams, and its item columns.
+  bool stores_steps() const;
+  const Schema& item_schema() const;
 
   // Takes the acknowledgements that have arrived, without waiting, and sets
   // *ready to whether an Add would send at once (fewer than max_in_flight
@@ -230,7 +261,11 @@ class ActorClient {
   struct SentAdd {
     uint64_t request_id;
     uint64_t columns_send;  // the borrowed columns' send (Connection::AwaitSent), else 0
+    int64_t steps = 0;      // an append's steps
   };
+  int64_t steps_sent_ = 0;          // the stream's steps sent (the next first_step)
+  int64_t steps_acknowledged_ = 0;  // of those, acknowledged
+  bool stream_rejected_ = false;    // an append was refused: steps_sent_ goes back to steps_acknowledged_
   std::deque<SentAdd> in_flight_;  // oldest first
   Status first_rejection_;          // the first rejection not yet reported
   int64_t unreported_rejections_ = 0;

@@ -79,6 +79,22 @@ int perserve_actor_add_columns(perserve_actor* a, int64_t n, const void* const* 
  * 0, so an actor filling max_in_flight + 1 buffers in turn never waits. */
 int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                                 const double* priorities);
+/* Step streams (a server started with --n-step or --sequence-length;
+ * docs/steps.md): appends n steps (columns[i]: column_bytes[i] bytes of step
+ * column i, as perserve_actor_add_columns; n 0: none, columns may be NULL) to
+ * this actor's stream, then creates `items` items at the stream indices
+ * item_steps[0 .. items-1] (the stream's steps count from 0; these steps
+ * included) with priorities (NULL: the server's max) and item columns
+ * (item_columns[j]: item_column_bytes[j] bytes of item column j; NULL when
+ * the server has none). Checked here as perserve_actor_add_columns; the
+ * server's refusals are reported as rejected batches. Copies. */
+int perserve_actor_append(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
+                          int64_t items, const int64_t* item_steps, const double* priorities,
+                          const void* const* item_columns, const int64_t* item_column_bytes);
+/* The steps this actor's stream holds so far (the next step's index); -1 on a NULL handle. */
+int64_t perserve_actor_steps_appended(const perserve_actor* a);
+/* 1 when the server stores step streams, 0 when transitions, -1 on a NULL handle. */
+int perserve_actor_stores_steps(const perserve_actor* a);
 /* *ready = 1 when perserve_actor_add would send at once (fewer than
  * max_in_flight batches unacknowledged; acknowledgements that arrived are
  * taken, nothing waits), else 0: an actor the rate limiter holds back can go

@@ -211,7 +211,58 @@ class Actor(_Client):
         self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight, _timeout_seconds(add_timeout))
         _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
+        self._item_schema = _schema(self._handle.item_schema())
         _open_clients.add(self)
+
+    @property
+    def stores_steps(self) -> bool:
+        """Whether the server stores step streams (``perserve-server --n-step``
+        or ``--sequence-length``): then ``append`` steps, not ``add``."""
+        return self._live().stores_steps()
+
+    @property
+    def item_schema(self) -> list[Column]:
+        """The columns an item carries (``perserve-server --item-column``)."""
+        return self._item_schema
+
+    @property
+    def steps_appended(self) -> int:
+        """The steps this actor's stream holds so far: the next step's index."""
+        return self._live().steps_appended
+
+    def append(self, steps: Optional[Mapping[str, Any]] = None, items: Any = None, priorities: Any = None,
+               item_columns: Optional[Mapping[str, Any]] = None, *, block: bool = True) -> bool:
+        """Appends steps to this actor's stream and creates items over it
+        (a server of step streams; docs/steps.md). ``steps`` maps every step
+        column (``schema``) to an array of shape ``(n,) + column.shape``, or
+        is None for no steps; the stream's steps are numbered from 0, and
+        these get ``steps_appended .. steps_appended + n - 1``. ``items``: the
+        stream indices of the items to create (these steps included);
+        ``priorities`` None (the server's maximum) or one per item;
+        ``item_columns`` the item columns (``item_schema``), one row per item.
+        Checked here as ``add`` is; the server refuses an item over steps it
+        no longer holds or that are not all appended yet (the n steps after
+        an n-step item's, a sequence's L), raising at the next ``append`` or
+        ``flush``, and that request's steps are then not in the stream.
+        ``block`` as for ``add``."""
+        handle = self._live()
+        size, arrays = (0, []) if steps is None else _check_columns(self._schema, steps)
+        item_steps = np.ascontiguousarray([] if items is None else items, dtype=np.int64).reshape(-1)
+        if priorities is not None:
+            priorities = np.ascontiguousarray(priorities, dtype=np.float64)
+            if priorities.shape != item_steps.shape:
+                raise InvalidArgumentError(f"{priorities.size} priorities for {item_steps.size} items; nothing was "
+                                           "sent")
+        item_arrays: list = []
+        if item_columns is not None or (self._item_schema and item_steps.size > 0):
+            count, item_arrays = _check_columns(self._item_schema, item_columns or {})
+            if count != item_steps.size:
+                raise InvalidArgumentError(f"{item_steps.size} items with item columns of {count} rows; nothing "
+                                           "was sent")
+        if not block and not handle.can_add():
+            return False
+        handle.append(size, arrays, item_steps, priorities, item_arrays)
+        return True
 
     def add(self, columns: Mapping[str, Any], priorities: Any = None, *, block: bool = True) -> bool:
         """Adds n transitions: ``columns`` maps every column name to an array

@@ -175,6 +175,35 @@ class Actor : public Guarded<ActorClient> {
     Locked([&] { return client_->Add(batch, given); });
   }
 
+  // An append: `size` steps (one buffer per step column, in order; size 0:
+  // none), items at these stream indices with their priorities (optional)
+  // and item columns (one buffer per item column, in order).
+  using Steps = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+  void append(int64_t size, const std::vector<py::buffer>& columns, Steps item_steps,
+              std::optional<Priorities> priorities, const std::vector<py::buffer>& item_columns) {
+    std::vector<py::buffer_info> views;
+    views.reserve(columns.size() + item_columns.size());
+    const auto spans = [&views](int64_t rows, const std::vector<py::buffer>& buffers) {
+      ColumnSpans spans{rows, {}};
+      for (const py::buffer& column : buffers) {
+        views.push_back(column.request());
+        spans.columns.emplace_back(static_cast<const std::byte*>(views.back().ptr),
+                                   static_cast<size_t>(views.back().size * views.back().itemsize));
+      }
+      return spans;
+    };
+    const ColumnSpans steps = spans(size, columns);
+    NewItems items;
+    items.steps = std::span<const int64_t>(item_steps.data(), static_cast<size_t>(item_steps.size()));
+    if (priorities) items.priorities = SpanOf(*priorities);
+    items.columns = spans(static_cast<int64_t>(item_steps.size()), item_columns);
+    if (item_columns.empty()) items.columns.size = 0;
+    Locked([&] { return client_->Append(steps, items); });
+  }
+  int64_t steps_appended() const { return client_->steps_appended(); }
+  bool stores_steps() const { return client_->stores_steps(); }
+  py::list item_schema() const { return SchemaColumns(client_->item_schema()); }
+
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
   bool can_add() {
@@ -318,6 +347,11 @@ PYBIND11_MODULE(_perserve, m) {
       .def("schema", &Actor::schema)
       .def("schema_string", &Actor::schema_string)
       .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"))
+      .def("append", &Actor::append, py::arg("size"), py::arg("columns"), py::arg("item_steps"),
+           py::arg("priorities"), py::arg("item_columns"))
+      .def_property_readonly("steps_appended", &Actor::steps_appended)
+      .def("stores_steps", &Actor::stores_steps)
+      .def("item_schema", &Actor::item_schema)
       .def("flush", &Actor::flush)
       .def("can_add", &Actor::can_add)
       .def("close", &Actor::close)

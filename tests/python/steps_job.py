@@ -1,0 +1,203 @@
+"""Step streams end to end (issue 27): a server of step streams under mpirun,
+two actors appending steps and creating items, one learner checking every
+sampled item bit for bit against a plain NumPy reference.
+
+    mpirun -np 1 perserve-server <flags of MODES[mode]> :
+           -np 2 python3 -m mpi4py steps_job.py MODE :
+           -np 1 python3 -m mpi4py steps_job.py MODE
+
+Every step's content is a function of (actor, stream index), and a frame's
+first bytes name both, so the learner decodes each sampled item's actor and
+step from its newest frame and recomputes the whole item from the stream's
+definition: stacked frames (zeros before the episode's first step), the
+n-step return and discount, the next observation, a sequence's steps and
+mask. A frame from another actor or episode, or from a step the ring has
+overwritten since, differs. The ring is small (--capacity 197), so it wraps
+many times and evicts items while the learner samples; the actors keep within
+a few batches of each other (a barrier every 4 appends), as actors stepping
+environments at similar speeds do, so neither outruns the other by a ring.
+"""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import perserve
+
+FRAME = (6, 5)
+MODES = {
+    # flags the server runs with (tests/CMakeLists.txt passes the same)
+    "nstep": dict(n=3, discount=0.875, stack=4, length=0, period=0, item_columns=False),
+    "sequence": dict(n=0, discount=0.0, stack=2, length=5, period=2, item_columns=True),
+}
+APPENDS_PER_ACTOR = 340  # of 1 to 8 steps: about 1500 steps each
+BATCHES = 60
+BATCH = 32
+
+
+def episode_ends(actor: int, index: int) -> bool:
+    """Episodes of 1 to 11 steps, a function of the step."""
+    return (index * 7 + actor * 3) % 11 == 0 or (index * 13 + actor) % 17 == 0
+
+
+def frame(actor: int, index: int) -> np.ndarray:
+    values = (np.arange(np.prod(FRAME)) * 31 + index * 7 + actor * 101) % 251 + 1
+    out = values.astype(np.uint8).reshape(FRAME)
+    out[0, 0], out[0, 1], out[0, 2] = actor + 1, index % 256, index // 256
+    return out
+
+
+def step(actor: int, index: int) -> dict:
+    return {
+        "obs": frame(actor, index),
+        "action": np.int32(index * 3 + actor),
+        "reward": np.float32((index % 9) * 0.375 - 1.0 + actor),
+        "done": np.uint8(episode_ends(actor, index)),
+    }
+
+
+def episode_start(actor: int, index: int) -> int:
+    start = index
+    while start > 0 and not episode_ends(actor, start - 1):
+        start -= 1
+    return start
+
+
+def episode_last(actor: int, index: int, limit: int) -> int:
+    """The episode's last step, or -1 if it has not ended below `limit`."""
+    for i in range(index, limit):
+        if episode_ends(actor, i):
+            return i
+    return -1
+
+
+def stacked(actor: int, index: int, depth: int) -> np.ndarray:
+    start = episode_start(actor, index)
+    frames = [frame(actor, i) if i >= start else np.zeros(FRAME, np.uint8) for i in range(index - depth + 1, index + 1)]
+    out = np.stack(frames, axis=-1)
+    return out if depth > 1 else out[..., 0]
+
+
+def expected_nstep(actor: int, t: int, mode: dict) -> dict:
+    n, discount = mode["n"], mode["discount"]
+    last = episode_last(actor, t, t + n)
+    n_used = n if last < 0 else last - t + 1
+    ret, g = 0.0, 1.0
+    for j in range(n_used):
+        ret += g * float(step(actor, t + j)["reward"])
+        g *= discount
+    terminal = last >= 0
+    return {
+        "obs": stacked(actor, t, mode["stack"]),
+        "action": np.int32(t * 3 + actor),
+        "return": np.float64(ret),
+        "discount": np.float64(0.0 if terminal else g),
+        "next_obs": (np.zeros_like(stacked(actor, t, mode["stack"])) if terminal
+                     else stacked(actor, t + n_used, mode["stack"])),
+    }
+
+
+def expected_sequence(actor: int, t: int, mode: dict) -> dict:
+    length = mode["length"]
+    last = episode_last(actor, t, t + length)
+    out = {"obs": [], "action": [], "reward": [], "done": [], "mask": []}
+    for j in range(length):
+        inside = last < 0 or t + j <= last
+        s = step(actor, t + j) if inside else None
+        out["obs"].append(stacked(actor, t + j, mode["stack"]) if inside
+                          else np.zeros(FRAME + (mode["stack"],), np.uint8))
+        out["action"].append(s["action"] if inside else np.int32(0))
+        out["reward"].append(s["reward"] if inside else np.float32(0))
+        out["done"].append(s["done"] if inside else np.uint8(0))
+        out["mask"].append(np.uint8(inside))
+    result = {name: np.array(values) for name, values in out.items()}
+    result["state"] = np.array([actor, t, t * 2 + 1], np.float32)
+    return result
+
+
+def item_steps(actor: int, appended: int, made: int, mode: dict) -> list:
+    """The steps below `appended` (from `made` on) whose items can be created now."""
+    ready = []
+    for t in range(made, appended):
+        if mode["length"]:
+            if (t - episode_start(actor, t)) % mode["period"] != 0:
+                continue
+            need = mode["length"]
+        else:
+            need = mode["n"] + 1  # obs at t + n
+        last = episode_last(actor, t, appended)
+        if t + need - 1 < appended or 0 <= last < t + need - 1:
+            ready.append(t)
+        else:
+            break  # later steps need more steps too
+    return ready
+
+
+def run_actor(actor: int, mode: dict) -> None:
+    rng = np.random.default_rng(actor)
+    with perserve.Actor(MPI.COMM_WORLD) as a:
+        assert a.stores_steps
+        peers = a.peers()
+        actors = peers.Split(0, actor)
+        made = 0
+        for appends in range(APPENDS_PER_ACTOR):
+            if appends % 4 == 3:
+                actors.Barrier()
+            first = a.steps_appended
+            n = int(rng.integers(1, 9))
+            rows = [step(actor, i) for i in range(first, first + n)]
+            steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
+            ready = item_steps(actor, first + n, made, mode)
+            made = ready[-1] + 1 if ready else made
+            priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
+            item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
+                            if mode["item_columns"] and ready else None)
+            a.append(steps, ready or None, priorities, item_columns)
+        a.flush()
+        actors.Free()
+        peers.Free()
+
+
+def run_learner(mode: dict, mode_name: str) -> None:
+    checked = 0
+    with perserve.Learner(MPI.COMM_WORLD, prefetch=1) as learner:
+        peers = learner.peers()
+        peers.Split(1, 0).Free()  # the actors' communicator is theirs alone
+        peers.Free()
+        names = [c.name for c in learner.schema]
+        want = (["obs", "action", "return", "discount", "next_obs"] if mode_name == "nstep"
+                else ["obs", "action", "reward", "done", "mask", "state"])
+        assert names == want, names
+        for b in range(BATCHES):
+            sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
+            for i in range(sample.size):
+                newest = sample.columns["obs"][i]
+                if mode_name == "sequence":
+                    newest = newest[0]
+                newest = newest[..., -1] if mode["stack"] > 1 else newest
+                actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
+                expected = expected_nstep(actor, t, mode) if mode_name == "nstep" else expected_sequence(actor, t, mode)
+                for name, value in expected.items():
+                    got = sample.columns[name][i]
+                    if got.dtype != value.dtype or got.shape != value.shape or got.tobytes() != value.tobytes():
+                        raise AssertionError(f"batch {b} item {i} (actor {actor}, step {t}) column {name}: "
+                                             f"got {got!r}, expected {value!r}")
+                checked += 1
+            assert np.all(sample.weights > 0) and np.all(sample.weights <= 1)
+            learner.update_priorities(sample.keys, np.full(sample.size, 0.5 + b % 3))
+        learner.flush()
+    print(f"steps_job {mode_name}: {checked} sampled items equal the NumPy reference", flush=True)
+
+
+def main() -> None:
+    mode_name = sys.argv[1]
+    mode = MODES[mode_name]
+    rank = MPI.COMM_WORLD.rank  # 0 is the server, 1 and 2 the actors, 3 the learner
+    if rank in (1, 2):
+        run_actor(rank - 1, mode)
+    else:
+        run_learner(mode, mode_name)
+
+
+if __name__ == "__main__":
+    main()
