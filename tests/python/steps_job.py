@@ -2,9 +2,11 @@
 two actors appending steps and creating items, one learner checking every
 sampled item bit for bit against a plain NumPy reference.
 
-    mpirun -np 1 perserve-server <flags of MODES[mode]> :
-           -np 2 python3 -m mpi4py steps_job.py MODE :
-           -np 1 python3 -m mpi4py steps_job.py MODE
+    mpirun -np S perserve-server <flags of MODES[mode]> :
+           -np 3 python3 -m mpi4py steps_job.py MODE S
+
+(S server ranks, 1 when not given: with 2, each actor appends to its own
+shard and the learner samples over both.)
 
 Every step's content is a function of (actor, stream index), and a frame's
 first bytes name both, so the learner decodes each sampled item's actor and
@@ -191,10 +193,11 @@ def run_learner(mode: dict, mode_name: str) -> None:
 
 def main() -> None:
     mode_name = sys.argv[1]
+    servers = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     mode = MODES[mode_name]
-    rank = MPI.COMM_WORLD.rank  # 0 is the server, 1 and 2 the actors, 3 the learner
-    if rank in (1, 2):
-        run_actor(rank - 1, mode)
+    rank = MPI.COMM_WORLD.rank  # the servers first, then the two actors, then the learner
+    if rank in (servers, servers + 1):
+        run_actor(rank - servers, mode)
     else:
         run_learner(mode, mode_name)
 
