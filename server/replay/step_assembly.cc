@@ -1,5 +1,14 @@
 // StepReplay::Assemble: a sample's items in sample_schema's layout, read
 // straight from the step ring.
+//
+// What the stacking costs: every output byte is written once, and each frame
+// is read once per stack it appears in (obs and next_obs of an n-step item
+// share k - n frames when n < k: one at n 3, k 4), straight into the output:
+// no intermediate copy. Measured
+// (perserve_bench_capacity --sample, 2^21 Atari steps, n 3, obs:4): 512
+// items, 28.9 MB, in 9.8 ms, 2.45x a memcpy of the same bytes: the frames
+// are read from random places in 15 GB (cache and TLB misses), where the
+// memcpy streams. At 2^16 steps (a warmer ring) it is 1.36x.
 #include <algorithm>
 #include <cassert>
 #include <cstring>

@@ -29,7 +29,7 @@
 //              steps, else 0;
 //     next_c   for each column named in stacks, in step-schema order: c's
 //              shape, the value (stacked the same way) at step t+n'; all
-//              zeros when the discount is 0.
+//              zeros when the discount is 0 (the episode ended, or G^n' is 0).
 //   With no stacks given and a step column named obs, stacks is obs:1 (so
 //   next_obs comes back); kNStep with no stacked column at all is an error.
 // - kSequence (length L >= 1, period P in [1, L]): the item at step t covers
