@@ -1,6 +1,8 @@
 // fuzz_service: the replay rank's request handling, as a peer can drive it.
 // A fresh Replay (CPU tree, 64 items, fuzz::ServiceSchema) behind a
-// ReplayService over a LoopbackTransport with two clients; the input's
+// ReplayService over a LoopbackTransport with two clients (built again as
+// fuzz_step_service, PERSERVE_FUZZ_STEPS: a server of step streams over
+// fuzz::StepServiceSchema, 2-step transitions, 64 steps); the input's
 // records (fuzz/inputs.h) are pushed as received messages, with Step() and
 // reply reading where they say, then the service runs until nothing moves.
 //
@@ -31,6 +33,7 @@
 #include "fuzz/inputs.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
 
@@ -38,6 +41,11 @@ namespace perserve::service {
 namespace {
 
 constexpr int64_t kCapacity = 64;
+#ifdef PERSERVE_FUZZ_STEPS
+constexpr bool kSteps = true;
+#else
+constexpr bool kSteps = false;
+#endif
 // Small enough that a sample costs microseconds ...
 constexpr int64_t kMaxSampleBatch = 1024;
 
@@ -76,7 +84,8 @@ void CheckReply(const proto::Frame& frame, int64_t item_bytes) {
     case proto::MessageKind::kAddReply: {
       proto::AddReply reply;
       FUZZ_CHECK(MetaDecodes(frame, &reply));
-      FUZZ_CHECK(reply.count >= 1 && reply.count <= kCapacity);
+      // An append of steps alone creates no item.
+      FUZZ_CHECK(reply.count >= (kSteps ? 0 : 1) && reply.count <= kCapacity);
       FUZZ_CHECK(frame.bulk.empty());
       return;
     }
@@ -133,8 +142,24 @@ class Harness {
     options.alpha = 0.6;
     options.device = tree::Device::kCpu;
     options.seed = 7;
-    FUZZ_CHECK(replay::Replay::Create(options, fuzz::ServiceSchema(), &replay_).ok());
-    service_ = std::make_unique<ReplayService>(replay_.get(), &transport_, FuzzOptions());
+    if (!kSteps) {
+      FUZZ_CHECK(replay::Replay::Create(options, fuzz::ServiceSchema(), &replay_).ok());
+      service_ = std::make_unique<ReplayService>(replay_.get(), &transport_, FuzzOptions());
+      item_bytes_ = fuzz::ServiceSchema().ItemBytes();
+      return;
+    }
+    replay::StepOptions step_options;
+    step_options.n_step = 2;
+    step_options.discount = 0.5;
+    step_options.stacks = {{"obs", 2}};
+    step_options.step_capacity = kCapacity;
+    step_options.streams = fuzz::kServiceClients;
+    Schema samples, stored;
+    FUZZ_CHECK(replay::StepSchemas(step_options, fuzz::StepServiceSchema(), &samples, &stored).ok());
+    FUZZ_CHECK(replay::Replay::Create(options, stored, &replay_).ok());
+    FUZZ_CHECK(replay::StepReplay::Create(step_options, fuzz::StepServiceSchema(), replay_.get(), &steps_).ok());
+    service_ = std::make_unique<ReplayService>(replay_.get(), steps_.get(), &transport_, FuzzOptions());
+    item_bytes_ = samples.ItemBytes();
   }
 
   void Push(const fuzz::ServiceRecord& record) {
@@ -175,7 +200,7 @@ class Harness {
       // Unanswered: samples waiting for a first item, and adds whose columns
       // never came (with what waits behind them: the client's later adds, a close).
       const int64_t held = service_->held_adds(client);
-      FUZZ_CHECK(unanswered <= held + (held > 0 ? 1 : 0) + (replay_->size() == 0 ? max_deferred : 0));
+      FUZZ_CHECK(unanswered <= held + (held > 0 ? 1 : 0) + (replay_->live_size() == 0 ? max_deferred : 0));
     }
     FUZZ_CHECK(service_->done() == (ledgers_[0].closed && ledgers_[1].closed));
   }
@@ -199,7 +224,7 @@ class Harness {
       FUZZ_CHECK(!ledger.closed);
       proto::Frame frame;
       FUZZ_CHECK(proto::DecodeFrame(reply, &frame).ok());
-      CheckReply(frame, replay_->store().schema().ItemBytes());
+      CheckReply(frame, item_bytes_);
       const auto request = ledger.unanswered.find(frame.header.request_id);
       FUZZ_CHECK(request != ledger.unanswered.end());
       ledger.unanswered.erase(request);
@@ -209,7 +234,9 @@ class Harness {
 
   LoopbackTransport transport_;
   std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> steps_;  // fuzz_step_service
   std::unique_ptr<ReplayService> service_;
+  int64_t item_bytes_ = 0;  // of a sampled item
   Ledger ledgers_[fuzz::kServiceClients];
 };
 

@@ -53,6 +53,11 @@ inline constexpr int kServiceClients = 2;
 // The schema of fuzz_service's replay (and of the seeds' add requests):
 // 10 bytes an item.
 inline Schema ServiceSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {2}}}}; }
+// The step schema of fuzz_step_service's step streams (2-step transitions,
+// obs stacked 2 deep): 7 bytes a step.
+inline Schema StepServiceSchema() {
+  return Schema{{{"obs", DType::kUInt8, {2}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+}
 
 struct ServiceRecord {
   int client = 0;

@@ -116,6 +116,52 @@ std::map<std::string, Bytes> FrameSeeds() {
 
 constexpr uint8_t kActor = 0, kLearner = kClientBit;
 
+// An append to fuzz_step_service's streams: `count` steps from first_step
+// (obs {first_step + j, 1}, reward j, done every 5th) and items at `items`.
+Bytes AppendFrame(uint64_t request_id, int64_t first_step, int64_t count, const std::vector<int64_t>& items,
+                  bool with_priorities) {
+  std::vector<uint8_t> obs, done;
+  std::vector<float> reward;
+  for (int64_t j = first_step; j < first_step + count; ++j) {
+    obs.push_back(static_cast<uint8_t>(j));
+    obs.push_back(1);
+    reward.push_back(static_cast<float>(j));
+    done.push_back(j % 5 == 4);
+  }
+  const std::vector<double> priorities(with_priorities ? items.size() : 0, 0.75);
+  proto::AddRequest request{count, with_priorities};
+  request.first_step = first_step;
+  request.items = static_cast<int64_t>(items.size());
+  return Frame(MessageKind::kAddRequest, request_id, request,
+               {std::as_bytes(std::span(obs)), std::as_bytes(std::span(reward)), std::as_bytes(std::span(done)),
+                std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities))});
+}
+
+std::map<std::string, Bytes> StepServiceSeeds() {
+  std::map<std::string, Bytes> seeds;
+  // Two actors' streams interleaved past the ring's 64 steps (evicting items),
+  // a sample, an update of its keys, a refused item, the closes.
+  Bytes session;
+  AppendServiceRecord(kLearner, Frame(MessageKind::kSampleRequest, 1, proto::SampleRequest{8, 0.4}), &session);
+  uint64_t request = 1;
+  for (int64_t first = 0; first < 80; first += 8) {
+    std::vector<int64_t> items;
+    for (int64_t t = std::max<int64_t>(0, first - 2); t < first + 6; ++t) items.push_back(t);
+    AppendServiceRecord(kActor | kStepBit, AppendFrame(request++, first, 8, items, first % 16 == 0), &session);
+  }
+  AppendServiceRecord(kActor, AppendFrame(request++, 80, 2, {81}, false), &session);  // refused: step 83 not in
+  AppendServiceRecord(kLearner | kReadRepliesBit | kStepBit, UpdateFrame(2, {0, 70, 75}, {1.5, 0.1, 4.0}), &session);
+  AppendServiceRecord(kActor | kStepBit, Frame(MessageKind::kCloseRequest, request, proto::Empty{}), &session);
+  AppendServiceRecord(kLearner | kReadRepliesBit, Frame(MessageKind::kCloseRequest, 3, proto::Empty{}), &session);
+  seeds["session"] = session;
+  // A transition add to a server of steps, and a steps-only append.
+  Bytes kinds;
+  AppendServiceRecord(kActor, AddFrame(1, 0, 2, false), &kinds);
+  AppendServiceRecord(kActor | kStepBit, AppendFrame(2, 0, 3, {}, false), &kinds);
+  seeds["kinds"] = kinds;
+  return seeds;
+}
+
 std::map<std::string, Bytes> ServiceSeeds() {
   std::map<std::string, Bytes> seeds;
   // The learner asks before anything is stored (deferred), the actor adds,
@@ -309,6 +355,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path dir = argv[1];
   const bool written = WriteSeeds(dir / "fuzz_frame", FrameSeeds()) &&
                        WriteSeeds(dir / "fuzz_service", ServiceSeeds()) &&
+                       WriteSeeds(dir / "fuzz_step_service", StepServiceSeeds()) &&
                        WriteSeeds(dir / "fuzz_join", JoinSeeds()) &&
                        WriteSeeds(dir / "fuzz_checkpoint", CheckpointSeeds());
   return written ? 0 : 1;

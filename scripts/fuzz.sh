@@ -13,7 +13,7 @@ if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 build_dir=build-fuzz
-targets=(fuzz_frame fuzz_service fuzz_join fuzz_checkpoint)
+targets=(fuzz_frame fuzz_service fuzz_step_service fuzz_join fuzz_checkpoint)
 
 scripts/install-deps.sh
 cxx=$(command -v clang++ || command -v clang++-14 || true)
