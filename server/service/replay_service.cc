@@ -262,6 +262,14 @@ int64_t ReplayService::SampleRowBytes() const {
   return steps_ != nullptr ? steps_->SampleItemBytes() : replay_->store().schema().ItemBytes();
 }
 
+std::string ReplayService::DescribeSteps() const {
+  if (steps_ == nullptr) return "";
+  const store::StepStore& ring = steps_->steps();
+  return fmt::format("; steps: {} held, {} appended, {} items whole ({} evicted with their steps)",
+                     ring.next_key() - ring.oldest_key(), ring.next_key(), replay_->live_size(),
+                     replay_->size() - replay_->live_size());
+}
+
 int64_t ReplayService::HeldItems() const { return steps_ != nullptr ? replay_->live_size() : replay_->size(); }
 
 bool ReplayService::HoldAdd(int client, int64_t count) const {
@@ -953,7 +961,7 @@ std::string ReplayService::DescribeClients() const {
 void ReplayService::MaybeLogStats() {
   const Clock::time_point now = Now();
   if (!stats_.Due(now)) return;
-  spdlog::info("{} | {}", stats_.Take(*replay_, counters_, now), DescribeClients());
+  spdlog::info("{}{} | {}", stats_.Take(*replay_, counters_, now), DescribeSteps(), DescribeClients());
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();
     spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,

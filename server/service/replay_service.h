@@ -163,7 +163,7 @@ class ReplayService {
   int held_adds(int client) const { return held_.count(client); }
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end.
-  std::string Summary() const { return service::Summary(*replay_, counters_, limiter_); }
+  std::string Summary() const { return service::Summary(*replay_, counters_, limiter_) + DescribeSteps(); }
   // The stats line's last part: the open clients by role, what waits, for
   // what and for how long, and the clients silent for over an interval.
   std::string DescribeClients() const;
@@ -213,6 +213,8 @@ class ReplayService {
   int64_t HeldItems() const;
   // Bytes of one sampled item's columns in a reply.
   int64_t SampleRowBytes() const;
+  // Step streams: "; steps: S held, I items whole (E evicted)"; "" for transitions.
+  std::string DescribeSteps() const;
   bool LimiterHolds(int64_t count) const;
   bool PinHolds(int64_t count) const { return pins_.Holds(replay_->next_slot(), count); }
   // Whether the held add at `add` can go now (it is its client's oldest).
