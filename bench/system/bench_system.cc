@@ -152,12 +152,12 @@ Workload WorkloadFor(const std::string& size) {
     options.item_columns = {Column{"state", DType::kFloat32, {1024}}};
     workload.sample_batch = 64;
     // An episode of e steps holds ceil(e / P) sequences (its last one cut short).
-    double sequences = 0, steps = 0;
+    double sequences = 0, episode_steps = 0;
     for (int64_t e = kEpisodeSteps - kEpisodeSteps / 10; e <= kEpisodeSteps + kEpisodeSteps / 10; ++e) {
       sequences += static_cast<double>((e + options.sequence_period - 1) / options.sequence_period);
-      steps += static_cast<double>(e);
+      episode_steps += static_cast<double>(e);
     }
-    workload.items_per_append = kIntakeBatch * sequences / steps;
+    workload.items_per_append = kIntakeBatch * sequences / episode_steps;
   }
   options.step_capacity = workload.capacity;
   Check(replay::StepSchemas(options, workload.adds, &workload.samples, &workload.stored), "step schemas");
