@@ -4,6 +4,8 @@
 # and the charts.
 # Usage: scripts/bench-scaling.sh [out-dir]   (default bench-results/scaling)
 # Environment: ACTORS="1 2 4 8" SIZES="small atari" TRANSPORTS="mpi zmq"
+#              (SIZES may name atari-steps and atari-sequences, step streams:
+#              run over MPI only)
 #              SERVERS="1" (server ranks, shards of one replay: e.g. "1 2 4";
 #              more than one runs over MPI only)
 #              DATA_PATHS="store" (MPI: "store", the default, sends sample
@@ -36,6 +38,8 @@ for repeat in $(seq 1 "$repeats"); do
           for path in $data_paths; do
             [ "$servers" = 1 ] || [ "$transport" = mpi ] || continue
             [ "$path" = store ] || [ "$transport" = mpi ] || continue
+            # Step streams (atari-steps, atari-sequences) run over MPI only.
+            case "$size" in *-steps | *-sequences) [ "$transport" = mpi ] || continue ;; esac
             suffix=$([ "$servers" = 1 ] || echo "-${servers}s")$([ "$path" = store ] || echo "-$path")
             zero_copy=$([ "$path" = store ] && echo "8192 65536" || echo "-1 -1")
             out="$out_dir/run-$transport-$size-${actors}a$suffix-$repeat.json"

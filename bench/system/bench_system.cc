@@ -3,6 +3,7 @@
 //
 //   mpirun -np <servers + actors + 1> perserve_bench_system --transport mpi|zmq --size small|atari
 //                                                           [--servers K]
+//   mpirun -np <servers + actors + 1> perserve_bench_system --size atari-steps|atari-sequences
 //
 // Ranks 0..K-1 are the replay servers (K = 1 unless --servers; several are
 // shards of one replay, MPI only), the last rank one learner, the ranks
@@ -29,15 +30,35 @@
 // sample_over_raw_mpi compare each direction's bytes/s with phase 1's, and
 // server_cpu_s_per_gb is the servers' CPU seconds (getrusage) per GB they
 // moved (intake in, sample replies out).
+//
+// Step streams (docs/steps.md; --size atari-steps or atari-sequences, MPI
+// only): the servers store step streams, and each actor appends 50 Atari
+// steps a request (bench_schemas.h's AtariStepSchema: a 84x84 frame, action,
+// reward, done), episodes of 1000 +- 10% steps, creating in each request the
+// items it completes, with priorities (StepSchedule below). atari-steps:
+// Ape-X's n-step 3 transitions, discount 0.99, obs stacked 4 deep, an item a
+// step; the learner samples 512. atari-sequences: R2D2's sequences of 80
+// steps every 40, obs unstacked, each item carrying state:float32:1024 (an
+// LSTM's h and c, 512 units each); the learner samples 64. Each server's ring
+// holds 2^18 steps (1.85 GB), its tree as many items. The ring's pages are not
+// prefaulted (StepReplay has no such option), so the actors first append
+// until it has wrapped, untimed; the rates count from the end of that fill,
+// and the servers' CPU from the moment the ring wrapped. Phase 1's intake
+// messages have an append's size (with its average items) and its replies a
+// sample reply's.
 #include <mpi.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +69,7 @@
 #include "mpi/join.h"
 #include "perserve/client.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "service/mpi_transport.h"
 #include "service/replay_service.h"
 #include "system/zmq_client.h"
@@ -80,26 +102,93 @@ void Check(const Status& status, const char* what) {
 struct Report {
   double role = 0;  // 0 server, 1 actor, 2 learner
   double items = 0, seconds = 0;
+  double steps = 0, fill_seconds = 0;  // actors of step streams: steps appended (timed), the untimed fill
   double samples = 0, updates = 0, latency_median_ms = 0, latency_p99_ms = 0;
   double raw_bytes = 0, raw_seconds = 0;  // servers: intake received; the learner: replies received
   double raw_cpu_seconds = 0, raw_server_out_bytes = 0;  // servers
   double cpu_seconds = 0;                                // servers, over the replay phase
 };
 
-// The bytes of each message kind on the wire (frame header, meta, bulk).
-struct Sizes {
-  int64_t intake_message;  // an add of kIntakeBatch transitions with priorities
-  int64_t update_message;  // an update of kSampleBatch priorities
-  int64_t reply_message;   // a sample reply of kSampleBatch
+// What a run moves: transitions (an add's rows are its items, sampled as
+// added) or step streams (an add's rows are steps, and it creates items over
+// them, sampled in docs/steps.md's item layout).
+struct Workload {
+  Schema adds;     // a row of an add: a transition, or a step
+  Schema samples;  // an item as a sample returns it
+  Schema stored;   // an item as the servers' Replay stores it
+  Schema items;    // step streams: the columns an actor sends with each item
+  std::optional<replay::StepOptions> steps;
+  int64_t sample_batch = kSampleBatch;
+  double items_per_append = kIntakeBatch;  // items an add creates, on average
+  int64_t capacity = 0;                    // transitions; or steps in the ring and items at most
 };
 
-Sizes SizesFor(const Schema& schema) {
+constexpr int64_t kEpisodeSteps = 1000;  // step streams: episodes of 1000 +- 10% steps
+
+Workload WorkloadFor(const std::string& size) {
+  Workload workload;
+  const bool steps = std::find(StepSizes().begin(), StepSizes().end(), size) != StepSizes().end();
+  workload.adds = steps ? AtariStepSchema() : SchemaFor(size);
+  // Enough slots for the run, at most 2 GiB of rows (Atari transitions: 2^15
+  // slots; Atari steps: 2^18, 1.85 GB).
+  workload.capacity = int64_t{1} << 21;
+  while (workload.capacity > 1024 && workload.capacity * workload.adds.ItemBytes() > (int64_t{2} << 30)) {
+    workload.capacity /= 2;
+  }
+  if (!steps) {
+    workload.samples = workload.stored = workload.adds;
+    return workload;
+  }
+  replay::StepOptions options;
+  if (size == "atari-steps") {  // Ape-X
+    options.kind = replay::StepOptions::Kind::kNStep;
+    options.n_step = 3;
+    options.discount = 0.99;
+    options.stacks = {{"obs", 4}};
+  } else {  // R2D2, frames unstacked
+    options.kind = replay::StepOptions::Kind::kSequence;
+    options.sequence_length = 80;
+    options.sequence_period = 40;
+    options.item_columns = {Column{"state", DType::kFloat32, {1024}}};
+    workload.sample_batch = 64;
+    // An episode of e steps holds ceil(e / P) sequences (its last one cut short).
+    double sequences = 0, episode_steps = 0;
+    for (int64_t e = kEpisodeSteps - kEpisodeSteps / 10; e <= kEpisodeSteps + kEpisodeSteps / 10; ++e) {
+      sequences += static_cast<double>((e + options.sequence_period - 1) / options.sequence_period);
+      episode_steps += static_cast<double>(e);
+    }
+    workload.items_per_append = kIntakeBatch * sequences / episode_steps;
+  }
+  options.step_capacity = workload.capacity;
+  Check(replay::StepSchemas(options, workload.adds, &workload.samples, &workload.stored), "step schemas");
+  workload.items = Schema{options.item_columns};
+  workload.steps = options;
+  return workload;
+}
+
+// An item's bytes in an add besides its rows: a transition's priority; an
+// item's step index, priority and item columns.
+int64_t ItemExtraBytes(const Workload& workload) { return workload.steps ? 16 + workload.items.ItemBytes() : 8; }
+
+// The bytes of each message kind on the wire (frame header, meta, bulk).
+struct Sizes {
+  int64_t add_head;        // an add's frame header and meta
+  int64_t intake_message;  // an add of kIntakeBatch rows with its items (on average: step streams)
+  int64_t update_message;  // an update of a sample's priorities
+  int64_t reply_message;   // a sample reply
+};
+
+Sizes SizesFor(const Workload& workload) {
   const int64_t header = static_cast<int64_t>(proto::kFrameHeaderBytes);
   const auto meta = [](const auto& m) { return static_cast<int64_t>(proto::SerializeMeta(m).size()); };
-  return Sizes{header + meta(proto::AddRequest{}) + kIntakeBatch * (schema.ItemBytes() + 8),  // columns, priorities
-               header + meta(proto::UpdateRequest{}) + kSampleBatch * 16,                     // keys, priorities
+  const int64_t add_head = header + meta(proto::AddRequest{});
+  const int64_t batch = workload.sample_batch;
+  return Sizes{add_head,
+               add_head + kIntakeBatch * workload.adds.ItemBytes() +
+                   std::llround(workload.items_per_append * static_cast<double>(ItemExtraBytes(workload))),
+               header + meta(proto::UpdateRequest{}) + batch * 16,  // keys, priorities
                header + meta(proto::SampleReply{}) +
-                   kSampleBatch * (24 + schema.ItemBytes())};  // keys, weights, probabilities, columns
+                   batch * (24 + workload.samples.ItemBytes())};  // keys, weights, probabilities, columns
 }
 
 // This process's user + system CPU seconds so far.
@@ -231,21 +320,133 @@ void MpiActor(const Schema&, double seconds, int rank, int64_t columns_apart_min
   report->seconds = SecondsSince(start);
 }
 
-void MpiLearner(double seconds, Report* report) {
+// One actor's stream of steps: the done flags (episodes of kEpisodeSteps +-
+// 10%), and for each append the items it completes, as an actor creates
+// them as soon as it can: an n-step item at t once step t+n is in or t's
+// episode has ended; a sequence at t (t minus its episode's first step a
+// multiple of the period) once step t+L-1 is in or the episode has ended.
+class StepSchedule {
+ public:
+  StepSchedule(const replay::StepOptions& options, uint64_t seed)
+      : kind_nstep_(options.kind == replay::StepOptions::Kind::kNStep),
+        period_(kind_nstep_ ? 1 : options.sequence_period),
+        reach_(kind_nstep_ ? options.n_step : options.sequence_length - 1),
+        rng_(seed),
+        length_(kEpisodeSteps - kEpisodeSteps / 10, kEpisodeSteps + kEpisodeSteps / 10),
+        episode_left_(length_(rng_)) {}
+
+  // The next `count` steps: their done flags into `done` (count bytes), and
+  // the stream indices of the items they complete into `items`.
+  void Next(int64_t count, std::span<std::byte> done, std::vector<int64_t>* items) {
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t t = appended_ + j;
+      if ((t - episode_start_) % period_ == 0) pending_.push_back(t);
+      const bool last = --episode_left_ == 0;
+      done[static_cast<size_t>(j)] = last ? std::byte{1} : std::byte{0};
+      if (last) {
+        last_done_ = t;
+        episode_start_ = t + 1;
+        episode_left_ = length_(rng_);
+      }
+    }
+    appended_ += count;
+    items->clear();
+    // Items complete in order: the oldest pending one reaches its last step first.
+    while (!pending_.empty() && (pending_.front() + reach_ < appended_ || last_done_ >= pending_.front())) {
+      items->push_back(pending_.front());
+      pending_.pop_front();
+    }
+  }
+
+ private:
+  bool kind_nstep_;
+  int64_t period_;  // items start every period_ steps of an episode
+  int64_t reach_;   // an item at t is complete once step t + reach_ is in
+  std::mt19937_64 rng_;
+  std::uniform_int_distribution<int64_t> length_;
+  int64_t episode_left_;
+  int64_t appended_ = 0, episode_start_ = 0, last_done_ = -1;
+  std::deque<int64_t> pending_;  // items begun, not complete yet
+};
+
+// An actor of step streams: first appends fill_steps steps (with their items),
+// untimed, so the server's ring has wrapped (its pages faulted in) before the
+// measurement; then, after a barrier of the clients, appends for `seconds`.
+void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fill_steps, MPI_Comm clients,
+                  Report* report) {
+  std::unique_ptr<ActorClient> actor;
+  ClientOptions options;
+  options.max_in_flight = kInFlight;
+  Check(ActorClient::Join(MPI_COMM_WORLD, options, &actor), "actor join");
+  if (!actor->stores_steps()) Die("the server does not store step streams");
+  std::mt19937_64 rng(rank);
+  std::vector<std::vector<std::byte>> columns;
+  std::vector<double> unused;
+  FillBatch(workload.adds, rng, &columns, &unused);
+  ColumnSpans steps{kIntakeBatch, {}};
+  for (const auto& column : columns) steps.columns.push_back(std::span(column));
+  const int done_column = workload.adds.ColumnIndex(workload.steps->done_column);
+  // An append completes at most kIntakeBatch items plus those pending before it (n, or L/P + 1).
+  const size_t max_items = static_cast<size_t>(2 * kIntakeBatch);
+  std::uniform_real_distribution<double> priority(0.1, 2.0);
+  std::vector<double> priorities(max_items);
+  for (double& p : priorities) p = priority(rng);
+  std::vector<std::vector<std::byte>> item_columns;
+  for (const Column& column : workload.items.columns) {
+    item_columns.emplace_back(max_items * static_cast<size_t>(column.ItemBytes()));
+    for (auto& b : item_columns.back()) b = static_cast<std::byte>(rng() & 0x3f);
+  }
+  StepSchedule schedule(*workload.steps, static_cast<uint64_t>(rank));
+  std::vector<int64_t> items;
+  const auto append = [&] {
+    schedule.Next(kIntakeBatch, columns[static_cast<size_t>(done_column)], &items);
+    if (items.size() > max_items) Die("an append completes more items than the benchmark's buffers hold");
+    NewItems created{items, std::span(priorities).first(items.size()), {}};
+    if (!items.empty() && !item_columns.empty()) {
+      created.columns.size = static_cast<int64_t>(items.size());
+      for (size_t c = 0; c < item_columns.size(); ++c) {
+        const size_t bytes = items.size() * static_cast<size_t>(workload.items.columns[c].ItemBytes());
+        created.columns.columns.push_back(std::span<const std::byte>(item_columns[c]).first(bytes));
+      }
+    }
+    Check(actor->Append(steps, created), "append");  // copies: the done column is the next append's to change
+  };
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto fill_start = Clock::now();
+  while (actor->steps_appended() < fill_steps) append();
+  Check(actor->Flush(), "flush");
+  report->fill_seconds = SecondsSince(fill_start);
+  const int64_t items_before = actor->items_acknowledged();
+  const int64_t steps_before = actor->steps_appended();
+  MPI_Barrier(clients);
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) append();
+  Check(actor->Close(), "actor close");
+  report->items = static_cast<double>(actor->items_acknowledged() - items_before);
+  report->steps = static_cast<double>(actor->steps_appended() - steps_before);
+  report->seconds = SecondsSince(start);
+}
+
+// `clients`: the clients' communicator for step streams (the learner waits
+// there for the actors' fill), MPI_COMM_NULL for transitions.
+void MpiLearner(double seconds, int64_t sample_batch, MPI_Comm clients, Report* report) {
   std::unique_ptr<LearnerClient> learner;
   Check(LearnerClient::Join(MPI_COMM_WORLD, {}, &learner), "learner join");
   MPI_Barrier(MPI_COMM_WORLD);
+  if (clients != MPI_COMM_NULL) MPI_Barrier(clients);
   SampleBatch batch;
   std::vector<double> millis;
-  std::vector<double> priorities(kSampleBatch, 0.5);
+  std::vector<double> priorities(static_cast<size_t>(sample_batch), 0.5);
   const auto start = Clock::now();
   // The first sample waits for the replay's minimum size and faults in the
   // buffer it is received into (phase 1 touches its buffers before it
   // starts): the rates count from its arrival, the latencies include it.
+  // Sample returns once the reply is received, its columns viewing the
+  // received bytes (no copy): the latency is the time to receive and view.
   std::optional<Clock::time_point> first_arrival;
   while (SecondsSince(start) < seconds) {
     const auto asked = Clock::now();
-    Check(learner->Sample(kSampleBatch, 0.4, &batch), "sample");
+    Check(learner->Sample(sample_batch, 0.4, &batch), "sample");
     millis.push_back(1e3 * SecondsSince(asked));
     Check(learner->SendPriorityUpdate(batch.keys, priorities), "update");
     if (!first_arrival) {
@@ -260,23 +461,55 @@ void MpiLearner(double seconds, Report* report) {
   Latencies(std::move(millis), report);
 }
 
-void Serve(service::Transport* transport, const Schema& schema, int64_t capacity, int shard,
+// `streams`: the joined clients (step streams: a stream each).
+void Serve(service::Transport* transport, const Workload& workload, int streams, int shard,
            int64_t zero_copy_min_row_bytes, Report* report) {
   std::unique_ptr<replay::Replay> replay;
   // Prefaulted: the run measures the steady state of a filled ring, not the
   // kernel zeroing fresh pages while it fills for the first time.
-  Check(replay::Replay::Create(replay::ReplayOptions{capacity, 0.6, tree::Device::kAuto, 1, true}, schema, &replay),
+  Check(replay::Replay::Create(replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
+                               workload.stored, &replay),
         "replay");
+  std::unique_ptr<replay::StepReplay> steps;
+  if (workload.steps) {
+    replay::StepOptions step_options = *workload.steps;
+    step_options.streams = std::max(1, streams);
+    Check(replay::StepReplay::Create(step_options, workload.adds, replay.get(), &steps), "step replay");
+  }
   service::ServiceOptions options;
   options.stats_interval_seconds = 0;
   options.shard = shard;
   options.zero_copy_min_row_bytes = zero_copy_min_row_bytes;
-  service::ReplayService service(replay.get(), transport, options);
+  std::optional<service::ReplayService> service;
+  if (steps) {
+    service.emplace(replay.get(), steps.get(), transport, options);
+  } else {
+    service.emplace(replay.get(), transport, options);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
-  Check(service.Run(), "service");
-  report->cpu_seconds = CpuSeconds() - cpu_start;
+  if (!steps) {
+    Check(service->Run(), "service");
+    report->cpu_seconds = CpuSeconds() - cpu_start;
+  } else {
+    // Run()'s loop, with the CPU counted from the moment the actors' fill has
+    // wrapped the ring (its pages faulted in), as the clients' rates are.
+    std::optional<double> wrapped_cpu;
+    int idle_passes = 0;
+    while (!service->done()) {
+      bool handled = false;
+      Check(service->Step(&handled), "service");
+      Check(transport->Progress(), "service progress");
+      if (!wrapped_cpu && steps->next_step_key() >= static_cast<uint64_t>(workload.capacity)) {
+        wrapped_cpu = CpuSeconds();
+      }
+      idle_passes = handled ? 0 : idle_passes + 1;
+      if (idle_passes > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    Check(transport->Drain(), "service drain");
+    report->cpu_seconds = CpuSeconds() - wrapped_cpu.value_or(cpu_start);
+  }
   report->items = static_cast<double>(replay->counters().items_added);
   report->seconds = SecondsSince(start);
 }
@@ -328,9 +561,13 @@ int main(int argc, char** argv) {
   int servers = 1;
   int64_t zero_copy_min_row_bytes = perserve::service::ServiceOptions{}.zero_copy_min_row_bytes;
   int64_t columns_apart_min_bytes = perserve::ClientOptions{}.columns_apart_min_bytes;
+  std::vector<std::string> sizes_known = SchemaSizes();
+  sizes_known.insert(sizes_known.end(), StepSizes().begin(), StepSizes().end());
   app.add_option("--transport", transport, "mpi or zmq")->check(CLI::IsMember({"mpi", "zmq"}))->capture_default_str();
-  app.add_option("--size", size_name, "small (~128 B), 1k, 4k, 16k or atari (~56 KB) transitions")
-      ->check(CLI::IsMember(SchemaSizes()))->capture_default_str();
+  app.add_option("--size", size_name,
+                 "small (~128 B), 1k, 4k, 16k or atari (~56 KB) transitions; atari-steps (n-step transitions) or "
+                 "atari-sequences over step streams (MPI only)")
+      ->check(CLI::IsMember(sizes_known))->capture_default_str();
   app.add_option("--seconds", seconds, "replay phase length")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--raw-seconds", raw_seconds, "raw MPI phase length (half before the replay phase, half after)")
       ->check(CLI::PositiveNumber)
@@ -357,14 +594,26 @@ int main(int argc, char** argv) {
   }
   if (servers > 1 && transport != "mpi") Die("several servers need --transport mpi");
   const int actors = size - servers - 1;
-  const perserve::Schema schema = SchemaFor(size_name);
-  // Enough slots for the run, at most 2 GiB of rows (Atari: 2^15 slots).
-  int64_t capacity = int64_t{1} << 21;
-  while (capacity > 1024 && capacity * schema.ItemBytes() > (int64_t{2} << 30)) capacity /= 2;
-  const Sizes sizes = SizesFor(schema);
+  const Workload workload = WorkloadFor(size_name);
+  if (workload.steps && transport != "mpi") Die("step streams (--size " + size_name + ") need --transport mpi");
+  const Sizes sizes = SizesFor(workload);
   const int64_t message_bytes = sizes.intake_message;
+  const int64_t sample_batch = workload.sample_batch;
   Report report;
   report.role = rank < servers ? 0 : (rank == size - 1 ? 2 : 1);
+  // The actors and the learner, without the servers: the learner waits there
+  // for the actors' fill of the step ring.
+  MPI_Comm clients = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < servers ? MPI_UNDEFINED : 0, rank, &clients);
+  // Step streams: each actor's fill, enough for its server's actors to wrap the ring once.
+  const auto fill_steps_of = [&](int actor) -> int64_t {
+    if (!workload.steps) return 0;
+    const int server = actor % servers;
+    const int64_t server_actors = actors / servers + (server < actors % servers ? 1 : 0);
+    const int64_t appends = (workload.capacity + server_actors * kIntakeBatch - 1) / (server_actors * kIntakeBatch);
+    return appends * kIntakeBatch;
+  };
+  const int64_t fill_steps = rank >= servers && rank < size - 1 ? fill_steps_of(rank - servers) : 0;
 
   // Half of the raw phase before the replay and half after: a machine whose
   // speed drifts over the run (a shared VM) moves both sides of the ratios.
@@ -374,15 +623,21 @@ int main(int argc, char** argv) {
     if (rank < servers) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
-      const perserve::mpi::ServerInfo info{perserve::proto::TransitionSchemas(schema), 0.6, capacity};
+      const perserve::proto::ServedSchemas served =
+          workload.steps ? perserve::proto::ServedSchemas{true, workload.adds, workload.samples, workload.items}
+                         : perserve::proto::TransitionSchemas(workload.adds);
+      const perserve::mpi::ServerInfo info{served, 0.6, workload.capacity};
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
                                                         perserve::service::MpiTransport::ClientRoles(joined));
-      Serve(&mpi_transport, schema, capacity, joined.shard, zero_copy_min_row_bytes, &report);
+      Serve(&mpi_transport, workload, static_cast<int>(joined.client_ranks.size()), joined.shard,
+            zero_copy_min_row_bytes, &report);
     } else if (rank == size - 1) {
-      MpiLearner(seconds, &report);
+      MpiLearner(seconds, sample_batch, workload.steps ? clients : MPI_COMM_NULL, &report);
+    } else if (workload.steps) {
+      MpiStepActor(workload, seconds, rank, fill_steps, clients, &report);
     } else {
-      MpiActor(schema, seconds, rank, columns_apart_min_bytes, &report);
+      MpiActor(workload.adds, seconds, rank, columns_apart_min_bytes, &report);
     }
   } else {
     // MPI only bootstraps here: rank 0 picks the endpoint and tells the others.
@@ -398,26 +653,31 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       zmq_transport = std::make_unique<ZmqTransport>(&context, name, actors + 1);
       MPI_Barrier(MPI_COMM_WORLD);  // bound before anyone connects
-      Serve(zmq_transport.get(), schema, capacity, 0, zero_copy_min_row_bytes, &report);
+      Serve(zmq_transport.get(), workload, actors + 1, 0, zero_copy_min_row_bytes, &report);
     } else {
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == size - 1) {
         ZmqLearnerRole(&context, name, actors, seconds, &report);
       } else {
-        ZmqActorRole(&context, name, rank - 1, schema, seconds, rank, &report);
+        ZmqActorRole(&context, name, rank - 1, workload.adds, seconds, rank, &report);
       }
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
   RawMpi(rank, size, servers, sizes, raw_seconds / 2, &report);
+  if (clients != MPI_COMM_NULL) MPI_Comm_free(&clients);
 
   std::vector<Report> reports(rank == 0 ? size : 0);
   MPI_Gather(&report, sizeof(Report), MPI_BYTE, reports.data(), sizeof(Report), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    double items = 0, actor_seconds = 0, raw_bytes = 0, raw_seconds_max = 0, raw_cpu = 0, raw_out = 0, cpu = 0;
+    double items = 0, steps = 0, fill_steps_all = 0, fill_seconds = 0, actor_seconds = 0, raw_bytes = 0, raw_seconds_max = 0,
+           raw_cpu = 0, raw_out = 0, cpu = 0;
     for (int r = servers; r < size - 1; ++r) {
       items += reports[r].items;
+      steps += reports[r].steps;
+      fill_steps_all += static_cast<double>(fill_steps_of(r - servers));
+      fill_seconds = std::max(fill_seconds, reports[r].fill_seconds);
       actor_seconds = std::max(actor_seconds, reports[r].seconds);
     }
     for (int r = 0; r < servers; ++r) {
@@ -428,20 +688,46 @@ int main(int argc, char** argv) {
       cpu += reports[r].cpu_seconds;
     }
     const Report& learner = reports[size - 1];
-    const double item_bytes = static_cast<double>(schema.ItemBytes());
+    // An add's rows: transitions (its items) or steps.
+    const double rows = workload.steps ? steps : items;
     const double items_per_s = items / actor_seconds;
-    const double intake_mb_s = items_per_s * item_bytes / 1e6;
+    // Intake: the columns' bytes (rows, and items' columns) and the whole messages' on the wire.
+    const double intake_mb_s = (rows * static_cast<double>(workload.adds.ItemBytes()) +
+                                items * static_cast<double>(workload.items.ItemBytes())) / actor_seconds / 1e6;
+    const double intake_wire_bytes = rows / kIntakeBatch * static_cast<double>(sizes.add_head) +
+                                     rows * static_cast<double>(workload.adds.ItemBytes()) +
+                                     items * static_cast<double>(ItemExtraBytes(workload));
     const double raw_mb_s = raw_bytes / raw_seconds_max / 1e6;
     const double raw_reply_mb_s = learner.raw_bytes / learner.raw_seconds / 1e6;
     // Compare like with like: the raw figures count whole messages, so scale
     // intake and samples to the bytes of their messages.
-    const double intake_message_mb_s = items_per_s / kIntakeBatch * static_cast<double>(message_bytes) / 1e6;
+    const double intake_message_mb_s = intake_wire_bytes / actor_seconds / 1e6;
     const double samples_per_s = learner.samples / learner.seconds;
-    const double reply_mb_s = samples_per_s / kSampleBatch * static_cast<double>(sizes.reply_message) / 1e6;
+    const double batch = static_cast<double>(sample_batch);
+    const double reply_mb_s = samples_per_s / batch * static_cast<double>(sizes.reply_message) / 1e6;
     // The server's CPU per GB it moved: intake in plus sample replies out.
-    const double moved_gb = (items / kIntakeBatch * static_cast<double>(message_bytes) +
-                             learner.samples / kSampleBatch * static_cast<double>(sizes.reply_message)) / 1e9;
+    const double moved_gb =
+        (intake_wire_bytes + learner.samples / batch * static_cast<double>(sizes.reply_message)) / 1e9;
     const double raw_moved_gb = (raw_bytes + raw_out) / 1e9;
+    // Per item on the wire, to set step streams beside transitions.
+    const double intake_bytes_per_item = intake_wire_bytes / items;
+    const double reply_bytes_per_item = static_cast<double>(sizes.reply_message) / batch;
+    std::string step_json;
+    if (workload.steps) {
+      const perserve::replay::StepOptions& o = *workload.steps;
+      step_json = fmt::format(
+          ", \"items\": \"{}\", \"step_bytes\": {}, \"step_capacity\": {}, \"item_capacity\": {}, "
+          "\"episode_steps\": {}, \"fill_steps\": {:.0f}, \"fill_seconds\": {:.3f}, \"steps_in\": {:.0f}, "
+          "\"steps_per_s\": {:.1f}, \"items_per_step\": {:.5f}, \"items_per_append\": {:.3f}, "
+          "\"intake_wire_bytes_per_step\": {:.1f}",
+          o.kind == perserve::replay::StepOptions::Kind::kNStep
+              ? fmt::format("n-step {}, discount {}, stack obs:4", o.n_step, o.discount)
+              : fmt::format("sequences of {} every {}, obs unstacked, item column state:float32:1024",
+                            o.sequence_length, o.sequence_period),
+          workload.adds.ItemBytes(), workload.capacity, workload.capacity, kEpisodeSteps,
+          fill_steps_all, fill_seconds, steps, steps / actor_seconds, items / steps,
+          items / steps * kIntakeBatch, intake_wire_bytes / steps);
+    }
     const std::string json = fmt::format(
         "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, "
         "\"reply_bytes\": {}, \"zero_copy_min_row_bytes\": {}, \"columns_apart_min_bytes\": {}, \"servers\": {}, "
@@ -450,23 +736,34 @@ int main(int argc, char** argv) {
         "\"samples_per_s\": {:.1f}, \"updates_per_s\": {:.1f}, \"sample_latency_ms\": {{\"median\": {:.4f}, "
         "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}, "
         "\"raw_reply_mb_per_s\": {:.2f}, \"sample_reply_mb_per_s\": {:.2f}, \"sample_over_raw_mpi\": {:.4f}, "
-        "\"server_cpu_s_per_gb\": {:.4f}, \"raw_server_cpu_s_per_gb\": {:.4f}}}\n",
-        transport, size_name, schema.ItemBytes(), message_bytes, sizes.reply_message, zero_copy_min_row_bytes,
-        columns_apart_min_bytes, servers, actors, actor_seconds,
-        items, items_per_s, intake_mb_s, samples_per_s, learner.updates / learner.seconds, learner.latency_median_ms,
+        "\"server_cpu_s_per_gb\": {:.4f}, \"raw_server_cpu_s_per_gb\": {:.4f}, \"sample_batch\": {}, "
+        "\"intake_wire_bytes_per_item\": {:.1f}, \"reply_wire_bytes_per_item\": {:.1f}{}}}\n",
+        transport, size_name, workload.samples.ItemBytes(), message_bytes, sizes.reply_message,
+        zero_copy_min_row_bytes, columns_apart_min_bytes, servers, actors, actor_seconds, items, items_per_s,
+        intake_mb_s, samples_per_s, learner.updates / learner.seconds, learner.latency_median_ms,
         learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s, raw_reply_mb_s, reply_mb_s,
-        reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu / raw_moved_gb);
-    fmt::print("transport {} | {} servers | {} transitions ({} B) | {} actors\n"
-               "  intake        {:>12.0f} items/s  {:>9.1f} MB/s  ({:.2f}x raw MPI: {:.1f} MB/s in {}-byte messages)\n"
-               "  learner       {:>12.0f} samples/s, {:.0f} updates/s, sample of {} latency median {:.3f} ms, p99 "
+        reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu / raw_moved_gb, sample_batch, intake_bytes_per_item,
+        reply_bytes_per_item, step_json);
+    const std::string what =
+        workload.steps ? fmt::format("{} ({} B steps, {} B items sampled)", size_name, workload.adds.ItemBytes(),
+                                     workload.samples.ItemBytes())
+                       : fmt::format("{} transitions ({} B)", size_name, workload.samples.ItemBytes());
+    fmt::print("transport {} | {} servers | {} | {} actors\n"
+               "  intake        {:>12.0f} items/s  {:>9.1f} MB/s  ({:.2f}x raw MPI: {:.1f} MB/s in {}-byte messages)\n",
+               transport, servers, what, actors, items_per_s, intake_mb_s, intake_message_mb_s / raw_mb_s, raw_mb_s,
+               message_bytes);
+    if (workload.steps) {
+      fmt::print("  steps         {:>12.0f} steps/s, {:.3f} items a step, {:.0f} wire bytes an item (after a fill "
+                 "of {:.2f} s)\n",
+                 steps / actor_seconds, items / steps, intake_bytes_per_item, fill_seconds);
+    }
+    fmt::print("  learner       {:>12.0f} samples/s, {:.0f} updates/s, sample of {} latency median {:.3f} ms, p99 "
                "{:.3f} ms\n"
                "  replies       {:>9.1f} MB/s  ({:.2f}x raw MPI: {:.1f} MB/s in {}-byte messages)\n"
                "  server CPU    {:.3f} s/GB moved (raw MPI {:.3f} s/GB)\n",
-               transport, servers, size_name, schema.ItemBytes(), actors, items_per_s, intake_mb_s,
-               intake_message_mb_s / raw_mb_s, raw_mb_s, message_bytes, samples_per_s,
-               learner.updates / learner.seconds, kSampleBatch, learner.latency_median_ms, learner.latency_p99_ms,
-               reply_mb_s, reply_mb_s / raw_reply_mb_s, raw_reply_mb_s, sizes.reply_message, cpu / moved_gb,
-               raw_cpu / raw_moved_gb);
+               samples_per_s, learner.updates / learner.seconds, sample_batch, learner.latency_median_ms,
+               learner.latency_p99_ms, reply_mb_s, reply_mb_s / raw_reply_mb_s, raw_reply_mb_s, sizes.reply_message,
+               cpu / moved_gb, raw_cpu / raw_moved_gb);
     if (!out.empty()) {
       std::FILE* file = std::fopen(out.c_str(), "w");
       if (file == nullptr) Die("cannot write " + out);
