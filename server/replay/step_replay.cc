@@ -61,7 +61,7 @@ StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayou
     : options_(options),
       layout_(std::move(layout)),
       steps_(std::move(step_schema), options.step_capacity, options.streams, layout_.reward_column,
-             layout_.done_column),
+             layout_.done_column, options.prefault),
       items_(items),
       item_head_(static_cast<size_t>(options.step_capacity), kNoItem),
       item_next_(static_cast<size_t>(items->capacity()), kNoItem) {

@@ -89,6 +89,7 @@ struct StepOptions {
   std::vector<Column> item_columns;      // columns an actor sends with each item (e.g. a recurrent state)
   int64_t step_capacity = int64_t{1} << 21;  // steps the ring holds (all streams together)
   int streams = 1;                        // stream ids are 0 .. streams-1 (the service's client ids)
+  bool prefault = false;                  // write every page of the step ring at start (--prefault-store)
 };
 
 // Checks options against the step schema and gives the schema a sample returns

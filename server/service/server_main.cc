@@ -134,6 +134,7 @@ perserve::Status StepOptionsOf(const Flags& flags, perserve::replay::StepOptions
   options->reward_column = flags.service.reward_column;
   options->done_column = flags.service.done_column;
   options->step_capacity = flags.capacity;
+  options->prefault = flags.prefault_store;
   for (const std::string& spec : flags.stacks) {
     const size_t colon = spec.rfind(':');
     int depth = -1;
@@ -183,6 +184,16 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   std::unique_ptr<perserve::replay::Replay> replay;
   status = perserve::replay::Replay::Create(options, stored, &replay);
   if (!status.ok()) Abort(status.ToString());
+  // The step ring too (and its prefault) before the join; a stream per rank
+  // of the job at most (its clients are fewer).
+  std::unique_ptr<perserve::replay::StepReplay> steps;
+  if (served.steps) {
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    step_options.streams = world_size;
+    status = perserve::replay::StepReplay::Create(step_options, schema, replay.get(), &steps);
+    if (!status.ok()) Abort(status.ToString());
+  }
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
   const perserve::mpi::ServerInfo info{served, flags.alpha, flags.capacity};
@@ -196,11 +207,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
                flags.capacity, flags.alpha, flags.service.min_size_to_sample, replay->tree().device_name(),
                schema.ToString(), schema.ItemBytes());
-  std::unique_ptr<perserve::replay::StepReplay> steps;
   if (served.steps) {
-    step_options.streams = std::max<int>(1, static_cast<int>(joined.client_ranks.size()));
-    status = perserve::replay::StepReplay::Create(step_options, schema, replay.get(), &steps);
-    if (!status.ok()) Abort(status.ToString());
     spdlog::info("step streams: {}; a sample returns {} ({} bytes an item){}",
                  step_options.kind == perserve::replay::StepOptions::Kind::kNStep
                      ? fmt::format("{}-step transitions, discount {}", step_options.n_step, step_options.discount)

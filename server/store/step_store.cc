@@ -5,8 +5,9 @@
 
 namespace perserve::store {
 
-StepStore::StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column)
-    : columns_(std::move(schema), capacity),
+StepStore::StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column,
+                     bool prefault)
+    : columns_(std::move(schema), capacity, prefault),
       reward_column_(reward_column),
       done_column_(done_column),
       info_(static_cast<size_t>(capacity)),

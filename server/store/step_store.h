@@ -41,7 +41,10 @@ class StepStore {
  public:
   // `reward_column` (a scalar float32 or float64) and `done_column` (a scalar
   // uint8) index `schema`; the caller has checked them. capacity >= 1.
-  StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column);
+  // With `prefault`, every page of the steps' columns is written once now
+  // (TransitionStore's prefault): the first pass through the ring pays no
+  // page faults.
+  StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column, bool prefault = false);
 
   const Schema& schema() const { return columns_.schema(); }
   int64_t capacity() const { return columns_.capacity(); }
