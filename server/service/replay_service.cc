@@ -249,11 +249,19 @@ Status ReplayService::CheckAddKind(const proto::AddRequest& request) const {
                             "--sequence-length (docs/steps.md)");
   }
   if (!request.is_append()) return replay_->CheckAddCount(request.count);
-  if (request.count < 0 || request.items < 0 || request.count + request.items == 0 || request.columns_follow) {
+  if (request.count < 0 || request.items < 0 || (request.count == 0 && request.items == 0) ||
+      request.columns_follow) {
     return Status::InvalidArgument(fmt::format("an append of {} steps and {} items{} is malformed: both >= 0, one "
                                                "> 0, with the steps in the request",
                                                request.count, request.items,
                                                request.columns_follow ? " with its columns apart" : ""));
+  }
+  // Checked here, before it can be held: one that can never be stored must not wait for the rate limiter.
+  if (request.count > steps_->options().step_capacity || request.items > replay_->capacity()) {
+    return Status::InvalidArgument(fmt::format("an append of {} steps and {} items: the ring holds {} steps and {} "
+                                               "items",
+                                               request.count, request.items, steps_->options().step_capacity,
+                                               replay_->capacity()));
   }
   return Status::Ok();
 }

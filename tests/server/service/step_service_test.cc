@@ -189,6 +189,24 @@ TEST_F(StepServiceTest, AddsOfTheWrongKindAndMalformedAppendsAreRefusedWithNothi
   EXPECT_EQ(steps_->stream_steps(0), 3);
 }
 
+// fuzz_step_service's first finding: counts whose sum overflows (UBSan),
+// and counts past the ring, refused before anything can hold them.
+TEST_F(StepServiceTest, AnAppendWithCountsPastTheRingIsRefusedBeforeItCanWait) {
+  Start(ServiceOptions{});
+  const auto append_of = [](uint64_t id, int64_t steps, int64_t items) {
+    proto::AddRequest request{steps, false};
+    request.first_step = 0;
+    request.items = items;
+    return Frame(MessageKind::kAddRequest, id, request);
+  };
+  transport_->Push(0, append_of(1, int64_t{4107564335138603016}, int64_t{6003298303284871168}));
+  transport_->Push(0, append_of(2, 65, 0));
+  transport_->Push(0, append_of(3, 1, 65));
+  Step();
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(ErrorOf(0, id).code(), Status::Code::kInvalidArgument) << id;
+  EXPECT_EQ(steps_->stream_steps(0), 0);
+}
+
 TEST_F(StepServiceTest, TheRateLimiterCountsItemsNotSteps) {
   ServiceOptions options;
   options.samples_per_insert = 1.0;
