@@ -74,10 +74,10 @@ namespace {
 // The budget starts with the sample's first request that may wait: a state
 // round answered at once does not count, nor the time a prefetched sample
 // spends in flight before the learner receives it.
-Status TimeLeft(ShardedRequest* request, const char* while_doing, double* seconds) {
+Status TimeLeft(const Connection& connection, ShardedRequest* request, const char* while_doing, double* seconds) {
   *seconds = 0.0;
   if (request->timeout_seconds == 0.0) return Status::Ok();
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = connection.Now();
   if (request->deadline == std::chrono::steady_clock::time_point{}) {
     request->deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                   std::chrono::duration<double>(request->timeout_seconds));
@@ -119,7 +119,7 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
 
 Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
   double time_left = 0.0;
-  PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "before its parts were asked of the shards", &time_left));
+  PERSERVE_RETURN_IF_ERROR(TimeLeft(*connection, request, "before its parts were asked of the shards", &time_left));
   request->planned = true;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
@@ -205,7 +205,7 @@ Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* 
   std::vector<int> waiting_shard;
   while (std::none_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); })) {
     double time_left = 0.0;
-    PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "while no shard of the replay was ready", &time_left));
+    PERSERVE_RETURN_IF_ERROR(TimeLeft(*connection, request, "while no shard of the replay was ready", &time_left));
     waiting.clear();
     waiting_shard.clear();
     for (size_t s = 0; s < shards_.size(); ++s) {
