@@ -240,10 +240,12 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
     // A shard that refused its part as never servable has left the plan (for
     // good): the whole sample is drawn again over the others, so every item
-    // keeps its share of their total.
+    // keeps its share of their total; if none of them is ready yet, once one
+    // is (as before any shard was ready).
     bool refused = false;
     for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
     if (!refused) break;
+    PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
     PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }
