@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,11 @@ class LoopbackTransport final : public Transport {
   void SetEagerLimit(size_t bytes) { eager_limit_ = bytes; }
   // Before the service is made: it counts the roles once, at its start.
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
+  // How the service's logs and descriptions name `client` (default "client N").
+  void SetName(int client, std::string name) {
+    names_.resize(inboxes_.size());
+    names_[client] = std::move(name);
+  }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
   // From now on sample replies with rows (SendSampleReplyRows) travel as over
@@ -237,6 +243,10 @@ class LoopbackTransport final : public Transport {
     return unread;
   }
   ClientRole Role(int client) const override { return roles_[client]; }
+  std::string ClientName(int client) const override {
+    return static_cast<size_t>(client) < names_.size() && !names_[client].empty() ? names_[client]
+                                                                                  : Transport::ClientName(client);
+  }
   Status Progress() override { return Status::Ok(); }
   Status Drain() override { return Status::Ok(); }
 
@@ -274,6 +284,7 @@ class LoopbackTransport final : public Transport {
   std::vector<Inbox> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
   std::vector<ClientRole> roles_;
+  std::vector<std::string> names_;  // SetName's (empty: the default)
   bool fail_sends_ = false;
   size_t eager_limit_ = 0;
   struct InFlight {

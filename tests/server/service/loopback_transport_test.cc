@@ -112,6 +112,15 @@ TEST(LoopbackTransportTest, ALargeSendCompletesOnlyWhenTheClientTakesIt) {
   EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0);
 }
 
+// Several shards' transports index a client differently: the simulation
+// names each by its own number, which the service's descriptions then use.
+TEST(LoopbackTransportTest, AClientIsNamedAsSetAndOthersByIndex) {
+  LoopbackTransport transport(2);
+  transport.SetName(1, "client 4");
+  EXPECT_EQ(transport.ClientName(0), "client 0");
+  EXPECT_EQ(transport.ClientName(1), "client 4");
+}
+
 // A shard sample's reply with rows goes through SendSampleReply, which
 // MpiTransport tracks until received: unread as a sample's reply is. A shard's
 // state (no rows) is not.

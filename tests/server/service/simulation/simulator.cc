@@ -206,6 +206,8 @@ void Simulator::Start() {
       if (link.index[static_cast<size_t>(client)] < 0) continue;
       shard.transport->SetRole(link.index[static_cast<size_t>(client)],
                                config_.actor(client) ? ClientRole::kActor : ClientRole::kLearner);
+      // The simulation's numbering, not the index on this shard's transport.
+      shard.transport->SetName(link.index[static_cast<size_t>(client)], fmt::format("client {}", client));
     }
     link.transport = shard.transport.get();
   }
