@@ -21,7 +21,7 @@ void LibraryClient::Body() {
       return;
     }
     Act();
-    if (closed_early_) return;
+    if (closed_early_ || aborting_) return;  // torn down: it ends here, never suspended
     task_ = Task::kNone;
     doing_ = "nothing (between calls)";
     fiber_.Yield();
