@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -97,6 +98,11 @@ class Connection {
   // Collective over every non-server rank of the joined communicator: a new
   // communicator over them (MPI_Comm_create_group, so servers take no part).
   virtual Status Peers(MPI_Comm* peers) const = 0;
+
+  // The time the client's own timeouts are measured on (a sample's one
+  // budget over its rounds, ShardSampler): the steady clock; the
+  // deterministic simulation's connections run on its clock, as its servers do.
+  virtual std::chrono::steady_clock::time_point Now() const { return std::chrono::steady_clock::now(); }
 
   // Sends kCloseRequest to every server and waits for their replies, then
   // for every send.

@@ -74,10 +74,10 @@ namespace {
 // The budget starts with the sample's first request that may wait: a state
 // round answered at once does not count, nor the time a prefetched sample
 // spends in flight before the learner receives it.
-Status TimeLeft(ShardedRequest* request, const char* while_doing, double* seconds) {
+Status TimeLeft(const Connection& connection, ShardedRequest* request, const char* while_doing, double* seconds) {
   *seconds = 0.0;
   if (request->timeout_seconds == 0.0) return Status::Ok();
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = connection.Now();
   if (request->deadline == std::chrono::steady_clock::time_point{}) {
     request->deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                   std::chrono::duration<double>(request->timeout_seconds));
@@ -119,7 +119,7 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
 
 Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
   double time_left = 0.0;
-  PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "before its parts were asked of the shards", &time_left));
+  PERSERVE_RETURN_IF_ERROR(TimeLeft(*connection, request, "before its parts were asked of the shards", &time_left));
   request->planned = true;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
@@ -205,7 +205,7 @@ Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* 
   std::vector<int> waiting_shard;
   while (std::none_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); })) {
     double time_left = 0.0;
-    PERSERVE_RETURN_IF_ERROR(TimeLeft(request, "while no shard of the replay was ready", &time_left));
+    PERSERVE_RETURN_IF_ERROR(TimeLeft(*connection, request, "while no shard of the replay was ready", &time_left));
     waiting.clear();
     waiting_shard.clear();
     for (size_t s = 0; s < shards_.size(); ++s) {
@@ -240,10 +240,12 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
     // A shard that refused its part as never servable has left the plan (for
     // good): the whole sample is drawn again over the others, so every item
-    // keeps its share of their total.
+    // keeps its share of their total; if none of them is ready yet, once one
+    // is (as before any shard was ready).
     bool refused = false;
     for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
     if (!refused) break;
+    PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
     PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
     PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
   }

@@ -23,8 +23,9 @@
 // FAILED_PRECONDITION when it never can be: no actor remains open on it). A
 // shard whose part of a sample is refused as never servable (no actor left
 // and its minimum size or rate limiter unmet) leaves the plan for good and
-// the sample is drawn again over the other shards; the sample fails
-// FAILED_PRECONDITION only when no shard can serve. A sample's timeout is
+// the sample is drawn again over the other shards, waiting as above if none
+// of them is ready yet; the sample fails FAILED_PRECONDITION only when no
+// shard can serve. A sample's timeout is
 // one budget for all of its rounds. The batch's order is a random
 // permutation of the strata, so any sub-batch is an unbiased sample too. IS
 // weights are (leaf_i / global min leaf)^-beta over every shard's smallest

@@ -19,9 +19,14 @@
 //     message no probe has seen.
 //   - Completion: a send of at most eager_limit bytes completes at once
 //     (eager); a larger one only when the client takes it from its outbox
-//     (rendezvous), so until then a sample reply counts as unread. The
-//     default limit 0 makes every send rendezvous. Rows sent from the store
-//     (SendRowsInPlace) are read only when the client receives them (Deliver).
+//     (rendezvous), so until then a sample reply (or a shard sample's reply
+//     with rows: both go through SendSampleReply, which MpiTransport tracks)
+//     counts as unread. The default limit 0 makes every send rendezvous.
+//     Rows sent from the store (SendRowsInPlace) are read only when the
+//     client receives them (Deliver). The same limit holds for a client's
+//     tracked sends (PushTracked, PushLent: the client library's): past it
+//     a send completes only when the service receives the message, and
+//     lent bytes are read only then.
 //   - Receive order: a client receives its replies in the order they were
 //     sent (one tag, one pair), so Deliver puts a reply in flight into the
 //     outbox ahead of the replies sent after it, and NextReplyInFlight tells
@@ -33,6 +38,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,6 +55,33 @@ class LoopbackTransport final : public Transport {
   // Test side.
   void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag) {
     inboxes_[client].push_back({std::move(frame), tag, /*claimed=*/false});
+  }
+  // A send whose completion the client waits for (the client library's:
+  // Connection::AwaitSent, the drain of Close): up to the eager limit it
+  // completes now; a larger one when the service receives the message
+  // (rendezvous). Returns its token for SendCompleted.
+  uint64_t PushTracked(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag) {
+    const uint64_t token = next_client_send_++;
+    if (frame.size() > eager_limit_) pending_client_sends_.push_back(token);
+    inboxes_[client].push_back({std::move(frame), tag, /*claimed=*/false, {}, token});
+    return token;
+  }
+  // The same for bytes the client lends (MPI: a datatype over its memory,
+  // ActorClient::AddBorrowed): up to the eager limit they are copied now;
+  // past it they are read where they lie only when the service receives the
+  // message, so memory changed before then arrives changed.
+  uint64_t PushLent(int client, std::vector<std::span<const std::byte>> regions, int tag) {
+    size_t bytes = 0;
+    for (const std::span<const std::byte> region : regions) bytes += region.size();
+    if (bytes <= eager_limit_) return PushTracked(client, Gather(regions), tag);
+    const uint64_t token = next_client_send_++;
+    pending_client_sends_.push_back(token);
+    inboxes_[client].push_back({{}, tag, /*claimed=*/false, std::move(regions), token});
+    return token;
+  }
+  // Whether the tracked send `token` has completed.
+  bool SendCompleted(uint64_t token) const {
+    return std::find(pending_client_sends_.begin(), pending_client_sends_.end(), token) == pending_client_sends_.end();
   }
   std::deque<std::vector<std::byte>>& outbox(int client) { return outboxes_[client]; }
   // The messages of `client` not received yet (claimed ones too) ...
@@ -67,6 +100,11 @@ class LoopbackTransport final : public Transport {
   void SetEagerLimit(size_t bytes) { eager_limit_ = bytes; }
   // Before the service is made: it counts the roles once, at its start.
   void SetRole(int client, ClientRole role) { roles_[client] = role; }
+  // How the service's logs and descriptions name `client` (default "client N").
+  void SetName(int client, std::string name) {
+    names_.resize(inboxes_.size());
+    names_[client] = std::move(name);
+  }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
   // From now on sample replies with rows (SendSampleReplyRows) travel as over
@@ -120,7 +158,7 @@ class LoopbackTransport final : public Transport {
         std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return !message.claimed; });
     *received = found != inbox.end();
     if (*received) {
-      *buffer = std::move(found->bytes);
+      *buffer = Take(*found);
       *tag = found->tag;
       inbox.erase(found);
     }
@@ -135,7 +173,7 @@ class LoopbackTransport final : public Transport {
     *arrived = found != inbox.end();
     if (*arrived) {
       found->claimed = true;
-      *bytes = static_cast<int64_t>(found->bytes.size());
+      *bytes = static_cast<int64_t>(found->size());
     }
     return Status::Ok();
   }
@@ -149,7 +187,7 @@ class LoopbackTransport final : public Transport {
     Inbox& inbox = inboxes_[client];
     const auto found = std::find_if(inbox.begin(), inbox.end(), [](const Message& message) { return message.claimed; });
     if (found == inbox.end()) return Status::Internal("ReceiveColumns before ProbeColumns found them");
-    store::TransitionStore::CopyInto(found->bytes, regions);
+    store::TransitionStore::CopyInto(Take(*found), regions);
     inbox.erase(found);
     return Status::Ok();
   }
@@ -191,15 +229,24 @@ class LoopbackTransport final : public Transport {
       unread.bytes += static_cast<int64_t>(sent.head.size());
     }
     for (const std::vector<std::byte>& frame : outboxes_[client]) {
-      uint16_t kind = 0;
-      if (frame.size() >= proto::kFrameHeaderBytes) std::memcpy(&kind, frame.data() + 6, sizeof(kind));
-      if (kind != static_cast<uint16_t>(proto::MessageKind::kSampleReply) || frame.size() <= eager_limit_) continue;
+      proto::FrameHeader header;
+      header.kind = 0;
+      if (frame.size() >= proto::kFrameHeaderBytes) std::memcpy(&header, frame.data(), sizeof(header));
+      // The replies the service sends with SendSampleReply: samples, and shard samples with rows.
+      const bool sample_reply =
+          header.kind == static_cast<uint16_t>(proto::MessageKind::kSampleReply) ||
+          (header.kind == static_cast<uint16_t>(proto::MessageKind::kShardSampleReply) && header.bulk_bytes > 0);
+      if (!sample_reply || frame.size() <= eager_limit_) continue;
       ++unread.replies;
       unread.bytes += static_cast<int64_t>(frame.size());
     }
     return unread;
   }
   ClientRole Role(int client) const override { return roles_[client]; }
+  std::string ClientName(int client) const override {
+    return static_cast<size_t>(client) < names_.size() && !names_[client].empty() ? names_[client]
+                                                                                  : Transport::ClientName(client);
+  }
   Status Progress() override { return Status::Ok(); }
   Status Drain() override { return Status::Ok(); }
 
@@ -208,7 +255,24 @@ class LoopbackTransport final : public Transport {
     std::vector<std::byte> bytes;
     int tag;
     bool claimed;  // matched by ProbeColumns: only ReceiveColumns takes it
+    std::vector<std::span<const std::byte>> lent{};  // PushLent's: read when received
+    uint64_t token = 0;                               // a tracked send's (0: untracked)
+    size_t size() const {
+      size_t lent_bytes = 0;
+      for (const std::span<const std::byte> region : lent) lent_bytes += region.size();
+      return lent.empty() ? bytes.size() : lent_bytes;
+    }
   };
+  static std::vector<std::byte> Gather(std::span<const std::span<const std::byte>> regions) {
+    std::vector<std::byte> bytes;
+    for (const std::span<const std::byte> region : regions) bytes.insert(bytes.end(), region.begin(), region.end());
+    return bytes;
+  }
+  // The service receives `message`: its bytes (lent ones read now), and its send completes.
+  std::vector<std::byte> Take(Message& message) {
+    if (message.token != 0) std::erase(pending_client_sends_, message.token);
+    return message.lent.empty() ? std::move(message.bytes) : Gather(message.lent);
+  }
   using Inbox = std::deque<Message>;  // in the order the client sent them
   // The client's oldest unclaimed columns message (kAddColumnsTag), as MPI would match it.
   Inbox::iterator FindColumns(int client) {
@@ -220,6 +284,7 @@ class LoopbackTransport final : public Transport {
   std::vector<Inbox> inboxes_;
   std::vector<std::deque<std::vector<std::byte>>> outboxes_;
   std::vector<ClientRole> roles_;
+  std::vector<std::string> names_;  // SetName's (empty: the default)
   bool fail_sends_ = false;
   size_t eager_limit_ = 0;
   struct InFlight {
@@ -236,6 +301,8 @@ class LoopbackTransport final : public Transport {
   std::deque<InFlight> in_flight_;
   std::vector<uint64_t> completed_;
   uint64_t next_token_ = 1;
+  std::vector<uint64_t> pending_client_sends_;  // tracked client sends not complete yet
+  uint64_t next_client_send_ = 1;
 };
 
 }  // namespace perserve::service

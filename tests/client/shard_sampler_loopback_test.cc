@@ -315,6 +315,37 @@ TEST_F(ShardSamplerLoopbackTest, AShardThatCanNeverServeLeavesThePlanAndTheOther
   }
 }
 
+// Found by the simulation (seeds 3255, 3446, 4638, 6357): the only ready
+// shard refuses its part as never servable (its actor closed, its rate
+// limiter spent) while another shard, its actor still open, is not ready yet.
+// The sample waits for that shard, as a sample does before any shard is
+// ready; it used to draw again at once over the shards ready then (none) and
+// fail FAILED_PRECONDITION.
+TEST_F(ShardSamplerLoopbackTest, ASampleWhoseOnlyReadyShardLeavesThePlanWaitsForAnotherToBeReady) {
+  for (const bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact totals" : "totals of the last replies");
+    service::ServiceOptions options = MinSize(10);
+    options.samples_per_insert = 1.0;  // a shard serves at most its inserts + 5 items
+    options.error_buffer = 5.0;
+    StartShards(2, 1024, options);
+    Add(0, 20, 1.0);
+    CloseActor(0);  // shard 0 can serve 25 items, never 32; shard 1's actor is open, its replay empty
+    int steps = 0;
+    between_steps_ = [&] {
+      if (++steps == 50) Add(1, 100, 1.0);
+    };
+    std::unique_ptr<LearnerClient> learner = Learner(exact);
+    SampleBatch batch;
+    const Status sampled = learner->Sample(32, 0.4, &batch, /*timeout_seconds=*/10.0);
+    ASSERT_TRUE(sampled.ok()) << sampled.ToString();
+    EXPECT_EQ(ShardsIn(batch, 1), 32);
+    EXPECT_GE(steps, 50);
+    between_steps_ = nullptr;
+    EXPECT_TRUE(learner->Close().ok());
+    shards_.clear();
+  }
+}
+
 // Finding 7: a call with another beta (annealed, every call) returns the
 // prefetched samples with their weights for the new beta; they used to be
 // received and dropped, every one of them sampled (and rate limited) for

@@ -112,6 +112,56 @@ TEST(LoopbackTransportTest, ALargeSendCompletesOnlyWhenTheClientTakesIt) {
   EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0);
 }
 
+// Several shards' transports index a client differently: the simulation
+// names each by its own number, which the service's descriptions then use.
+TEST(LoopbackTransportTest, AClientIsNamedAsSetAndOthersByIndex) {
+  LoopbackTransport transport(2);
+  transport.SetName(1, "client 4");
+  EXPECT_EQ(transport.ClientName(0), "client 0");
+  EXPECT_EQ(transport.ClientName(1), "client 4");
+}
+
+// A shard sample's reply with rows goes through SendSampleReply, which
+// MpiTransport tracks until received: unread as a sample's reply is. A shard's
+// state (no rows) is not.
+TEST(LoopbackTransportTest, AShardSampleReplyWithRowsCountsAsUnreadAndAStateDoesNot) {
+  LoopbackTransport transport(1);
+  const auto reply = [](int64_t count) {
+    return service_test::Frame(proto::MessageKind::kShardSampleReply, 1, proto::ShardSampleReply{count},
+                               {std::span<const std::byte>(Bytes(static_cast<size_t>(count) * 24, 0))});
+  };
+  ASSERT_TRUE(transport.Send(kClient, reply(0)).ok());
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 0);
+  ASSERT_TRUE(transport.SendSampleReply(kClient, reply(2)).ok());
+  EXPECT_EQ(transport.UnreadSampleReplies(kClient).replies, 1);
+}
+
+// The client library's sends: past the eager limit one completes only when
+// the service receives it, and lent bytes are read only then (an actor that
+// changed them before sees them stored changed); up to it they are copied at
+// once and the send is complete.
+TEST(LoopbackTransportTest, ALentSendPastTheEagerLimitIsReadWhenReceivedAndCompletesThen) {
+  LoopbackTransport transport(1);
+  transport.SetEagerLimit(4);
+  std::vector<std::byte> lent = Bytes(8, 1);
+  const uint64_t token = transport.PushLent(kClient, {std::span<const std::byte>(lent)}, proto::kAddColumnsTag);
+  EXPECT_FALSE(transport.SendCompleted(token));
+  lent[0] = std::byte(7);  // what the rule forbids: the bytes change before the send completes
+  EXPECT_EQ(ReceiveColumns(transport), 7) << "read where they lie when received";
+  EXPECT_TRUE(transport.SendCompleted(token));
+
+  std::vector<std::byte> small = Bytes(4, 2);
+  const uint64_t eager = transport.PushLent(kClient, {std::span<const std::byte>(small)}, proto::kAddColumnsTag);
+  EXPECT_TRUE(transport.SendCompleted(eager)) << "eager: copied and complete at once";
+  small[0] = std::byte(9);
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(2, proto::kAddColumnsTag));
+
+  const uint64_t frame = transport.PushTracked(kClient, Bytes(5, 3));
+  EXPECT_FALSE(transport.SendCompleted(frame));
+  EXPECT_EQ(ReceiveNext(transport), std::make_pair(3, proto::kRequestTag));
+  EXPECT_TRUE(transport.SendCompleted(frame));
+}
+
 // A client receives its replies in the order they were sent: a reply whose
 // rows are read only when it is received (in flight) goes ahead of the replies
 // sent after it, and NextReplyInFlight says when it is the next.

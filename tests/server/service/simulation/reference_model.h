@@ -1,18 +1,22 @@
-// ReferenceModel: what must hold of the replay rank, as its clients and the
-// simulator see it. Told every request a client sends and every reply it
-// receives (in the order it receives them), it checks:
+// ReferenceModel: what must hold of the replay ranks (one or several shards
+// of one replay), as their clients and the simulator see them. Told every
+// request a client sends to a shard and every reply it receives from one
+// (in the order it receives them; the client library's clients too, through
+// their SimulatedConnection), it checks, per client and shard:
 //   - every reply answers a request of that client not answered yet, with
 //     the reply kind (or an error code) that request may get; a close reply
 //     comes after the replies to everything sent before it (waiting samples
 //     aside: a close drops them), and nothing after it;
-//   - acknowledged adds' keys are distinct, in each actor's order, and at the
-//     end cover 0 .. next_key - 1 exactly: no add lost or applied twice;
+//   - acknowledged adds' keys carry their shard, are distinct, in each
+//     actor's order, and at the end cover each shard's 0 .. next_key - 1
+//     exactly: no add lost or applied twice;
 //   - every sampled row (of samples and shard samples) is whole and is the item added under its key (rows
 //     check themselves: self_checking_rows.h), its key was live at some
 //     moment between request and reply, its IS weight in (0, 1] and its
 //     probability in (0, 1], and the weights of one reply in the ratios its
 //     probabilities and beta give (w_i / w_j = (P_i / P_j)^-beta);
-//   - an update's counts add up, and keys live throughout are never stale;
+//   - an update's counts add up, and keys live throughout are never stale; a
+//     key of another shard is refused;
 //   - at the end, only what the docs allow is unanswered.
 // A violation throws SimulationFailure with what broke.
 #pragma once
@@ -23,6 +27,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "proto/messages.h"
@@ -35,48 +40,100 @@ struct SimulationFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+[[noreturn]] inline void Fail(const std::string& what) { throw SimulationFailure(what); }
+
+// Fails with `what` unless `holds`: the text, or a callable that makes it
+// (formatted only on failure: checks run for every item).
+template <class Message>
+void Expect(bool holds, Message&& what) {
+  if (holds) return;
+  if constexpr (std::is_invocable_v<Message>) {
+    Fail(what());
+  } else {
+    Fail(std::string(what));
+  }
+}
+
 class ReferenceModel {
  public:
-  ReferenceModel(const SimulationConfig& config, int clients);
+  // Clients and shards as `config` numbers them (SimulationConfig::clients).
+  explicit ReferenceModel(const SimulationConfig& config);
 
-  // Requests as clients send them; `next_key` is the replay's next key then.
+  // Requests as clients send them to `shard`; `next_key` is that shard's
+  // replay's next key then (local: without the shard's bits).
   // `valid`: false for an add the server must refuse (a bad priority, columns
   // of the wrong size, too many items).
-  void SentAdd(int client, uint64_t request_id, int64_t first_item, int64_t count, bool valid, bool columns_apart);
-  void SentSample(int client, uint64_t request_id, double beta, uint64_t next_key);
+  void SentAdd(int client, int shard, uint64_t request_id, int64_t first_item, int64_t count, bool valid,
+               bool columns_apart);
+  void SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key);
   // A shard sample (a learner's share of a sample over shards) of `count`
   // items (0: a probe of the shard's state, answered at once unless `wait`).
-  void SentShardSample(int client, uint64_t request_id, int64_t count, uint64_t next_key);
-  // `bad`: elements with a bad priority; `never_issued`: a key the replay never issued.
-  void SentUpdate(int client, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad, bool never_issued,
-                  uint64_t next_key);
-  void SentClose(int client, uint64_t request_id);
-  void SentCheckpoint(int client, uint64_t request_id);
+  void SentShardSample(int client, int shard, uint64_t request_id, int64_t count, uint64_t next_key);
+  // `bad`: elements with a bad priority; `never_issued`: a key the replay
+  // never issued; `wrong_shard`: a key of another shard.
+  void SentUpdate(int client, int shard, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad,
+                  bool never_issued, bool wrong_shard, uint64_t next_key);
+  void SentClose(int client, int shard, uint64_t request_id);
+  void SentCheckpoint(int client, int shard, uint64_t request_id);
   // After this, UNAVAILABLE is an answer any request may get.
   void SentTerminate() { terminated_ = true; }
+  bool terminated() const { return terminated_; }
   // The request `client` just sent carries a timeout: past it (on the
   // simulation's clock) DEADLINE_EXCEEDED is an answer it may get.
-  void WithTimeout(int client, uint64_t request_id, double seconds);
+  void WithTimeout(int client, int shard, uint64_t request_id, double seconds);
   // The simulation's clock, which the service's deadlines run on.
   void SetNow(std::chrono::steady_clock::time_point now) { now_ = now; }
+  std::chrono::steady_clock::time_point now() const { return now_; }
 
-  // A reply `client` received. Returns the keys of a sample reply (for the
-  // learner's updates), else nothing.
-  std::vector<uint64_t> Received(int client, std::span<const std::byte> bytes, uint64_t next_key);
+  // A reply `client` received from `shard`. Returns the keys of a sample
+  // reply (for the learner's updates), else nothing.
+  std::vector<uint64_t> Received(int client, int shard, std::span<const std::byte> bytes, uint64_t next_key);
 
+  // Where something was seen, formatted only if a check fails (checks run
+  // for every item): a reference to a callable that returns the text, valid
+  // for the call it is passed to.
+  class Describe {
+   public:
+    template <class F>
+    requires std::is_invocable_r_v<std::string, const F&> Describe(
+        const F& describe)  // NOLINT: converts from any such callable
+        : object_(&describe), call_([](const void* object) { return (*static_cast<const F*>(object))(); }) {}
+    std::string operator()() const { return call_(object_); }
+
+   private:
+    const void* object_;
+    std::string (*call_)(const void*);
+  };
   // An item found under `key` (a sampled row, a restored one): checked now
   // if its add's acknowledgement has come, else when it comes.
-  void ObservedItem(uint64_t key, int64_t id, const std::string& where);
+  void ObservedItem(uint64_t key, int64_t id, const Describe& where);
+  void ObservedItem(uint64_t key, int64_t id, const std::string& where) {
+    const auto describe = [&where] { return where; };
+    ObservedItem(key, id, Describe(describe));
+  }
 
-  bool closed(int client) const { return ledgers_[client].closed; }
-  int64_t unanswered(int client) const { return static_cast<int64_t>(ledgers_[client].requests.size()); }
-  int64_t unanswered_adds(int client) const { return Unanswered(client, Kind::kAdd); }
+  // Whether `client` has its close reply from every shard it talks to.
+  bool closed(int client) const;
+  bool closed(int client, int shard) const { return ledger(client, shard).closed; }
+  bool close_sent(int client, int shard) const { return ledger(client, shard).close_sent; }
+  int64_t unanswered(int client, int shard) const {
+    return static_cast<int64_t>(ledger(client, shard).requests.size());
+  }
+  int64_t unanswered_adds(int client, int shard) const { return Unanswered(client, shard, Kind::kAdd); }
+  // Whether every actor of `shard` has sent its close (then its samples may
+  // fail FAILED_PRECONDITION) ...
+  bool EveryActorClosing(int shard) const;
+  // ... and of every shard.
+  bool EveryActorClosing() const;
+  // What `client` waits for from `shard`: its unanswered requests, named (for liveness failures).
+  std::string DescribeUnanswered(int client, int shard) const;
 
-  // After every step: the replay within its capacity, its tree finite, keys
-  // issued no fewer than acknowledged.
-  void CheckReplay(const replay::Replay& replay) const;
-  // Once every client has closed.
-  void CheckEnd(const replay::Replay& replay) const;
+  // After every step: shard `shard`'s replay within its capacity, its tree
+  // finite, keys issued no fewer than acknowledged.
+  void CheckReplay(int shard, const replay::Replay& replay) const;
+  // Once every client has closed: each shard's keys, then every client's requests.
+  void CheckEnd(int shard, const replay::Replay& replay) const;
+  void CheckEnd() const;
 
  private:
   enum class Kind { kAdd, kSample, kShardSample, kUpdate, kClose, kCheckpoint };
@@ -90,6 +147,7 @@ class ReferenceModel {
     double beta = 0.0;           // a sample's
     int64_t bad = 0;
     bool never_issued = false;
+    bool wrong_shard = false;    // an update's key of another shard
     bool columns_apart = false;  // an add's
     int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
     std::chrono::steady_clock::time_point sent_at{};
@@ -104,28 +162,36 @@ class ReferenceModel {
   };
 
   static const char* KindName(Kind kind);
-  int64_t Unanswered(int client, Kind kind) const;
-  // Whether every actor (clients 0 .. actors - 1) has sent its close.
-  bool EveryActorClosing() const;
-  // Records a request `client` sends.
-  void Sent(int client, uint64_t request_id, Request request);
-  void CheckError(int client, uint64_t request_id, const Request& request, const proto::ErrorReply& error) const;
-  void AddAcknowledged(int client, const Request& request, uint64_t first_key, int64_t count, uint64_t next_key);
-  std::vector<uint64_t> SampleReceived(int client, const Request& request, std::span<const std::byte> bulk,
+  // One ledger a client and shard (an actor talks only to its own).
+  Ledger& ledger(int client, int shard) { return ledgers_[static_cast<size_t>(client * config_.shards + shard)]; }
+  const Ledger& ledger(int client, int shard) const {
+    return ledgers_[static_cast<size_t>(client * config_.shards + shard)];
+  }
+  int64_t Unanswered(int client, int shard, Kind kind) const;
+  // Records a request `client` sends to `shard`.
+  void Sent(int client, int shard, uint64_t request_id, Request request);
+  void CheckError(int client, int shard, uint64_t request_id, const Request& request,
+                  const proto::ErrorReply& error) const;
+  void AddAcknowledged(int client, int shard, const Request& request, uint64_t first_key, int64_t count,
+                       uint64_t next_key);
+  std::vector<uint64_t> SampleReceived(int client, int shard, const Request& request, std::span<const std::byte> bulk,
                                        int64_t count, uint64_t next_key);
-  std::vector<uint64_t> ShardSampleReceived(int client, const Request& request, const proto::ShardSampleReply& reply,
-                                            std::span<const std::byte> bulk, uint64_t next_key);
-  // A drawn item's checks that both kinds of sample share: live, whole, the
-  // item added under its key.
-  void CheckDrawn(const std::string& what, const Request& request, uint64_t key, std::span<const std::byte> columns,
-                  int64_t count, int64_t i, uint64_t next_key);
+  std::vector<uint64_t> ShardSampleReceived(int client, int shard, const Request& request,
+                                            const proto::ShardSampleReply& reply, std::span<const std::byte> bulk,
+                                            uint64_t next_key);
+  // A drawn item's checks that both kinds of sample share: of this shard,
+  // live, whole, the item added under its key.
+  void CheckDrawn(const Describe& what, int shard, const Request& request, uint64_t key,
+                  std::span<const std::byte> columns, int64_t count, int64_t i, uint64_t next_key);
+  // How failures name a client (and its shard when there are several).
+  std::string Who(int client, int shard) const;
   void UpdateAnswered(const Request& request, int64_t applied, int64_t stale, int64_t dropped, uint64_t next_key) const;
 
   const SimulationConfig config_;
   std::vector<Ledger> ledgers_;
-  std::map<uint64_t, int64_t> item_of_key_;         // from the acknowledgements
+  std::map<uint64_t, int64_t> item_of_key_;         // from the acknowledgements, by key (its shard's bits in it)
   std::multimap<uint64_t, int64_t> sampled_early_;  // observed before their add's acknowledgement came
-  int64_t items_acknowledged_ = 0;
+  std::vector<int64_t> items_acknowledged_;         // a shard
   bool terminated_ = false;
   std::chrono::steady_clock::time_point now_{};
 };

@@ -53,4 +53,21 @@ inline bool ReadRow(std::span<const std::byte> columns, int64_t count, int64_t i
   return true;
 }
 
+// The same for rows held column by column (a SampleBatch's columns, an
+// actor's lent buffers): row i of the ids column and of the pad column.
+inline bool ReadRow(std::span<const std::byte> ids, std::span<const std::byte> pads, int64_t i, int64_t pad_bytes,
+                    int64_t* id) {
+  std::memcpy(id, ids.data() + 8 * i, 8);
+  for (int64_t j = 0; j < pad_bytes; ++j) {
+    if (static_cast<uint8_t>(pads[static_cast<size_t>(i * pad_bytes + j)]) != PadByte(*id, j)) return false;
+  }
+  return true;
+}
+
+// Writes item `id` as row i of the ids and pad columns.
+inline void WriteRow(std::span<std::byte> ids, std::span<std::byte> pads, int64_t i, int64_t pad_bytes, int64_t id) {
+  std::memcpy(ids.data() + 8 * i, &id, 8);
+  for (int64_t j = 0; j < pad_bytes; ++j) pads[static_cast<size_t>(i * pad_bytes + j)] = std::byte(PadByte(id, j));
+}
+
 }  // namespace perserve::service::simulation

@@ -22,17 +22,22 @@ constexpr uint64_t kNeverIssuedKey = uint64_t{1} << 40;
 }  // namespace
 
 SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
-                                   ReferenceModel* model, LoopbackTransport* transport, const replay::Replay* replay)
+                                   ScheduleRandom* library_random, ReferenceModel* model,
+                                   std::vector<ShardLink>* shards)
     : config_(config),
       random_(*random),
       later_random_(*later_random),
+      library_random_(*library_random),
       model_(*model),
-      transport_(*transport),
-      replay_(*replay) {
+      shards_(*shards) {
   for (int client = 0; client < config.actors + config.learners; ++client) {
     clients_.emplace_back(client < config.actors ? ClientRole::kActor : ClientRole::kLearner);
-    transport->SetRole(client, clients_.back().role);
   }
+}
+
+int SimulatedClients::PickShard(int client) {
+  if (clients_[client].role == ClientRole::kActor) return config_.ShardOfActor(client);
+  return config_.shards == 1 ? 0 : static_cast<int>(library_random_.Pick(0, config_.shards - 1));
 }
 
 void SimulatedClients::Tick(int client) {
@@ -72,7 +77,8 @@ void SimulatedClients::Act(int client) {
 
 void SimulatedClients::Add(int client) {
   Client& state = clients_[client];
-  if (model_.unanswered_adds(client) >= config_.max_adds_in_flight) return;  // back-pressure
+  const int shard = config_.ShardOfActor(client);
+  if (model_.unanswered_adds(client, shard) >= config_.max_adds_in_flight) return;  // back-pressure
   proto::AddRequest request{random_.Pick(1, std::min<int64_t>(12, config_.capacity)), random_.Chance(0.5)};
   request.columns_follow = random_.Chance(0.4);
   if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
@@ -98,8 +104,8 @@ void SimulatedClients::Add(int client) {
   const int64_t columns_count = count + (flaw == Flaw::kColumnsSize ? 1 : 0);
   const std::vector<std::byte> columns = EncodeColumns(client, state.next_item, columns_count, config_.pad_bytes);
   const uint64_t id = state.next_request_id++;
-  model_.SentAdd(client, id, state.next_item, count, valid, request.columns_follow);
-  if (request.timeout_seconds > 0) model_.WithTimeout(client, id, request.timeout_seconds);
+  model_.SentAdd(client, shard, id, state.next_item, count, valid, request.columns_follow);
+  if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
   random_.Trace("client {} request {}: add of {} items from item {}{}{}{}{}", client, id, count, state.next_item,
                 request.has_priorities ? ", priorities" : "", request.columns_follow ? ", columns apart" : "",
                 request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
@@ -107,10 +113,10 @@ void SimulatedClients::Add(int client) {
   if (valid) state.next_item += count;
   const auto priority_bytes = std::as_bytes(std::span(priorities));
   if (request.columns_follow) {
-    Push(client, Frame(MessageKind::kAddRequest, id, request, {priority_bytes}));
+    Push(client, shard, Frame(MessageKind::kAddRequest, id, request, {priority_bytes}));
     state.columns.push_back(columns);  // arrives later, perhaps after later requests (another tag)
   } else {
-    Push(client, Frame(MessageKind::kAddRequest, id, request, {columns, priority_bytes}));
+    Push(client, shard, Frame(MessageKind::kAddRequest, id, request, {columns, priority_bytes}));
   }
 }
 
@@ -121,37 +127,52 @@ double SimulatedClients::Timeout() {
 }
 
 void SimulatedClients::Sample(int client) {
-  if (model_.unanswered(client) >= config_.max_requests_waiting) return;
+  const int shard = PickShard(client);
+  if (model_.unanswered(client, shard) >= config_.max_requests_waiting) return;
   const uint64_t id = clients_[client].next_request_id++;
   proto::SampleRequest request{random_.Pick(1, 16), random_.Uniform(0.0, 1.0)};
   if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
-  model_.SentSample(client, id, request.beta, replay_.next_key());
-  if (request.timeout_seconds > 0) model_.WithTimeout(client, id, request.timeout_seconds);
-  random_.Trace("client {} request {}: sample of {} (beta {}{})", client, id, request.batch_size, request.beta,
-                request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "");
-  Push(client, Frame(MessageKind::kSampleRequest, id, request));
+  // Awaited: the server may send its rows from the store, pinned until this client reads it.
+  if (config_.awaited_samples) request.awaited = library_random_.Chance(0.5);
+  model_.SentSample(client, shard, id, request.beta, NextKey(shard));
+  if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
+  random_.Trace("client {} request {}: sample of {} (beta {}{}{}){}", client, id, request.batch_size, request.beta,
+                request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
+                request.awaited ? ", awaited" : "",
+                config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
+  Push(client, shard, Frame(MessageKind::kSampleRequest, id, request));
 }
 
 void SimulatedClients::ShardSample(int client) {
-  if (model_.unanswered(client) >= config_.max_requests_waiting) return;
+  const int shard = PickShard(client);
+  if (model_.unanswered(client, shard) >= config_.max_requests_waiting) return;
   const uint64_t id = clients_[client].next_request_id++;
   // A probe of the shard's state (now, or once it is ready), or draws at fractions of its total.
   proto::ShardSampleRequest request{later_random_.Chance(0.3) ? 0 : later_random_.Pick(1, 16),
                                     later_random_.Chance(0.5)};
   std::vector<double> fractions;
   for (int64_t i = 0; i < request.count; ++i) fractions.push_back(later_random_.Uniform(0.0, 1.0));
-  model_.SentShardSample(client, id, request.count, replay_.next_key());
-  random_.Trace("client {} request {}: shard sample of {}{}", client, id, request.count, request.wait ? ", waits" : "");
-  Push(client, Frame(MessageKind::kShardSampleRequest, id, request, {std::as_bytes(std::span(fractions))}));
+  if (config_.awaited_samples) request.awaited = library_random_.Chance(0.5);
+  model_.SentShardSample(client, shard, id, request.count, NextKey(shard));
+  random_.Trace("client {} request {}: shard sample of {}{}{}{}", client, id, request.count,
+                request.wait ? ", waits" : "", request.awaited ? ", awaited" : "",
+                config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
+  Push(client, shard, Frame(MessageKind::kShardSampleRequest, id, request, {std::as_bytes(std::span(fractions))}));
 }
 
 void SimulatedClients::Update(int client) {
   Client& state = clients_[client];
+  const int shard = PickShard(client);
+  // The keys it sampled from that shard (with one shard, all of them).
+  std::vector<uint64_t> shard_keys;
+  for (const uint64_t key : state.sampled_keys) {
+    if (proto::ShardOfKey(key) == shard) shard_keys.push_back(key);
+  }
+  if (shard_keys.empty()) return Sample(client);
   std::vector<uint64_t> keys;
   std::vector<double> priorities;
   for (int64_t i = random_.Pick(1, 8); i > 0; --i) {
-    keys.push_back(
-        state.sampled_keys[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(state.sampled_keys.size()) - 1))]);
+    keys.push_back(shard_keys[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(shard_keys.size()) - 1))]);
     priorities.push_back(random_.Chance(0.1) ? 0.0 : random_.Uniform(0.01, 10.0));
   }
   if (random_.Chance(0.1))
@@ -161,48 +182,75 @@ void SimulatedClients::Update(int client) {
   const int64_t bad = std::count_if(priorities.begin(), priorities.end(),
                                     [zero_is_bad](double p) { return std::isnan(p) || (zero_is_bad && p == 0.0); });
   const bool never_issued = random_.Chance(0.03);
-  if (never_issued) keys.back() = kNeverIssuedKey;
+  if (never_issued) keys.back() = proto::ShardKey(shard, kNeverIssuedKey);
+  // With several shards, now and then a key of another shard, which its server refuses.
+  const bool wrong_shard = config_.shards > 1 && library_random_.Chance(0.03);
+  if (wrong_shard) keys.front() = proto::ShardKey((shard + 1) % config_.shards, proto::LocalKey(keys.front()));
   const uint64_t id = state.next_request_id++;
-  model_.SentUpdate(client, id, keys, bad, never_issued, replay_.next_key());
-  random_.Trace("client {} request {}: update of {} keys ({} bad{})", client, id, keys.size(), bad,
-                never_issued ? ", one never issued" : "");
-  Push(client, Frame(MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
-                     {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))}));
+  model_.SentUpdate(client, shard, id, keys, bad, never_issued, wrong_shard, NextKey(shard));
+  random_.Trace("client {} request {}: update of {} keys ({} bad{}{}){}", client, id, keys.size(), bad,
+                never_issued ? ", one never issued" : "", wrong_shard ? ", one of another shard" : "",
+                config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
+  Push(client, shard,
+       Frame(MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
+             {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))}));
 }
 
-void SimulatedClients::Push(int client, std::vector<std::byte> frame, int tag) {
-  transport_.Push(client, std::move(frame), tag);
+void SimulatedClients::Push(int client, int shard, std::vector<std::byte> frame, int tag) {
+  ShardLink& link = shards_[static_cast<size_t>(shard)];
+  link.transport->Push(link.index[static_cast<size_t>(client)], std::move(frame), tag);
 }
 
 void SimulatedClients::Close(int client) {
-  const uint64_t id = clients_[client].next_request_id++;
   clients_[client].close_sent = true;
-  model_.SentClose(client, id);
-  random_.Trace("client {} request {}: close", client, id);
-  Push(client, Frame(MessageKind::kCloseRequest, id, proto::Empty{}));
+  // An actor closes with its shard, a learner with every shard.
+  for (int shard = 0; shard < config_.shards; ++shard) {
+    if (shards_[static_cast<size_t>(shard)].index[static_cast<size_t>(client)] < 0) continue;
+    const uint64_t id = clients_[client].next_request_id++;
+    model_.SentClose(client, shard, id);
+    random_.Trace("client {} request {}: close{}", client, id,
+                  config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
+    Push(client, shard, Frame(MessageKind::kCloseRequest, id, proto::Empty{}));
+  }
 }
 
 void SimulatedClients::AskCheckpoint(int client) {
+  const int shard = PickShard(client);
   const uint64_t id = clients_[client].next_request_id++;
-  model_.SentCheckpoint(client, id);
-  random_.Trace("client {} request {}: checkpoint", client, id);
-  Push(client, Frame(MessageKind::kCheckpointRequest, id, proto::Empty{}));
+  model_.SentCheckpoint(client, shard, id);
+  random_.Trace("client {} request {}: checkpoint{}", client, id,
+                config_.shards > 1 && random_.tracing() ? fmt::format(" of shard {}", shard) : "");
+  Push(client, shard, Frame(MessageKind::kCheckpointRequest, id, proto::Empty{}));
 }
 
 void SimulatedClients::ColumnsArrive(int client, size_t how_many) {
   std::deque<std::vector<std::byte>>& columns = clients_[client].columns;
   for (; how_many > 0 && !columns.empty(); --how_many) {
     random_.Trace("client {}: columns apart of {} bytes arrive", client, columns.front().size());
-    Push(client, std::move(columns.front()), proto::kAddColumnsTag);
+    Push(client, config_.ShardOfActor(client), std::move(columns.front()), proto::kAddColumnsTag);
     columns.pop_front();
   }
 }
 
 void SimulatedClients::Read(int client, int64_t most) {
-  std::deque<std::vector<std::byte>>& outbox = transport_.outbox(client);
+  std::vector<int> ready;  // the shards with a reply for it
   for (; most > 0; --most) {
-    if (transport_.NextReplyInFlight(client)) transport_.Deliver(client);
-    if (outbox.empty()) return;
+    ready.clear();
+    for (int shard = 0; shard < config_.shards; ++shard) {
+      const ShardLink& link = shards_[static_cast<size_t>(shard)];
+      const int index = link.index[static_cast<size_t>(client)];
+      if (index >= 0 && (link.transport->NextReplyInFlight(index) || !link.transport->outbox(index).empty())) {
+        ready.push_back(shard);
+      }
+    }
+    if (ready.empty()) return;
+    // Replies of different servers may arrive in any order (no draw with one).
+    const int shard =
+        ready.size() == 1 ? ready.front() : ready[static_cast<size_t>(library_random_.Pick(0, ssize(ready) - 1))];
+    LoopbackTransport& transport = *shards_[static_cast<size_t>(shard)].transport;
+    const int index = shards_[static_cast<size_t>(shard)].index[static_cast<size_t>(client)];
+    std::deque<std::vector<std::byte>>& outbox = transport.outbox(index);
+    if (transport.NextReplyInFlight(index)) transport.Deliver(index);
     const std::vector<std::byte> reply = std::move(outbox.front());
     outbox.pop_front();
     ++replies_;
@@ -214,9 +262,10 @@ void SimulatedClients::Read(int client, int64_t most) {
       hash.Update(frame.bulk);
       fingerprint_ = hash.Finish();
     }
-    random_.Trace("client {} receives the reply to request {} (kind {})", client, frame.header.request_id,
-                  frame.header.kind);
-    std::vector<uint64_t> keys = model_.Received(client, reply, replay_.next_key());
+    random_.Trace("client {} receives the reply to request {} (kind {}){}", client, frame.header.request_id,
+                  frame.header.kind,
+                  config_.shards > 1 && random_.tracing() ? fmt::format(" from shard {}", shard) : "");
+    std::vector<uint64_t> keys = model_.Received(client, shard, reply, NextKey(shard));
     std::vector<uint64_t>& sampled = clients_[client].sampled_keys;
     sampled.insert(sampled.end(), keys.begin(), keys.end());
     if (sampled.size() > 64) sampled.erase(sampled.begin(), sampled.end() - 64);

@@ -1,9 +1,11 @@
-// SimulatedClients: the actors and learners of a simulated run, speaking the
-// wire protocol through a LoopbackTransport as the client library does (one
-// request id after another, an actor's adds bounded in flight, a learner's
-// updates of keys it sampled), plus what users do that the library would not
-// stop: requests the server must refuse, pauses in reading, early closes.
-// Every request and every reply goes through the ReferenceModel.
+// SimulatedClients: the raw actors and learners of a simulated run, speaking
+// the wire protocol through LoopbackTransports as the client library does
+// (one request id after another, an actor's adds bounded in flight, a
+// learner's updates of keys it sampled), plus what users do that the library
+// would not stop: requests the server must refuse, pauses in reading, early
+// closes. With several shards an actor talks to its own shard (i mod K), a
+// learner to every shard, each request to one chosen at random. Every
+// request and every reply goes through the ReferenceModel.
 #pragma once
 
 #include <cstddef>
@@ -19,14 +21,24 @@
 
 namespace perserve::service::simulation {
 
+// One shard's service as its clients reach it: its transport, each client's
+// index there, and its replay (whose next key the model is told).
+struct ShardLink {
+  LoopbackTransport* transport = nullptr;
+  const replay::Replay* replay = nullptr;
+  std::vector<int> index;  // by client (SimulationConfig's numbering); -1: not a client of this shard
+};
+
 class SimulatedClients {
  public:
-  // `later_random`: the stream of features added after seeds were pinned.
+  // `later_random`: the stream of features added after seeds were pinned;
+  // `library_random`: the third (shards), drawn from only with several shards
+  // or config.awaited_samples. The raw clients are the first
+  // config.actors + config.learners.
   SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
-                   ReferenceModel* model, LoopbackTransport* transport, const replay::Replay* replay);
+                   ScheduleRandom* library_random, ReferenceModel* model, std::vector<ShardLink>* shards);
 
   int count() const { return static_cast<int>(clients_.size()); }
-  ClientRole role(int client) const { return clients_[client].role; }
   // One thing `client` does now, chosen at random (perhaps nothing).
   void Act(int client);
   // A tick of its reading: columns it sent apart may arrive, and it reads a
@@ -55,6 +67,10 @@ class SimulatedClients {
     std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates
   };
 
+  // The shard `client`'s next request goes to: an actor's own; a learner's
+  // chosen at random (no draw with one shard).
+  int PickShard(int client);
+  uint64_t NextKey(int shard) const { return shards_[static_cast<size_t>(shard)].replay->next_key(); }
   void Add(int client);
   // A request's timeout: one that fires within the run, or one that never does.
   double Timeout();
@@ -63,17 +79,17 @@ class SimulatedClients {
   void Update(int client);
   void Close(int client);
   void AskCheckpoint(int client);
-  void Push(int client, std::vector<std::byte> frame, int tag = proto::kRequestTag);
+  void Push(int client, int shard, std::vector<std::byte> frame, int tag = proto::kRequestTag);
   void ColumnsArrive(int client, size_t how_many);
-  // `client` receives up to `most` replies, in the order they were sent.
+  // `client` receives up to `most` replies, each shard's in the order they were sent.
   void Read(int client, int64_t most);
 
   const SimulationConfig& config_;
   ScheduleRandom& random_;
   ScheduleRandom& later_random_;
+  ScheduleRandom& library_random_;
   ReferenceModel& model_;
-  LoopbackTransport& transport_;
-  const replay::Replay& replay_;
+  std::vector<ShardLink>& shards_;
   std::vector<Client> clients_;
   int64_t replies_ = 0;
   uint64_t fingerprint_ = 0;

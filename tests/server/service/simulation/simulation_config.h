@@ -15,6 +15,9 @@
 
 namespace perserve::service::simulation {
 
+// The share of seeds that draw the library's features (DrawLibraryConfig).
+inline constexpr double kLibraryConfigShare = 0.5;
+
 struct SimulationConfig {
   int actors = 2;
   int learners = 1;
@@ -35,15 +38,45 @@ struct SimulationConfig {
   // sample over shards, and probes of the shard's state).
   bool shard_samples = false;
 
+  // Drawn from a third stream (DrawLibraryConfig): several shards, and
+  // clients of the real client library. Clients are numbered: the raw
+  // actors, the raw learners, then the library's actors and learners.
+  int shards = 1;                       // one ReplayService (replay, transport) a shard
+  int library_actors = 0;               // ActorClient over a SimulatedConnection
+  int library_learners = 0;             // LearnerClient (its ShardSampler over several shards)
+  bool lend_buffers = false;            // library actors add through AddBorrowed (else Add)
+  int64_t columns_apart_min_bytes = 0;  // their ClientOptions'
+  int library_max_in_flight = 4;        // their ClientOptions::max_in_flight
+  int prefetch = 0;                     // the library learners' ClientOptions'
+  bool exact_shard_totals = false;      // theirs
+  bool awaited_samples = false;         // raw learners mark samples awaited (rows sent from the store, pinned)
+
+  int clients() const { return actors + learners + library_actors + library_learners; }
+  bool library(int client) const { return client >= actors + learners; }
+  bool actor(int client) const {
+    return client < actors || (client >= actors + learners && client < actors + learners + library_actors);
+  }
+  // The shard an actor adds to: dealt round-robin, raw actors first, as the
+  // join deals actor ranks to the servers (docs/shards.md).
+  int ShardOfActor(int client) const { return (client < actors ? client : client - learners) % shards; }
+
   std::string Describe() const {
     return fmt::format(
         "{} actors, {} learners, capacity {}, row {} bytes, min size {}, rate limiter {} (buffer {}), "
         "{} messages a pass, zero copy {}, eager limit {}, checkpoints {}{}, signals {}, drop bad priorities {}, "
-        "eps {}, max deferred adds {} samples {}, unread allowance {}, {} work ticks, shard samples {}",
+        "eps {}, max deferred adds {} samples {}, unread allowance {}, {} work ticks, shard samples {}{}",
         actors, learners, capacity, 8 + pad_bytes, options.min_size_to_sample, options.samples_per_insert,
         options.error_buffer, options.messages_per_client_pass, rows_in_place, eager_limit, checkpoints,
         disk_faults ? " (failing)" : "", signals, drop_bad_priorities, priority_eps, options.max_deferred_adds,
-        options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples);
+        options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples, DescribeLibrary());
+  }
+  std::string DescribeLibrary() const {
+    if (shards == 1 && library_actors + library_learners == 0 && !awaited_samples) return "";
+    return fmt::format(
+        "; {} shards, library actors {} ({}, columns apart from {} bytes, {} in flight), library learners {} "
+        "(prefetch {}, exact shard totals {}), awaited raw samples {}",
+        shards, library_actors, lend_buffers ? "AddBorrowed" : "Add", columns_apart_min_bytes, library_max_in_flight,
+        library_learners, prefetch, exact_shard_totals, awaited_samples);
   }
 };
 
@@ -85,6 +118,26 @@ inline SimulationConfig DrawConfig(std::mt19937_64& rng, std::mt19937_64& later)
   config.max_requests_waiting = static_cast<int>(pick(1, 6));
   config.shard_samples = std::bernoulli_distribution(0.5)(later);
   return config;
+}
+
+// The features added with the client library in the simulation (issue 24):
+// several shards, library clients, awaited raw samples. From a third stream
+// (`library`), so every seed that draws none of them runs exactly as before
+// (the first two streams untouched); about half the seeds draw them.
+inline void DrawLibraryConfig(std::mt19937_64& library, SimulationConfig* config) {
+  auto pick = [&library](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(library); };
+  auto chance = [&library](double p) { return std::bernoulli_distribution(p)(library); };
+  if (!chance(kLibraryConfigShare)) return;
+  config->shards = chance(0.6) ? static_cast<int>(pick(2, 3)) : 1;
+  config->library_actors = static_cast<int>(pick(0, 2));
+  config->library_learners = static_cast<int>(pick(config->shards > 1 ? 1 : 0, 2));
+  if (config->library_actors + config->library_learners == 0) config->library_actors = 1;
+  config->lend_buffers = chance(0.8);
+  config->columns_apart_min_bytes = std::array<int64_t, 4>{0, 0, 200, -1}[pick(0, 3)];
+  config->library_max_in_flight = static_cast<int>(pick(1, 4));
+  config->prefetch = static_cast<int>(pick(0, 3));
+  config->exact_shard_totals = chance(0.4);
+  config->awaited_samples = chance(0.5);
 }
 
 }  // namespace perserve::service::simulation

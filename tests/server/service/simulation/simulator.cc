@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -12,10 +13,13 @@
 #include <vector>
 
 #include "replay/replay.h"
+#include "server/service/simulation/library_actor.h"
+#include "server/service/simulation/library_learner.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/simulated_clients.h"
+#include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
 #include "service/checkpoint.h"
 #include "service/loopback_transport.h"
@@ -26,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Once the clients stop working, the service must reach done() within this
+// Once the clients stop working, the services must reach done() within this
 // many steps (every client reads all its replies each step).
 constexpr int64_t kLivenessSteps = 2000;
 
@@ -53,15 +57,45 @@ Snapshot TakeSnapshot(const replay::Replay& replay, std::string path) {
   return snapshot;
 }
 
+// Both configurations' draws: the first two streams' as before, then the third's.
+SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library) {
+  SimulationConfig config = DrawConfig(random->generator(), later->generator());
+  DrawLibraryConfig(library->generator(), &config);
+  return config;
+}
+
+// One shard of the replay: its service, replay and transport, and what the
+// simulator keeps of it.
+struct Shard {
+  replay::ReplayOptions replay_options;
+  std::unique_ptr<LoopbackTransport> transport;
+  std::unique_ptr<replay::Replay> replay;
+  std::unique_ptr<ReplayService> service;
+  int pending_signal = 0;
+  std::optional<Snapshot> snapshot;
+  std::string last_checked_path;
+  // What its replay looked like after the last step (a change bumps its version).
+  uint64_t next_key = 0;
+  int64_t size = 0;
+  double total = 0.0, min_leaf = 0.0;
+};
+
 class Simulator {
  public:
   explicit Simulator(uint64_t seed)
       : random_(seed),
         later_random_(ScheduleRandom::LaterFeaturesSeed(seed)),
-        config_(DrawConfig(random_.generator(), later_random_.generator())),
-        model_(config_, config_.actors + config_.learners) {}
+        library_random_(ScheduleRandom::LibrarySeed(seed)),
+        config_(DrawWholeConfig(&random_, &later_random_, &library_random_)),
+        model_(config_),
+        versions_(static_cast<size_t>(config_.shards), 0),
+        world_{config_, random_, library_random_, model_, links_, versions_, counts_} {}
   ~Simulator() {
-    service_.reset();  // its checkpoint writer (and helper thread) first, then its directory
+    AbortLibraryClients();
+    library_.clear();
+    clients_.reset();
+    // Each service's checkpoint writer (and helper thread) first, then the directory.
+    for (Shard& shard : shards_) shard.service.reset();
     std::error_code error;
     if (!dir_.empty()) fs::remove_all(dir_, error);
   }
@@ -69,42 +103,51 @@ class Simulator {
   SimulationResult Run();
 
  private:
-  int clients() const { return config_.actors + config_.learners; }
+  int raw_clients() const { return config_.actors + config_.learners; }
 
   void Start();
   void WorkTick();
   bool DrainTick();  // true once every client has its close reply
+  // The library clients' turns this tick, in a random order.
+  void LibraryTick(bool work);
   void SimulatorActs();
-  void Step();
+  // A tick's steps: each shard steps (the first with 70% odds as it always
+  // did, the others drawn from the third stream), or with `all` every one.
+  void StepShards(bool all);
+  void StepShard(int shard);
   // Runs `fn` under the spell's file size limit, if one is on.
   template <class Fn>
   void WithFileLimit(Fn fn);
-  void CheckCheckpoint();
-  void CheckRestore(const std::string& path);
+  void CheckCheckpoint(int shard);
+  void CheckRestore(int shard, const std::string& path);
   void CheckEnd();
+  // What waits: every service's clients and every library client's call.
+  std::string DescribeWaits() const;
+  void AbortLibraryClients();
 
-  ScheduleRandom random_, later_random_;
+  ScheduleRandom random_, later_random_, library_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
+  std::vector<uint64_t> versions_;
+  std::vector<ShardLink> links_;
+  LibraryCounts counts_;
+  LibraryWorld world_;
   fs::path dir_;
-  std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::vector<Shard> shards_;
   std::unique_ptr<SimulatedClients> clients_;
-  std::unique_ptr<ReplayService> service_;
-  replay::ReplayOptions replay_options_;
-  int pending_signal_ = 0;
-  // The service's clock: deadlines and SIGTERM's grace fire at the same step of every run.
+  std::vector<std::unique_ptr<LibraryClient>> library_;
+  // The services' clock: deadlines and SIGTERM's grace fire at the same step of every run.
   static constexpr std::chrono::milliseconds kStepTime{1};
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   bool terminated_ = false;
   int64_t file_limit_ = -1;  // bytes a file may grow to during a spell of faults; < 0: none
-  std::optional<Snapshot> snapshot_;
-  std::string last_checked_path_;
   SimulationResult result_;
 };
 
 SimulationResult Simulator::Run() {
   result_.config = config_.Describe();
+  result_.shards = config_.shards;
+  result_.library_clients = config_.library_actors + config_.library_learners;
   try {
     Start();
     for (int tick = 0; tick < config_.work_ticks; ++tick) WorkTick();
@@ -112,77 +155,148 @@ SimulationResult Simulator::Run() {
     while (!DrainTick()) {
       if (result_.steps - drain_began > kLivenessSteps) {
         throw SimulationFailure(fmt::format("not every client closed within {} steps after they stopped working: {}",
-                                            kLivenessSteps, service_->DescribeClients()));
+                                            kLivenessSteps, DescribeWaits()));
       }
     }
     CheckEnd();
     result_.replies = clients_->replies();
-    result_.deadlines_exceeded = service_->counters().deadlines_exceeded;
+    for (const Shard& shard : shards_) result_.deadlines_exceeded += shard.service->counters().deadlines_exceeded;
     result_.fingerprint = clients_->fingerprint();
+    result_.batches = counts_.batches;
+    result_.exact_batches = counts_.exact_batches;
+    result_.lent_sends = counts_.lent_sends;
+    result_.blocked_calls = counts_.blocked_calls;
+    if (!library_.empty()) {
+      Hash64 hash;
+      hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
+      for (const auto& client : library_) {
+        const uint64_t fingerprint = client->fingerprint();
+        hash.Update(std::as_bytes(std::span(&fingerprint, 1)));
+      }
+      result_.fingerprint = hash.Finish();
+    }
   } catch (const SimulationFailure& failure) {
     result_.passed = false;
     result_.failure = fmt::format("at step {}: {}", result_.steps, failure.what());
+  } catch (const std::exception& error) {
+    result_.passed = false;
+    result_.failure = fmt::format("at step {}: unexpected exception: {}", result_.steps, error.what());
   }
+  if (!result_.passed) AbortLibraryClients();  // outside the catch: fibers switch
   return result_;
 }
 
 void Simulator::Start() {
-  transport_ = std::make_unique<LoopbackTransport>(clients());
-  transport_->SetEagerLimit(config_.eager_limit);
-  transport_->SendRowsInPlace(config_.rows_in_place);
-  replay_options_.capacity = config_.capacity;
-  replay_options_.alpha = random_.Uniform(0.0, 1.0);
-  replay_options_.device = tree::Device::kCpu;
-  replay_options_.seed = random_.generator()();
-  replay_options_.priority_eps = config_.priority_eps;
-  replay_options_.drop_bad_priorities = config_.drop_bad_priorities;
-  replay_options_.max_priority_from_adds = random_.Chance(0.5);
-  const Status created = replay::Replay::Create(replay_options_, SelfCheckingSchema(config_.pad_bytes), &replay_);
-  if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
+  const int shards = config_.shards;
+  shards_.resize(static_cast<size_t>(shards));
+  links_.resize(static_cast<size_t>(shards));
+  // Each shard's clients, in client order: its actors and every learner.
+  for (int s = 0; s < shards; ++s) {
+    ShardLink& link = links_[static_cast<size_t>(s)];
+    int next_index = 0;
+    for (int client = 0; client < config_.clients(); ++client) {
+      const bool talks = !config_.actor(client) || config_.ShardOfActor(client) == s;
+      link.index.push_back(talks ? next_index++ : -1);
+    }
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    shard.transport = std::make_unique<LoopbackTransport>(next_index);
+    shard.transport->SetEagerLimit(config_.eager_limit);
+    shard.transport->SendRowsInPlace(config_.rows_in_place);
+    for (int client = 0; client < config_.clients(); ++client) {
+      if (link.index[static_cast<size_t>(client)] < 0) continue;
+      shard.transport->SetRole(link.index[static_cast<size_t>(client)],
+                               config_.actor(client) ? ClientRole::kActor : ClientRole::kLearner);
+      // The simulation's numbering, not the index on this shard's transport.
+      shard.transport->SetName(link.index[static_cast<size_t>(client)], fmt::format("client {}", client));
+    }
+    link.transport = shard.transport.get();
+  }
+  // One alpha for every shard (the join refuses shards that differ); a seed each.
+  replay::ReplayOptions replay_options;
+  replay_options.capacity = config_.capacity;
+  replay_options.alpha = random_.Uniform(0.0, 1.0);
+  replay_options.device = tree::Device::kCpu;
+  replay_options.seed = random_.generator()();
+  replay_options.priority_eps = config_.priority_eps;
+  replay_options.drop_bad_priorities = config_.drop_bad_priorities;
+  replay_options.max_priority_from_adds = random_.Chance(0.5);
+  for (int s = 0; s < shards; ++s) {
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    shard.replay_options = replay_options;
+    if (s > 0) shard.replay_options.seed = library_random_.generator()();
+    const Status created =
+        replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &shard.replay);
+    if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
+    links_[static_cast<size_t>(s)].replay = shard.replay.get();
+  }
   ServiceOptions options = config_.options;
   if (config_.checkpoints) {
     std::string pattern =
         (fs::path(fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path()) / "perserve-sim-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw SimulationFailure("mkdtemp failed");
     dir_ = pattern;
-    options.checkpoint_dir = dir_.string();
+    options.checkpoint_dir = dir_.string();  // each shard writes under its own shard-<s>-of-<K>
   }
-  options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
   options.clock = [this] { return now_; };
+  options.shards = shards;
   model_.SetNow(now_);
-  // The roles first: the service counts them when it is made.
-  clients_ =
-      std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &model_, transport_.get(), replay_.get());
-  service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &model_, &links_);
+  for (int client = raw_clients(); client < config_.clients(); ++client) {
+    if (config_.actor(client)) {
+      library_.push_back(std::make_unique<LibraryActor>(client, &world_));
+    } else {
+      library_.push_back(std::make_unique<LibraryLearner>(client, &world_));
+    }
+  }
+  // The roles first: a service counts them when it is made.
+  for (int s = 0; s < shards; ++s) {
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    options.shard = s;
+    options.take_signal = [this, s] { return std::exchange(shards_[static_cast<size_t>(s)].pending_signal, 0); };
+    shard.service = std::make_unique<ReplayService>(shard.replay.get(), shard.transport.get(), options);
+  }
 }
 
 void Simulator::WorkTick() {
   for (int64_t actions = random_.Pick(0, 3); actions > 0; --actions) {
-    clients_->Act(static_cast<int>(random_.Pick(0, clients() - 1)));
+    clients_->Act(static_cast<int>(random_.Pick(0, raw_clients() - 1)));
   }
-  for (int client = 0; client < clients(); ++client) clients_->Tick(client);
+  for (int client = 0; client < raw_clients(); ++client) clients_->Tick(client);
+  LibraryTick(/*work=*/true);
   SimulatorActs();
-  if (random_.Chance(0.7)) Step();
+  StepShards(/*all=*/false);
 }
 
 bool Simulator::DrainTick() {
   bool all_closed = true;
-  for (int client = 0; client < clients(); ++client) {
+  for (int client = 0; client < raw_clients(); ++client) {
     clients_->Finish(client);
     all_closed &= model_.closed(client);
   }
+  LibraryTick(/*work=*/false);
+  for (const auto& client : library_) all_closed &= client->closed();
   if (all_closed) return true;
-  Step();
+  StepShards(/*all=*/true);
   return false;
+}
+
+void Simulator::LibraryTick(bool work) {
+  if (library_.empty()) return;
+  std::vector<size_t> order(library_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[static_cast<size_t>(library_random_.Pick(0, static_cast<int64_t>(i) - 1))]);
+  }
+  for (const size_t i : order) library_[i]->Tick(work);
 }
 
 void Simulator::SimulatorActs() {
   if (config_.signals && random_.Chance(0.01)) {
-    pending_signal_ = SIGUSR1;
+    for (Shard& shard : shards_) shard.pending_signal = SIGUSR1;  // a job's signal reaches every rank
     random_.Trace("SIGUSR1");
   }
   if (config_.signals && !terminated_ && random_.Chance(0.002)) {
-    pending_signal_ = SIGTERM;
+    for (Shard& shard : shards_) shard.pending_signal = SIGTERM;
     terminated_ = true;
     model_.SentTerminate();
     random_.Trace("SIGTERM");
@@ -192,13 +306,15 @@ void Simulator::SimulatorActs() {
     random_.Trace("files may grow to {} bytes", file_limit_);
   }
   if (config_.checkpoints && random_.Chance(0.02)) {
-    const bool was_writing = service_->checkpoints()->active();
+    const int s = config_.shards == 1 ? 0 : static_cast<int>(library_random_.Pick(0, config_.shards - 1));
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    const bool was_writing = shard.service->checkpoints()->active();
     Status asked;
-    WithFileLimit([&] { asked = service_->RequestCheckpoint("the simulation"); });
+    WithFileLimit([&] { asked = shard.service->RequestCheckpoint("the simulation"); });
     if (!asked.ok()) throw SimulationFailure("RequestCheckpoint: " + asked.ToString());
-    if (!was_writing && service_->checkpoints()->active() && !config_.disk_faults) {
+    if (!was_writing && shard.service->checkpoints()->active() && !config_.disk_faults) {
       // Begun now, between steps: its restore must be the replay as it is.
-      snapshot_ = TakeSnapshot(*replay_, service_->checkpoints()->path());
+      shard.snapshot = TakeSnapshot(*shard.replay, shard.service->checkpoints()->path());
     }
   }
 }
@@ -220,37 +336,66 @@ void Simulator::WithFileLimit(Fn fn) {
   fn();
 }
 
-void Simulator::Step() {
-  WithFileLimit([this] {
-    bool handled = false;
-    const Status stepped = service_->Step(&handled);
-    if (!stepped.ok()) throw SimulationFailure("Step: " + stepped.ToString());
-    // The helper thread's fsyncs and rename end before the next step looks.
-    if (service_->checkpoints() != nullptr) service_->checkpoints()->AwaitFinish();
-  });
+void Simulator::StepShards(bool all) {
+  std::vector<int> stepping;
+  if (all || random_.Chance(0.7)) stepping.push_back(0);
+  for (int s = 1; s < config_.shards; ++s) {
+    if (all || library_random_.Chance(0.7)) stepping.push_back(s);
+  }
+  if (stepping.empty()) return;
+  for (const int s : stepping) StepShard(s);
   ++result_.steps;
   now_ += kStepTime;
   model_.SetNow(now_);
   random_.Stepped();
-  if (random_.tracing()) random_.Trace("stepped: next key {}, {}", replay_->next_key(), service_->DescribeClients());
-  model_.CheckReplay(*replay_);
-  CheckCheckpoint();
+  for (const int s : stepping) {
+    const Shard& shard = shards_[static_cast<size_t>(s)];
+    if (random_.tracing()) {
+      random_.Trace("stepped{}: next key {}, {}", config_.shards > 1 ? fmt::format(" shard {}", s) : "",
+                    shard.replay->next_key(), shard.service->DescribeClients());
+    }
+    model_.CheckReplay(s, *shard.replay);
+    CheckCheckpoint(s);
+  }
 }
 
-void Simulator::CheckCheckpoint() {
-  if (service_->checkpoints() == nullptr) return;
-  const std::string& path = service_->checkpoints()->last_path();
-  if (path.empty() || path == last_checked_path_) return;
-  last_checked_path_ = path;
-  CheckRestore(path);
+void Simulator::StepShard(int s) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
+  WithFileLimit([&shard] {
+    bool handled = false;
+    const Status stepped = shard.service->Step(&handled);
+    if (!stepped.ok()) throw SimulationFailure("Step: " + stepped.ToString());
+    // The helper thread's fsyncs and rename end before the next step looks.
+    if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
+  });
+  const replay::Replay& replay = *shard.replay;
+  const double total = replay.tree().Total(), min_leaf = replay.tree().Min();
+  if (replay.next_key() != shard.next_key || replay.size() != shard.size || total != shard.total ||
+      min_leaf != shard.min_leaf) {
+    ++versions_[static_cast<size_t>(s)];
+    shard.next_key = replay.next_key();
+    shard.size = replay.size();
+    shard.total = total;
+    shard.min_leaf = min_leaf;
+  }
 }
 
-void Simulator::CheckRestore(const std::string& path) {
+void Simulator::CheckCheckpoint(int s) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
+  if (shard.service->checkpoints() == nullptr) return;
+  const std::string& path = shard.service->checkpoints()->last_path();
+  if (path.empty() || path == shard.last_checked_path) return;
+  shard.last_checked_path = path;
+  CheckRestore(s, path);
+}
+
+void Simulator::CheckRestore(int s, const std::string& path) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
   std::unique_ptr<replay::Replay> restored;
-  Status status = replay::Replay::Create(replay_options_, SelfCheckingSchema(config_.pad_bytes), &restored);
+  Status status = replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &restored);
   CheckpointState state;
   std::string loaded;
-  if (status.ok()) status = LoadCheckpoint(path, 0, 1, restored.get(), &state, &loaded);
+  if (status.ok()) status = LoadCheckpoint(path, s, config_.shards, restored.get(), &state, &loaded);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
   const Snapshot held = TakeSnapshot(*restored, path);
   const int64_t count = static_cast<int64_t>(held.leaves.size());
@@ -259,36 +404,59 @@ void Simulator::CheckRestore(const std::string& path) {
     if (!ReadRow(held.rows, count, i, config_.pad_bytes, &id)) {
       throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", path, held.oldest_key + i));
     }
-    model_.ObservedItem(held.oldest_key + i, id, "a restore of " + path);
+    model_.ObservedItem(proto::ShardKey(s, held.oldest_key + static_cast<uint64_t>(i)), id, "a restore of " + path);
     if (!(held.leaves[i] > 0.0)) throw SimulationFailure(fmt::format("{}: restored leaf {}", path, held.leaves[i]));
   }
-  if (snapshot_ && snapshot_->path == path) {
-    if (!(held == *snapshot_)) {
+  if (shard.snapshot && shard.snapshot->path == path) {
+    if (!(held == *shard.snapshot)) {
       throw SimulationFailure(
           fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
                       "restored, {} .. {} then, or other rows or leaves)",
-                      path, held.oldest_key, held.next_key, snapshot_->oldest_key, snapshot_->next_key));
+                      path, held.oldest_key, held.next_key, shard.snapshot->oldest_key, shard.snapshot->next_key));
     }
-    snapshot_.reset();
+    shard.snapshot.reset();
   }
+}
+
+std::string Simulator::DescribeWaits() const {
+  std::string text;
+  for (int s = 0; s < config_.shards; ++s) {
+    const std::string clients = shards_[static_cast<size_t>(s)].service->DescribeClients();
+    text += config_.shards == 1 ? clients : fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s, clients);
+  }
+  for (const auto& client : library_) text += "; " + client->Describe();
+  return text;
 }
 
 void Simulator::CheckEnd() {
   // After SIGTERM the loop goes on, with every client closed, until its final
   // checkpoint is written (done() says so): a bounded number of passes.
-  for (int64_t passes = 0; !service_->done(); ++passes) {
+  const auto all_done = [this] {
+    return std::all_of(shards_.begin(), shards_.end(), [](const Shard& shard) { return shard.service->done(); });
+  };
+  for (int64_t passes = 0; !all_done(); ++passes) {
     if (passes > kLivenessSteps) {
       throw SimulationFailure(fmt::format("every client closed, but the service is not done after {} passes: {}",
-                                          kLivenessSteps, service_->DescribeClients()));
+                                          kLivenessSteps, DescribeWaits()));
     }
-    Step();
+    StepShards(/*all=*/true);
   }
-  for (int client = 0; client < clients(); ++client) {
-    if (!transport_->outbox(client).empty() || transport_->NextReplyInFlight(client)) {
-      throw SimulationFailure(fmt::format("client {}: a reply after its close reply", client));
+  for (int client = 0; client < config_.clients(); ++client) {
+    for (int s = 0; s < config_.shards; ++s) {
+      const int index = links_[static_cast<size_t>(s)].index[static_cast<size_t>(client)];
+      LoopbackTransport& transport = *shards_[static_cast<size_t>(s)].transport;
+      if (index >= 0 && (!transport.outbox(index).empty() || transport.NextReplyInFlight(index))) {
+        throw SimulationFailure(fmt::format("client {}: a reply after its close reply{}", client,
+                                            config_.shards > 1 ? fmt::format(" (shard {})", s) : ""));
+      }
     }
   }
-  model_.CheckEnd(*replay_);
+  for (int s = 0; s < config_.shards; ++s) model_.CheckEnd(s, *shards_[static_cast<size_t>(s)].replay);
+  model_.CheckEnd();
+}
+
+void Simulator::AbortLibraryClients() {
+  for (const auto& client : library_) client->Abort();
 }
 
 }  // namespace

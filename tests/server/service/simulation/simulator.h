@@ -1,12 +1,15 @@
 // The deterministic simulation of the replay rank (DESIGN.md, "How we know it
 // is right"; issue 24). One seed drives everything: a configuration
 // (simulation_config.h), then a schedule in which actors and learners make
-// requests through a LoopbackTransport, read their replies or stop reading
+// requests through LoopbackTransports, read their replies or stop reading
 // for a while, and close, while the simulator calls the real ReplayService's
 // Step() over a real Replay (tree and store), requests checkpoints, makes
-// their writes fail and sends signals. A ReferenceModel checks every reply
-// and the replay after every step; once the clients stop working and close,
-// the service must reach done() within a bound of steps.
+// their writes fail and sends signals. Some seeds run 2-3 shards (a service,
+// replay and transport each) and clients of the real client library
+// (library_client.h), each in a fiber whose blocking calls run the
+// simulation's ticks. A ReferenceModel checks every reply and the replays
+// after every step; once the clients stop working and close, every service
+// must reach done() within a bound of steps.
 //
 // Nothing but the seed's std::mt19937_64 decides anything: the service's
 // clock is the simulation's (1 ms a step), so requests' timeouts fire at the
@@ -24,12 +27,17 @@ namespace perserve::service::simulation {
 
 struct SimulationResult {
   bool passed = true;
+  int shards = 1;               // the seed's configuration drew these ...
+  int library_clients = 0;      // ... and these clients of the real client library
   std::string failure;       // what broke, at which step, and what waited
   std::string config;        // the seed's configuration, described
   int64_t steps = 0;         // calls of ReplayService::Step
   int64_t replies = 0;       // replies the clients received
   uint64_t fingerprint = 0;  // of every reply received, in order: equal runs, equal fingerprints
   int64_t deadlines_exceeded = 0;  // requests the service ended at their timeout
+  // The library clients': batches checked (exact: against one replay of the
+  // union as it stood), lent columns read at their receipt, waits that ran ticks.
+  int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0;
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.
