@@ -28,6 +28,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench_schemas.h"
+
 #include "replay/replay.h"
 #include "replay/step_replay.h"
 
@@ -84,10 +86,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "JSON result file");
   CLI11_PARSE(app, argc, argv);
 
-  const Schema step_schema{{{"obs", DType::kUInt8, {84, 84}},
-                            {"action", DType::kInt32, {}},
-                            {"reward", DType::kFloat32, {}},
-                            {"done", DType::kUInt8, {}}}};
+  const Schema step_schema = perserve::bench::AtariStepSchema();
   StepOptions options;
   options.n_step = 3;
   options.stacks = {{"obs", 4}};
@@ -195,13 +194,6 @@ int main(int argc, char** argv) {
       static_cast<double>(rss_after - rss_before) / static_cast<double>(transitions), steps->SampleItemBytes(),
       today_bytes, static_cast<double>(today_bytes) * static_cast<double>(capacity) / 1e9, dopamine_bytes,
       dopamine_prioritized_bytes, sample_json);
-  std::fputs(json.c_str(), stdout);
-  if (!out.empty()) {
-    std::FILE* file = std::fopen(out.c_str(), "w");
-    if (file != nullptr) {
-      std::fputs(json.c_str(), file);
-      std::fclose(file);
-    }
-  }
+  perserve::bench::PrintJson(json, out);
   return 0;
 }

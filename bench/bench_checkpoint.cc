@@ -118,14 +118,7 @@ int main(int argc, char** argv) {
       size_name, capacity, schema.ItemBytes(), gb, total, gb / total, 1e3 * begin, 1e3 * longest_pass,
       1e3 * longest_add, passes,
       adds, restore);
-  std::fputs(json.c_str(), stdout);
-  if (!out.empty()) {
-    std::FILE* file = std::fopen(out.c_str(), "w");
-    if (file != nullptr) {
-      std::fputs(json.c_str(), file);
-      std::fclose(file);
-    }
-  }
+  perserve::bench::PrintJson(json, out);
   std::filesystem::remove_all(dir);
   return 0;
 }

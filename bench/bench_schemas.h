@@ -5,6 +5,7 @@
 // rows in place cross over. And the steps of step streams (docs/steps.md).
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,16 @@ inline Schema AtariStepSchema() {
 // The step-stream workloads perserve_bench_system knows, over AtariStepSchema
 // steps: Ape-X's n-step transitions ("atari-steps") and R2D2's sequences
 // ("atari-sequences"); the system benchmark says what each sends.
+// A benchmark's JSON line to stdout, and to `out` when given.
+inline void PrintJson(const std::string& json, const std::string& out) {
+  std::fputs(json.c_str(), stdout);
+  if (out.empty()) return;
+  if (std::FILE* file = std::fopen(out.c_str(), "w"); file != nullptr) {
+    std::fputs(json.c_str(), file);
+    std::fclose(file);
+  }
+}
+
 inline const std::vector<std::string>& StepSizes() {
   static const std::vector<std::string> sizes{"atari-steps", "atari-sequences"};
   return sizes;
