@@ -42,10 +42,20 @@ large = ["--column", "id:int64", "--column", "obs:uint8:100000", "--capacity", "
          "--stats-interval", "0"]
 
 
-def run(name, stop, wrapper=()):
+# Open MPI's TCP transport now and then resets a connection between two
+# ranks of this one node as they first connect both ways at once (seen once
+# in many runs: `mca_btl_tcp_frag_send: writev failed: Connection reset by
+# peer` then `pml_ob1_sendreq.c:317 FATAL` in the server, seconds after it
+# began serving and before any signal). That job says nothing about the
+# signal: it is run once more, and the run says so.
+TCP_RESET = re.compile(r"mca_btl_tcp_\w+: \w+ failed: Connection reset by peer")
+
+
+def run(name, stop, wrapper=(), attempt=1):
     """A job of two actors and a learner, ended by `stop` (a signal to mpirun,
     or None: `wrapper` ends it); then its checkpoint directory is checked and restored."""
     checkpoints = os.path.join(work, name.split()[0].lower())
+    shutil.rmtree(checkpoints, ignore_errors=True)
     job = Job([*wrapper, mpiexec, "-np", "1", server, *large, "--checkpoint-dir", checkpoints, ":",
                "-np", "3", *python_rank, "-m", "mpi4py", client, "term", "1"], env=env)
     started = time.monotonic()
@@ -58,6 +68,10 @@ def run(name, stop, wrapper=()):
     rc, out = job.finish(2 * GRACE + 60)
     since = "the signal" if stop is not None else "it served (the timer fired in between)"
     print(f"== {name}: the job ended {time.monotonic() - began:.1f} s after {since}, exit status {rc}")
+    if attempt == 1 and TCP_RESET.search(out) and "checkpoint: writing" not in out:
+        print(f"== {name}: Open MPI's TCP transport reset a connection before the signal; running it once more:\n"
+              + "\n".join(line for line in out.splitlines() if "mca_btl_tcp" in line or "FATAL" in line))
+        return run(name, stop, wrapper, attempt=2)
     expect(f"{name}: the server writes its final checkpoint within the grace", out,
            r"checkpoint: writing .*checkpoint-000000 \(SIGTERM",
            # not "if this rank is killed before .../checkpoint-000000 is complete"
