@@ -95,17 +95,26 @@ int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
   return 0;
 }
 
+// `count` columns of `rows` rows each as spans (data[i]: bytes[i] bytes);
+// false if a length is negative.
+bool SpansOf(int64_t rows, size_t count, const void* const* data, const int64_t* bytes, perserve::ColumnSpans* out) {
+  *out = perserve::ColumnSpans{rows, {}};
+  for (size_t i = 0; i < count; ++i) {
+    if (bytes[i] < 0) return false;
+    out->columns.emplace_back(static_cast<const std::byte*>(data[i]), static_cast<size_t>(bytes[i]));
+  }
+  return true;
+}
+
 // perserve_actor_add_columns and _add_borrowed: the batch as spans, checked by `add`.
 int AddSpans(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
              const double* priorities, bool borrow) {
   if (a == nullptr) return Fail("actor handle is NULL");
   if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
   return Guarded([&] {
-    const size_t count = a->client->schema().columns.size();
-    perserve::ColumnSpans batch{n, {}};
-    for (size_t i = 0; i < count; ++i) {
-      if (column_bytes[i] < 0) return Fail("a column length is negative");
-      batch.columns.emplace_back(static_cast<const std::byte*>(columns[i]), static_cast<size_t>(column_bytes[i]));
+    perserve::ColumnSpans batch;
+    if (!SpansOf(n, a->client->schema().columns.size(), columns, column_bytes, &batch)) {
+      return Fail("a column length is negative");
     }
     std::span<const double> given;
     if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
@@ -180,22 +189,13 @@ int perserve_actor_append(perserve_actor* a, int64_t n, const void* const* colum
     return Fail("the server's items carry columns: item_columns or item_column_bytes is NULL");
   }
   return Guarded([&] {
-    const auto spans = [](int64_t rows, size_t count, const void* const* data, const int64_t* bytes,
-                          perserve::ColumnSpans* out) {
-      *out = perserve::ColumnSpans{rows, {}};
-      for (size_t i = 0; i < count; ++i) {
-        if (bytes[i] < 0) return false;
-        out->columns.emplace_back(static_cast<const std::byte*>(data[i]), static_cast<size_t>(bytes[i]));
-      }
-      return true;
-    };
     perserve::ColumnSpans steps;
     perserve::NewItems new_items;
-    if (n > 0 && !spans(n, a->client->schema().columns.size(), columns, column_bytes, &steps)) {
+    if (n > 0 && !SpansOf(n, a->client->schema().columns.size(), columns, column_bytes, &steps)) {
       return Fail("a column length is negative");
     }
     if (items > 0 && item_column_count > 0 &&
-        !spans(items, item_column_count, item_columns, item_column_bytes, &new_items.columns)) {
+        !SpansOf(items, item_column_count, item_columns, item_column_bytes, &new_items.columns)) {
       return Fail("an item column length is negative");
     }
     if (items > 0) new_items.steps = std::span<const int64_t>(item_steps, static_cast<size_t>(items));

@@ -132,6 +132,20 @@ void StepReplay::CollectOverwrittenItems(int64_t steps) {
   }
 }
 
+Status StepReplay::CheckCounts(int64_t steps, int64_t items) const {
+  if (steps < 0 || steps > options_.step_capacity) {
+    return Status::InvalidArgument(
+        fmt::format("an append of {} steps: the count must be in [0, step capacity {}]", steps,
+                    options_.step_capacity));
+  }
+  if (items < 0 || items > items_->capacity()) {
+    return Status::InvalidArgument(
+        fmt::format("an append of {} items: the count must be in [0, item capacity {}]", items,
+                    items_->capacity()));
+  }
+  return Status::Ok();
+}
+
 Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::span<const std::byte> step_columns,
                           std::span<const int64_t> item_steps, std::span<const double> priorities,
                           std::span<const std::byte> item_columns, uint64_t* first_item_key) {
@@ -144,17 +158,13 @@ Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::sp
         "stream {} sends steps from index {}, but its next step is {}: a request was lost or repeated", stream,
         first_step, old_steps));
   }
-  if (steps < 0 || steps > options_.step_capacity) {
-    return Status::InvalidArgument(
-        fmt::format("an append of {} steps: the count must be in [0, step capacity {}]", steps,
-                    options_.step_capacity));
-  }
+  const int64_t count = static_cast<int64_t>(item_steps.size());
+  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count));
   if (steps > 0) {
     PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(steps, step_columns));
   } else if (!step_columns.empty()) {
     return Status::InvalidArgument(fmt::format("no steps but {} bytes of step columns", step_columns.size()));
   }
-  const int64_t count = static_cast<int64_t>(item_steps.size());
   if (count > 0) {
     PERSERVE_RETURN_IF_ERROR(items_->CheckAdd(count, priorities));
   } else if (!priorities.empty()) {

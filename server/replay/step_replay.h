@@ -114,6 +114,12 @@ class StepReplay {
   const Schema& step_schema() const { return steps_.schema(); }
   const Schema& sample_schema() const { return layout_.sample_schema; }
   int64_t SampleItemBytes() const { return layout_.sample_schema.ItemBytes(); }
+  // One item's bytes of the item columns an actor sends with it (0: none).
+  int64_t ItemColumnBytes() const { return layout_.item_column_bytes; }
+  // The counts one append may carry: steps in [0, step capacity], items in
+  // [0, the items' capacity] (Append checks them first; the service before
+  // it holds a request).
+  Status CheckCounts(int64_t steps, int64_t items) const;
   int64_t stream_steps(int stream) const { return steps_.stream_steps(stream); }
   uint64_t next_step_key() const { return steps_.next_key(); }
   // Added: the step ring, for tests and stats (the oldest steps held, each

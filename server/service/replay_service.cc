@@ -249,21 +249,14 @@ Status ReplayService::CheckAddKind(const proto::AddRequest& request) const {
                             "--sequence-length (docs/steps.md)");
   }
   if (!request.is_append()) return replay_->CheckAddCount(request.count);
-  if (request.count < 0 || request.items < 0 || (request.count == 0 && request.items == 0) ||
-      request.columns_follow) {
-    return Status::InvalidArgument(fmt::format("an append of {} steps and {} items{} is malformed: both >= 0, one "
-                                               "> 0, with the steps in the request",
+  if ((request.count == 0 && request.items == 0) || request.columns_follow) {
+    return Status::InvalidArgument(fmt::format("an append of {} steps and {} items{} is malformed: one > 0, with "
+                                               "the steps in the request",
                                                request.count, request.items,
                                                request.columns_follow ? " with its columns apart" : ""));
   }
   // Checked here, before it can be held: one that can never be stored must not wait for the rate limiter.
-  if (request.count > steps_->options().step_capacity || request.items > replay_->capacity()) {
-    return Status::InvalidArgument(fmt::format("an append of {} steps and {} items: the ring holds {} steps and {} "
-                                               "items",
-                                               request.count, request.items, steps_->options().step_capacity,
-                                               replay_->capacity()));
-  }
-  return Status::Ok();
+  return steps_->CheckCounts(request.count, request.items);
 }
 
 int64_t ReplayService::SampleRowBytes() const {
@@ -328,7 +321,7 @@ void ReplayService::ApplyAdd(int client, const proto::Frame& frame, const proto:
 void ReplayService::ApplyAppend(int client, const proto::Frame& frame, const proto::AddRequest& request) {
   // The bulk: the steps' columns, the items' steps, their priorities, their columns.
   const int64_t step_bytes = steps_->step_schema().ItemBytes();
-  const int64_t item_bytes = Schema{steps_->options().item_columns}.ItemBytes();
+  const int64_t item_bytes = steps_->ItemColumnBytes();
   const uint64_t priority_count = request.has_priorities ? static_cast<uint64_t>(request.items) : 0;
   std::span<const std::byte> bulk = frame.bulk;
   // Counts bounded by the bulk first, so the products below cannot overflow.

@@ -116,6 +116,18 @@ std::span<const T> SpanOf(const py::array_t<T, py::array::c_style | py::array::f
   return std::span<const T>(array.data(), static_cast<size_t>(array.size()));
 }
 
+// One span per buffer (C-contiguous, in column order), `rows` rows; the
+// buffers stay held in *views while the spans are used.
+ColumnSpans SpansOf(int64_t rows, const std::vector<py::buffer>& buffers, std::vector<py::buffer_info>* views) {
+  ColumnSpans spans{rows, {}};
+  for (const py::buffer& buffer : buffers) {
+    views->push_back(buffer.request());
+    spans.columns.emplace_back(static_cast<const std::byte*>(views->back().ptr),
+                               static_cast<size_t>(views->back().size * views->back().itemsize));
+  }
+  return spans;
+}
+
 // What the Python-facing clients share: the client, and calls made with the
 // GIL released under the client's mutex (a client is not thread-safe), their
 // Status raised as a perserve.Error.
@@ -162,14 +174,8 @@ class Actor : public Guarded<ActorClient> {
   using Priorities = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
   void add(int64_t size, const std::vector<py::buffer>& columns, std::optional<Priorities> priorities) {
-    ColumnSpans batch{size, {}};
     std::vector<py::buffer_info> views;
-    views.reserve(columns.size());
-    for (const py::buffer& column : columns) {
-      views.push_back(column.request());
-      batch.columns.emplace_back(static_cast<const std::byte*>(views.back().ptr),
-                                 static_cast<size_t>(views.back().size * views.back().itemsize));
-    }
+    const ColumnSpans batch = SpansOf(size, columns, &views);
     std::span<const double> given;
     if (priorities) given = SpanOf(*priorities);
     Locked([&] { return client_->Add(batch, given); });
@@ -182,21 +188,11 @@ class Actor : public Guarded<ActorClient> {
   void append(int64_t size, const std::vector<py::buffer>& columns, Steps item_steps,
               std::optional<Priorities> priorities, const std::vector<py::buffer>& item_columns) {
     std::vector<py::buffer_info> views;
-    views.reserve(columns.size() + item_columns.size());
-    const auto spans = [&views](int64_t rows, const std::vector<py::buffer>& buffers) {
-      ColumnSpans spans{rows, {}};
-      for (const py::buffer& column : buffers) {
-        views.push_back(column.request());
-        spans.columns.emplace_back(static_cast<const std::byte*>(views.back().ptr),
-                                   static_cast<size_t>(views.back().size * views.back().itemsize));
-      }
-      return spans;
-    };
-    const ColumnSpans steps = spans(size, columns);
+    const ColumnSpans steps = SpansOf(size, columns, &views);
     NewItems items;
     items.steps = std::span<const int64_t>(item_steps.data(), static_cast<size_t>(item_steps.size()));
     if (priorities) items.priorities = SpanOf(*priorities);
-    items.columns = spans(static_cast<int64_t>(item_steps.size()), item_columns);
+    items.columns = SpansOf(static_cast<int64_t>(item_steps.size()), item_columns, &views);
     if (item_columns.empty()) items.columns.size = 0;
     Locked([&] { return client_->Append(steps, items); });
   }
