@@ -38,6 +38,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +106,12 @@ class LoopbackTransport final : public Transport {
   void SetName(int client, std::string name) {
     names_.resize(inboxes_.size());
     names_[client] = std::move(name);
+  }
+  // Sees every reply as the service sends it (SendSampleReplyRows' in
+  // place aside), in the order of the service's actions: the simulation's
+  // model of step streams follows the service's order of appends so.
+  void ObserveSends(std::function<void(int client, std::span<const std::byte> frame)> observer) {
+    observer_ = std::move(observer);
   }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
@@ -193,6 +201,7 @@ class LoopbackTransport final : public Transport {
   }
   Status Send(int client, std::vector<std::byte> frame) override {
     if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
+    if (observer_) observer_(client, frame);
     outboxes_[client].push_back(std::move(frame));
     for (InFlight& sent : in_flight_) sent.later_sends += sent.client == client;
     return Status::Ok();
@@ -286,6 +295,7 @@ class LoopbackTransport final : public Transport {
   std::vector<ClientRole> roles_;
   std::vector<std::string> names_;  // SetName's (empty: the default)
   bool fail_sends_ = false;
+  std::function<void(int, std::span<const std::byte>)> observer_;
   size_t eager_limit_ = 0;
   struct InFlight {
     int client;

@@ -73,6 +73,13 @@ class StepReference {
     for (const auto& columns : rows) streams_[stream].push_back(RefStep{columns, next_key_++});
   }
 
+  // Takes back the last `count` steps of `stream`, which must be the newest
+  // steps of all (an append judged before it is known to be applied).
+  void Unappend(int stream, int64_t count) {
+    streams_[stream].resize(streams_[stream].size() - static_cast<size_t>(count));
+    next_key_ -= static_cast<uint64_t>(count);
+  }
+
   // Whether an item at step t of `stream` may be created once `history`
   // holds the request's steps and the ring's oldest key is oldest_key_after
   // (the header's creatability rules, said again plainly).

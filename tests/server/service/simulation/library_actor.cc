@@ -154,6 +154,17 @@ void LibraryActor::Finish() {
 }
 
 void LibraryActor::ExpectReport(const Status& status, const char* call) {
+  ExpectRejectionReport(client_, status, call, *connection_, &reported_, &world_.counts);
+}
+
+bool IsRejectionReport(const Status& status) {
+  int64_t count = 0;
+  return !status.ok() && (status.message().rfind("an earlier batch was rejected", 0) == 0 ||
+                          std::sscanf(status.message().c_str(), "%" SCNd64 " earlier batches were rejected", &count) == 1);
+}
+
+void ExpectRejectionReport(int client, const Status& status, const char* call, const SimulatedConnection& connection,
+                           int64_t* reported, LibraryCounts* counts) {
   if (status.ok()) return;
   // "an earlier batch was rejected..." or "N earlier batches were rejected..." (docs/client.md).
   int64_t count = 0;
@@ -164,23 +175,23 @@ void LibraryActor::ExpectReport(const Status& status, const char* call) {
     count = 0;
   }
   Expect(count >= 1, [&] {
-    return fmt::format("client {}: {} returned {}, not a report of rejected adds", client_, call, status.ToString());
+    return fmt::format("client {}: {} returned {}, not a report of rejected adds", client, call, status.ToString());
   });
-  const std::map<uint64_t, int>& refused = connection_->add_errors();
-  Expect(reported_ + count <= static_cast<int64_t>(refused.size()), [&] {
+  const std::map<uint64_t, int>& refused = connection.add_errors();
+  Expect(*reported + count <= static_cast<int64_t>(refused.size()), [&] {
     return fmt::format("client {}: {} reports {} rejected adds, but {} of its adds were refused and {} reported before",
-                       client_, call, count, refused.size(), reported_);
+                       client, call, count, refused.size(), *reported);
   });
   // The library takes acknowledgements in request order: its report starts with the oldest refusal not reported.
-  const auto first = std::next(refused.begin(), reported_);
+  const auto first = std::next(refused.begin(), *reported);
   Expect(first->second == static_cast<int>(status.code()), [&] {
     return fmt::format(
         "client {}: {} reports {} rejected adds as {}, but the oldest refusal not reported yet (request "
         "{}) was {}",
-        client_, call, count, status.ToString(), first->first, Status::FromCode(first->second, "").ToString());
+        client, call, count, status.ToString(), first->first, Status::FromCode(first->second, "").ToString());
   });
-  reported_ += count;
-  world_.counts.rejections_reported += count;
+  *reported += count;
+  counts->rejections_reported += count;
 }
 
 void LibraryActor::CheckCounts(const char* when) const {

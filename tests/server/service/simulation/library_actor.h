@@ -19,6 +19,16 @@
 
 namespace perserve::service::simulation {
 
+// Whether `status` is the ActorClient's report of rejected adds or appends
+// ("an earlier batch was rejected..." or "N earlier batches were rejected...").
+bool IsRejectionReport(const Status& status);
+// A failed call of `client`'s ActorClient (Add, AddBorrowed, Append, Flush)
+// other than its own refusals: a report of rejected batches, each reported
+// once (docs/client.md), the count with the oldest unreported refusal's code
+// as `connection` received it. *reported: those reported so far.
+void ExpectRejectionReport(int client, const Status& status, const char* call, const SimulatedConnection& connection,
+                           int64_t* reported, LibraryCounts* counts);
+
 class LibraryActor final : public LibraryClient {
  public:
   LibraryActor(int client, LibraryWorld* world);

@@ -6,6 +6,7 @@
 
 #include "proto/codec.h"
 #include "server/service/simulation/self_checking_rows.h"
+#include "server/service/simulation/step_model.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -50,6 +51,19 @@ void ReferenceModel::SentAdd(int client, int shard, uint64_t request_id, int64_t
   Sent(client, shard, request_id, std::move(request));
 }
 
+void ReferenceModel::SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame) {
+  proto::Frame decoded;
+  proto::AddRequest add;
+  Expect(steps_ != nullptr && proto::DecodeFrame(frame, &decoded).ok() && proto::DecodeMeta(decoded, &add).ok(),
+         [&] { return fmt::format("client {}: an append {} to a server of transitions, or one that does not decode",
+                                  client, request_id); });
+  Request request(Kind::kAdd);
+  request.append = true;
+  request.count = add.items;
+  Sent(client, shard, request_id, std::move(request));
+  steps_->SentAppend(client, shard, request_id, frame);
+}
+
 void ReferenceModel::SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key) {
   Request request(Kind::kSample);
   request.beta = beta;
@@ -73,6 +87,7 @@ void ReferenceModel::SentUpdate(int client, int shard, uint64_t request_id, std:
   request.bad = bad;
   request.never_issued = never_issued;
   request.wrong_shard = wrong_shard;
+  if (steps_ != nullptr) steps_->SentUpdate(client, shard, request_id, request.keys);
   Sent(client, shard, request_id, std::move(request));
 }
 
@@ -166,7 +181,7 @@ std::vector<uint64_t> ReferenceModel::Received(int client, int shard, std::span<
       proto::SampleReply reply;
       Expect(frame.kind() == MessageKind::kSampleReply && proto::DecodeMeta(frame, &reply).ok(),
              [&] { return fmt::format("{}: a sample answered with kind {}", what(), frame.header.kind); });
-      Expect(frame.bulk.size() == static_cast<size_t>(reply.count * (3 * 8 + 8 + config_.pad_bytes)), [&] {
+      Expect(frame.bulk.size() == static_cast<size_t>(reply.count * (3 * 8 + config_.RowBytes())), [&] {
         return fmt::format("{}: a sample reply of {} items has {} bulk bytes", what(), reply.count, frame.bulk.size());
       });
       return SampleReceived(client, shard, request, frame.bulk, reply.count, next_key);
@@ -223,7 +238,8 @@ void ReferenceModel::CheckError(int client, int shard, uint64_t request_id, cons
   switch (request.kind) {
     case Kind::kAdd:  // too many held (at most its unanswered ones), or malformed
       allowed |= (request.waiting_before >= config_.options.max_deferred_adds && Is(code, Code::kResourceExhausted)) ||
-                 (!request.valid && Is(code, Code::kInvalidArgument));
+                 (!request.valid && Is(code, Code::kInvalidArgument)) ||
+                 (request.append && steps_->MayRefuse(client, shard, request_id, code));
       break;
     case Kind::kSample:  // too many waiting (at most its unanswered ones), or hopeless once every actor closed
     case Kind::kShardSample:
@@ -277,12 +293,17 @@ void ReferenceModel::AddAcknowledged(int client, int shard, const Request& reque
     return fmt::format("client {}: keys {} .. {} acknowledged, but the replay issued keys below {} only", client,
                        first_local, first_local + static_cast<uint64_t>(count) - 1, next_key);
   });
-  Expect(!ledger.acknowledged_any || first_key > ledger.last_first_key, [&] {
+  // An append's items may be none: its key is then the next one, which the next append may take too.
+  const bool may_share = request.append && (count == 0 || ledger.last_count == 0);
+  Expect(!ledger.acknowledged_any || first_key > ledger.last_first_key ||
+             (may_share && first_key == ledger.last_first_key),
+         [&] {
     return fmt::format("client {}: an add acknowledged at key {} after its earlier add's at {}: out of its order",
                        client, first_key, ledger.last_first_key);
   });
   ledger.acknowledged_any = true;
   ledger.last_first_key = first_key;
+  ledger.last_count = count;
   items_acknowledged_[static_cast<size_t>(shard)] += count;
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t key = first_key + static_cast<uint64_t>(i);
@@ -343,7 +364,7 @@ std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, int shard,
                                                           std::span<const std::byte> bulk, uint64_t next_key) {
   const auto what = [&] { return fmt::format("{}: a shard sample of {}", Who(client, shard), request.count); };
   Expect(
-      reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + 8 + config_.pad_bytes)),
+      reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + config_.RowBytes())),
       [&] { return fmt::format("{}: {} items, {} bulk bytes", what(), reply.count, bulk.size()); });
   Expect(reply.size >= 0 && reply.size <= config_.capacity && reply.items_added >= reply.size,
          [&] { return fmt::format("{}: size {} of {} added", what(), reply.size, reply.items_added); });
@@ -374,6 +395,7 @@ void ReferenceModel::CheckDrawn(const Describe& what, int shard, const Request& 
     return fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})",
                        what(), request.next_key_sent, next_key);
   });
+  if (steps_ != nullptr) return;  // its bytes and wholeness: the StepModel's, as it was sent
   int64_t id = 0;
   Expect(ReadRow(columns, count, i, config_.pad_bytes, &id),
          [&] { return fmt::format("{}: its row is torn (id {:#x})", what(), id); });
@@ -404,7 +426,9 @@ void ReferenceModel::UpdateAnswered(const Request& request, int64_t applied, int
   });
   Expect(dropped == request.bad,
          [&] { return fmt::format("an update with {} bad priorities: {} dropped", request.bad, dropped); });
-  // Stale: overwritten when it was applied, between the request and its reply.
+  // Stale: overwritten when it was applied, between the request and its reply
+  // (with step streams, evicted too: the StepModel counts them as the reply is sent).
+  if (steps_ != nullptr) return;
   const uint64_t capacity = static_cast<uint64_t>(config_.capacity);
   int64_t surely_stale = 0, maybe_stale = 0;
   for (const uint64_t key : request.keys) {

@@ -54,6 +54,8 @@ void Expect(bool holds, Message&& what) {
   }
 }
 
+class StepModel;
+
 class ReferenceModel {
  public:
   // Clients and shards as `config` numbers them (SimulationConfig::clients).
@@ -65,6 +67,12 @@ class ReferenceModel {
   // of the wrong size, too many items).
   void SentAdd(int client, int shard, uint64_t request_id, int64_t first_item, int64_t count, bool valid,
                bool columns_apart);
+  // An append of steps (step streams): its whole frame, which the StepModel
+  // judges when the service answers it.
+  void SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame);
+  // Services of step streams: the model that checks their appends, drawn
+  // items and updates (step_model.h); this one keeps to what both kinds share.
+  void SetStepModel(StepModel* steps) { steps_ = steps; }
   void SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key);
   // A shard sample (a learner's share of a sample over shards) of `count`
   // items (0: a probe of the shard's state, answered at once unless `wait`).
@@ -149,6 +157,7 @@ class ReferenceModel {
     bool never_issued = false;
     bool wrong_shard = false;    // an update's key of another shard
     bool columns_apart = false;  // an add's
+    bool append = false;         // an add's: of steps (the StepModel judged it)
     int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
     std::chrono::steady_clock::time_point sent_at{};
     double timeout_seconds = 0.0;  // 0: none
@@ -158,6 +167,7 @@ class ReferenceModel {
     bool close_sent = false;
     bool closed = false;          // its close reply has come
     uint64_t last_first_key = 0;  // its latest acknowledged add's
+    int64_t last_count = 0;       // and its count
     bool acknowledged_any = false;
   };
 
@@ -193,6 +203,7 @@ class ReferenceModel {
   std::multimap<uint64_t, int64_t> sampled_early_;  // observed before their add's acknowledgement came
   std::vector<int64_t> items_acknowledged_;         // a shard
   bool terminated_ = false;
+  StepModel* steps_ = nullptr;
   std::chrono::steady_clock::time_point now_{};
 };
 

@@ -10,6 +10,7 @@
 #include "perserve/importance_weight.h"
 #include "proto/messages.h"
 #include "server/service/simulation/self_checking_rows.h"
+#include "server/service/simulation/step_model.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -24,9 +25,16 @@ void SampledBatchChecks::Check(const SampleBatch& batch, int64_t batch_size, dou
                                const std::vector<uint64_t>* sharded_since) {
   const std::string what = fmt::format("client {}: {} of {} at beta {}", client_, call, batch_size, beta);
   const size_t n = static_cast<size_t>(batch_size);
+  // Self-checking rows' id and pad, or the step layout's columns (the StepModel's reference says their bytes).
+  const Schema* steps = config_.steps.on ? &config_.steps.sample_schema : nullptr;
+  bool columns_fit = steps != nullptr ? batch.columns.size() == steps->columns.size()
+                                      : batch.columns.size() == 2 && batch.columns[0].size() == 8 * n &&
+                                            batch.columns[1].size() == n * static_cast<size_t>(config_.pad_bytes);
+  for (size_t c = 0; steps != nullptr && columns_fit && c < batch.columns.size(); ++c) {
+    columns_fit = batch.columns[c].size() == n * static_cast<size_t>(steps->columns[c].ItemBytes());
+  }
   Expect(batch.size == batch_size && batch.keys.size() == n && batch.weights.size() == n &&
-             batch.probabilities.size() == n && batch.columns.size() == 2 && batch.columns[0].size() == 8 * n &&
-             batch.columns[1].size() == n * static_cast<size_t>(config_.pad_bytes),
+             batch.probabilities.size() == n && columns_fit,
          [&] {
            return fmt::format("{}: a batch of {} ({} keys, {} columns)", what, batch.size, batch.keys.size(),
                               batch.columns.size());
@@ -35,10 +43,20 @@ void SampledBatchChecks::Check(const SampleBatch& batch, int64_t batch_size, dou
     const uint64_t key = batch.keys[i];
     const auto item = [&] { return fmt::format("{}: item {} (key {:#x})", what, i, key); };
     Expect(proto::ShardOfKey(key) < config_.shards, [&] { return item() + ": names no shard of the job"; });
-    int64_t id = 0;
-    Expect(ReadRow(batch.columns[0], batch.columns[1], static_cast<int64_t>(i), config_.pad_bytes, &id),
-           [&] { return fmt::format("{}: its row is torn (id {:#x})", item(), id); });
-    world_.model.ObservedItem(key, id, item);
+    if (steps != nullptr) {
+      const std::vector<std::vector<std::byte>> expected = world_.steps->Expected(key);
+      for (size_t c = 0; c < batch.columns.size(); ++c) {
+        const size_t bytes = static_cast<size_t>(steps->columns[c].ItemBytes());
+        const std::span<const std::byte> got = batch.columns[c].subspan(i * bytes, bytes);
+        Expect(std::equal(got.begin(), got.end(), expected[c].begin(), expected[c].end()),
+               [&] { return fmt::format("{}: its {} is not the reference's", item(), steps->columns[c].name); });
+      }
+    } else {
+      int64_t id = 0;
+      Expect(ReadRow(batch.columns[0], batch.columns[1], static_cast<int64_t>(i), config_.pad_bytes, &id),
+             [&] { return fmt::format("{}: its row is torn (id {:#x})", item(), id); });
+      world_.model.ObservedItem(key, id, item);
+    }
     Expect(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0,
            [&] { return fmt::format("{}: IS weight {}", item(), batch.weights[i]); });
     Expect(batch.probabilities[i] > 0.0 && batch.probabilities[i] <= 1.0,

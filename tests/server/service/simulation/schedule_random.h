@@ -1,11 +1,12 @@
 // The one source of decisions in a simulated run, shared by the simulator
 // and its clients: the seed's generator, and the run's trace. A run has
-// three: the first decides what the first version of the simulation did;
+// four: the first decides what the first version of the simulation did;
 // features added later draw from the second (seeded from the same seed), so
 // a seed pinned as a regression test keeps its schedule when features are
 // added; the third decides the shards and the client library's clients
 // (their configuration and every choice they make), so a seed that draws
-// none of them runs exactly as it did before they came.
+// none of them runs exactly as it did before they came; the fourth, step
+// streams' (StepsSeed), likewise.
 #pragma once
 
 #include <fmt/format.h>
@@ -26,6 +27,11 @@ class ScheduleRandom {
   // came (RegressionSeeds 3, 19, 4636, and 71, 6334; the determinism check's
   // 17, 4242) draw none of its features and keep their schedules.
   static uint64_t LibrarySeed(uint64_t seed) { return seed ^ 0x4c017902d269a293ULL; }
+
+  // The fourth: step streams (step_config.h). Its constant was chosen so
+  // that every seed pinned before it came (those above, and 3175, 3885,
+  // 8998; the determinism check's 6, 8, 4) draws none.
+  static uint64_t StepsSeed(uint64_t seed) { return seed ^ 0x804bbaa5e49d5a86ULL; }
 
   std::mt19937_64& generator() { return rng_; }
   int64_t Pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }

@@ -23,15 +23,19 @@ constexpr uint64_t kNeverIssuedKey = uint64_t{1} << 40;
 
 SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
                                    ScheduleRandom* library_random, ReferenceModel* model,
-                                   std::vector<ShardLink>* shards)
+                                   std::vector<ShardLink>* shards, const StepModel* steps)
     : config_(config),
       random_(*random),
       later_random_(*later_random),
       library_random_(*library_random),
       model_(*model),
-      shards_(*shards) {
+      shards_(*shards),
+      steps_(steps) {
   for (int client = 0; client < config.actors + config.learners; ++client) {
     clients_.emplace_back(client < config.actors ? ClientRole::kActor : ClientRole::kLearner);
+    if (config.steps.on && client < config.actors) {
+      clients_.back().stream = std::make_unique<StepStream>(config.steps, client);
+    }
   }
 }
 
@@ -70,7 +74,7 @@ void SimulatedClients::Act(int client) {
     return;
   }
   if (random_.Chance(0.02)) return AskCheckpoint(client);
-  if (state.role == ClientRole::kActor) return Add(client);
+  if (state.role == ClientRole::kActor) return config_.steps.on ? AppendSteps(client) : Add(client);
   if (random_.Chance(0.35) && !state.sampled_keys.empty()) return Update(client);
   Sample(client);
 }
@@ -266,6 +270,7 @@ void SimulatedClients::Read(int client, int64_t most) {
                   frame.header.kind,
                   config_.shards > 1 && random_.tracing() ? fmt::format(" from shard {}", shard) : "");
     std::vector<uint64_t> keys = model_.Received(client, shard, reply, NextKey(shard));
+    if (clients_[client].stream != nullptr) AppendAnswered(client, reply);
     std::vector<uint64_t>& sampled = clients_[client].sampled_keys;
     sampled.insert(sampled.end(), keys.begin(), keys.end());
     if (sampled.size() > 64) sampled.erase(sampled.begin(), sampled.end() - 64);

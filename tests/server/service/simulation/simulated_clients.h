@@ -11,18 +11,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "replay/replay.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/simulation_config.h"
+#include "server/service/simulation/step_stream.h"
 #include "service/loopback_transport.h"
 
 namespace perserve::service::simulation {
 
 // One shard's service as its clients reach it: its transport, each client's
 // index there, and its replay (whose next key the model is told).
+class StepModel;
+
 struct ShardLink {
   LoopbackTransport* transport = nullptr;
   const replay::Replay* replay = nullptr;
@@ -34,9 +39,11 @@ class SimulatedClients {
   // `later_random`: the stream of features added after seeds were pinned;
   // `library_random`: the third (shards), drawn from only with several shards
   // or config.awaited_samples. The raw clients are the first
-  // config.actors + config.learners.
+  // config.actors + config.learners. `steps`: the model of step streams,
+  // when the services store them (config.steps.on): actors append steps.
   SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
-                   ScheduleRandom* library_random, ReferenceModel* model, std::vector<ShardLink>* shards);
+                   ScheduleRandom* library_random, ReferenceModel* model, std::vector<ShardLink>* shards,
+                   const StepModel* steps = nullptr);
 
   int count() const { return static_cast<int>(clients_.size()); }
   // One thing `client` does now, chosen at random (perhaps nothing).
@@ -65,6 +72,14 @@ class SimulatedClients {
     bool close_sent = false;
     std::deque<std::vector<std::byte>> columns;  // columns apart sent but not arrived yet, oldest first
     std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates
+    // An actor's step stream (step_clients.cc): its view, the steps the
+    // server acknowledged, its appends unanswered (id: steps), and whether
+    // one was refused (then it goes on from the acknowledged steps once
+    // every append is answered).
+    std::unique_ptr<StepStream> stream;
+    int64_t steps_acknowledged = 0;
+    std::map<uint64_t, int64_t> appends;
+    bool stream_refused = false;
   };
 
   // The shard `client`'s next request goes to: an actor's own; a learner's
@@ -72,6 +87,10 @@ class SimulatedClients {
   int PickShard(int client);
   uint64_t NextKey(int shard) const { return shards_[static_cast<size_t>(shard)].replay->next_key(); }
   void Add(int client);
+  // An append of steps with items over them, now and then one the server
+  // must refuse (step_clients.cc); and what its reply says of the stream.
+  void AppendSteps(int client);
+  void AppendAnswered(int client, std::span<const std::byte> reply);
   // A request's timeout: one that fires within the run, or one that never does.
   double Timeout();
   void Sample(int client);
@@ -90,6 +109,7 @@ class SimulatedClients {
   ScheduleRandom& library_random_;
   ReferenceModel& model_;
   std::vector<ShardLink>& shards_;
+  const StepModel* steps_;
   std::vector<Client> clients_;
   int64_t replies_ = 0;
   uint64_t fingerprint_ = 0;

@@ -20,7 +20,8 @@ SimulatedConnection::SimulatedConnection(int client, LibraryWorld* world, Fiber*
       world_(*world),
       fiber_(fiber),
       shards_(world->shards),
-      drawn_(static_cast<size_t>(world->config.shards)) {
+      drawn_(static_cast<size_t>(world->config.shards)),
+      item_schema_{world->config.steps.options.item_columns} {
   for (int shard = 0; shard < world->config.shards; ++shard) {
     const ShardLink& link = shards_[static_cast<size_t>(shard)];
     const int index = link.index[static_cast<size_t>(client)];
@@ -170,6 +171,13 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
     case proto::MessageKind::kAddRequest: {
       proto::AddRequest request;
       decode(&request);
+      timeout = request.timeout_seconds;
+      if (request.is_append()) {
+        model.SentAppend(client_, shard, id, bytes);
+        world_.random.Trace("client {} request {}: append of {} steps from step {}, {} items (library){}", client_, id,
+                            request.count, request.first_step, request.items, to);
+        break;
+      }
       model.SentAdd(client_, shard, id, next_add_first_item_, request.count, next_add_valid_, request.columns_follow);
       world_.random.Trace("client {} request {}: add of {} items from item {} (library){}{}", client_, id,
                           request.count, next_add_first_item_, request.columns_follow ? ", columns apart" : "", to);

@@ -33,6 +33,8 @@
 
 namespace perserve::service::simulation {
 
+class StepModel;
+
 // How much of the library's side a run exercised (the many seeds' summary).
 struct LibraryCounts {
   int64_t batches = 0;              // sampled batches checked
@@ -53,6 +55,7 @@ struct LibraryWorld {
   // leaf), so a check knows when nothing changed.
   std::vector<uint64_t>& versions;
   LibraryCounts& counts;
+  const StepModel* steps = nullptr;  // with step streams: their model (the batches' bytes)
 };
 
 // A reply with drawn items, as received: a shard sample's (keys and leaves,
@@ -102,7 +105,15 @@ class SimulatedConnection final : public client_internal::Connection {
   void Fingerprint(std::span<const std::byte> bytes);
 
   // client_internal::Connection.
-  const Schema& schema() const override { return shards_.front().replay->store().schema(); }
+  // As the join's ServedSchemas say: a transition's columns, or with step streams a step's.
+  const Schema& schema() const override {
+    return world_.config.steps.on ? world_.config.steps.step_schema : shards_.front().replay->store().schema();
+  }
+  const Schema& sample_schema() const override {
+    return world_.config.steps.on ? world_.config.steps.sample_schema : schema();
+  }
+  bool steps() const override { return world_.config.steps.on; }
+  const Schema& item_schema() const override { return item_schema_; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override;
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(servers_.size()); }
@@ -165,6 +176,7 @@ class SimulatedConnection final : public client_internal::Connection {
   UpdateResult updates_;
   int64_t frames_sent_ = 0;
   uint64_t fingerprint_ = 0;
+  const Schema item_schema_;  // step streams': the items' columns
 };
 
 }  // namespace perserve::service::simulation

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "server/service/simulation/step_config.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::simulation {
@@ -51,6 +52,11 @@ struct SimulationConfig {
   bool exact_shard_totals = false;      // theirs
   bool awaited_samples = false;         // raw learners mark samples awaited (rows sent from the store, pinned)
 
+  // Drawn from a fourth stream (DrawStepConfig): services of step streams.
+  StepStreamsConfig steps;
+
+  // One sampled item's bytes: a self-checking row, or the step layout's.
+  int64_t RowBytes() const { return steps.on ? steps.sample_schema.ItemBytes() : 8 + pad_bytes; }
   int clients() const { return actors + learners + library_actors + library_learners; }
   bool library(int client) const { return client >= actors + learners; }
   bool actor(int client) const {
@@ -68,7 +74,8 @@ struct SimulationConfig {
         actors, learners, capacity, 8 + pad_bytes, options.min_size_to_sample, options.samples_per_insert,
         options.error_buffer, options.messages_per_client_pass, rows_in_place, eager_limit, checkpoints,
         disk_faults ? " (failing)" : "", signals, drop_bad_priorities, priority_eps, options.max_deferred_adds,
-        options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples, DescribeLibrary());
+        options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples, DescribeLibrary()) +
+           steps.Describe();
   }
   std::string DescribeLibrary() const {
     if (shards == 1 && library_actors + library_learners == 0 && !awaited_samples) return "";

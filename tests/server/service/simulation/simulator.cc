@@ -15,12 +15,14 @@
 #include "replay/replay.h"
 #include "server/service/simulation/library_actor.h"
 #include "server/service/simulation/library_learner.h"
+#include "server/service/simulation/library_step_actor.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
+#include "server/service/simulation/step_model.h"
 #include "service/checkpoint.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
@@ -57,10 +59,17 @@ Snapshot TakeSnapshot(const replay::Replay& replay, std::string path) {
   return snapshot;
 }
 
-// Both configurations' draws: the first two streams' as before, then the third's.
-SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library) {
+// Every configuration's draws: the first two streams' as before, then the
+// third's, then the fourth's (step streams; no checkpoints yet with them).
+SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library,
+                                 ScheduleRandom* steps) {
   SimulationConfig config = DrawConfig(random->generator(), later->generator());
   DrawLibraryConfig(library->generator(), &config);
+  config.steps = DrawStepConfig(steps->generator(), &config.options.min_size_to_sample);
+  if (config.steps.on) {
+    config.checkpoints &= kStepCheckpoints;
+    config.disk_faults &= kStepCheckpoints;
+  }
   return config;
 }
 
@@ -69,7 +78,8 @@ SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, 
 struct Shard {
   replay::ReplayOptions replay_options;
   std::unique_ptr<LoopbackTransport> transport;
-  std::unique_ptr<replay::Replay> replay;
+  std::unique_ptr<replay::Replay> replay;  // with step streams, the items'
+  std::unique_ptr<replay::StepReplay> steps;
   std::unique_ptr<ReplayService> service;
   int pending_signal = 0;
   std::optional<Snapshot> snapshot;
@@ -86,10 +96,12 @@ class Simulator {
       : random_(seed),
         later_random_(ScheduleRandom::LaterFeaturesSeed(seed)),
         library_random_(ScheduleRandom::LibrarySeed(seed)),
-        config_(DrawWholeConfig(&random_, &later_random_, &library_random_)),
+        steps_random_(ScheduleRandom::StepsSeed(seed)),
+        config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_)),
         model_(config_),
+        step_model_(config_, &links_),
         versions_(static_cast<size_t>(config_.shards), 0),
-        world_{config_, random_, library_random_, model_, links_, versions_, counts_} {}
+        world_{config_, random_, library_random_, model_, links_, versions_, counts_, &step_model_} {}
   ~Simulator() {
     AbortLibraryClients();
     library_.clear();
@@ -125,9 +137,10 @@ class Simulator {
   std::string DescribeWaits() const;
   void AbortLibraryClients();
 
-  ScheduleRandom random_, later_random_, library_random_;
+  ScheduleRandom random_, later_random_, library_random_, steps_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
+  StepModel step_model_;  // used when config_.steps.on
   std::vector<uint64_t> versions_;
   std::vector<ShardLink> links_;
   LibraryCounts counts_;
@@ -148,6 +161,7 @@ SimulationResult Simulator::Run() {
   result_.config = config_.Describe();
   result_.shards = config_.shards;
   result_.library_clients = config_.library_actors + config_.library_learners;
+  result_.step_streams = config_.steps.on;
   try {
     Start();
     for (int tick = 0; tick < config_.work_ticks; ++tick) WorkTick();
@@ -166,6 +180,13 @@ SimulationResult Simulator::Run() {
     result_.exact_batches = counts_.exact_batches;
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
+    const StepCounts& steps = step_model_.counts();
+    result_.step_appends = steps.appends;
+    result_.step_refused = steps.refused;
+    result_.step_items = steps.items;
+    result_.step_drawn = steps.drawn;
+    result_.step_evicted = steps.evicted_seen;
+    result_.step_stale = steps.stale;
     if (!library_.empty()) {
       Hash64 hash;
       hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
@@ -225,7 +246,10 @@ void Simulator::Start() {
     shard.replay_options = replay_options;
     if (s > 0) shard.replay_options.seed = library_random_.generator()();
     const Status created =
-        replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &shard.replay);
+        config_.steps.on
+            ? CreateStepReplays(config_.steps, shard.transport->client_count(), shard.replay_options, &shard.replay,
+                                &shard.steps)
+            : replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &shard.replay);
     if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
     links_[static_cast<size_t>(s)].replay = shard.replay.get();
   }
@@ -240,10 +264,23 @@ void Simulator::Start() {
   options.clock = [this] { return now_; };
   options.shards = shards;
   model_.SetNow(now_);
-  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &model_, &links_);
+  if (config_.steps.on) {
+    step_model_.Start();
+    model_.SetStepModel(&step_model_);
+    for (int s = 0; s < shards; ++s) {
+      shards_[static_cast<size_t>(s)].transport->ObserveSends(
+          [this, s](int index, std::span<const std::byte> frame) { step_model_.ReplySent(s, index, frame); });
+    }
+  }
+  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &model_, &links_,
+                                                &step_model_);
   for (int client = raw_clients(); client < config_.clients(); ++client) {
     if (config_.actor(client)) {
-      library_.push_back(std::make_unique<LibraryActor>(client, &world_));
+      if (config_.steps.on) {
+        library_.push_back(std::make_unique<LibraryStepActor>(client, &world_));
+      } else {
+        library_.push_back(std::make_unique<LibraryActor>(client, &world_));
+      }
     } else {
       library_.push_back(std::make_unique<LibraryLearner>(client, &world_));
     }
@@ -253,7 +290,8 @@ void Simulator::Start() {
     Shard& shard = shards_[static_cast<size_t>(s)];
     options.shard = s;
     options.take_signal = [this, s] { return std::exchange(shards_[static_cast<size_t>(s)].pending_signal, 0); };
-    shard.service = std::make_unique<ReplayService>(shard.replay.get(), shard.transport.get(), options);
+    shard.service =
+        std::make_unique<ReplayService>(shard.replay.get(), shard.steps.get(), shard.transport.get(), options);
   }
 }
 
@@ -355,6 +393,7 @@ void Simulator::StepShards(bool all) {
                     shard.replay->next_key(), shard.service->DescribeClients());
     }
     model_.CheckReplay(s, *shard.replay);
+    if (shard.steps != nullptr) step_model_.CheckShard(s, *shard.replay, *shard.steps);
     CheckCheckpoint(s);
   }
 }

@@ -29,6 +29,7 @@ struct SimulationResult {
   bool passed = true;
   int shards = 1;               // the seed's configuration drew these ...
   int library_clients = 0;      // ... and these clients of the real client library
+  bool step_streams = false;    // ... and services of step streams
   std::string failure;       // what broke, at which step, and what waited
   std::string config;        // the seed's configuration, described
   int64_t steps = 0;         // calls of ReplayService::Step
@@ -38,6 +39,9 @@ struct SimulationResult {
   // The library clients': batches checked (exact: against one replay of the
   // union as it stood), lent columns read at their receipt, waits that ran ticks.
   int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0;
+  // Step streams': appends acknowledged and refused for their flaws, items
+  // created, sampled items compared, evicted items seen, stale updates.
+  int64_t step_appends = 0, step_refused = 0, step_items = 0, step_drawn = 0, step_evicted = 0, step_stale = 0;
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.

@@ -1,0 +1,116 @@
+// SimulatedClients' appends of steps (simulated_clients.h): a raw actor of a
+// service of step streams appends a few steps (episodes ending at random)
+// with items over its recent steps where its own view says they can be
+// created. Whether the ring still holds their steps when the service applies
+// the append is the service's to say, and the StepModel's to judge. Now and
+// then an append is flawed on purpose: an item over steps the ring no longer
+// holds or the stream never had, one whose steps are not all appended, a
+// sequence off its period, a wrong first step, a byte too many, more steps
+// than the ring holds, a NaN priority. Once an append is refused, the actor
+// waits for every answer and goes on from the steps the server
+// acknowledged, as the client library does.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "proto/codec.h"
+#include "server/service/service_test_util.h"
+#include "server/service/simulation/simulated_clients.h"
+#include "server/service/simulation/step_model.h"
+
+namespace perserve::service::simulation {
+
+void SimulatedClients::AppendSteps(int client) {
+  Client& state = clients_[client];
+  StepStream& stream = *state.stream;
+  const int shard = config_.ShardOfActor(client);
+  if (model_.unanswered_adds(client, shard) >= config_.max_adds_in_flight) return;  // back-pressure
+  if (state.stream_refused) {
+    if (!state.appends.empty()) return;
+    stream.Commit(state.steps_acknowledged, {});
+    state.stream_refused = false;
+  }
+  const StepStreamsConfig& steps = config_.steps;
+  std::mt19937_64& rng = random_.generator();
+  const int64_t first_step = stream.size();
+  int64_t count = random_.Pick(0, steps.max_append);
+  const StepRows rows = stream.Draw(rng, count);
+  stream.Commit(first_step, rows);  // items are chosen on the stream with these steps
+  std::vector<int64_t> items = stream.PickItems(rng, random_.Pick(0, 3));
+  enum class Flaw { kNone, kEvicted, kNotAppended, kOffPeriod, kFirstStep, kBytes, kTooManySteps, kBadPriority };
+  const Flaw flaw = random_.Chance(0.06) ? static_cast<Flaw>(random_.Pick(1, 7)) : Flaw::kNone;
+  int64_t sent_first_step = first_step;
+  switch (flaw) {
+    case Flaw::kNone:
+    case Flaw::kBytes:
+    case Flaw::kBadPriority:
+      break;
+    case Flaw::kEvicted: {  // at a step the ring overwrote, or one the stream never had
+      const int64_t gone = steps_->NewestEvicted(client);
+      items.push_back(gone >= 0 ? gone - random_.Pick(0, std::min<int64_t>(gone, 2)) : -random_.Pick(1, 2));
+      break;
+    }
+    case Flaw::kNotAppended:  // past the steps appended, or short of the steps it needs
+      items.push_back(stream.size() + random_.Pick(0, 2));
+      if (stream.size() > 0 && !stream.Creatable(stream.size() - 1) && random_.Chance(0.5)) {
+        items.back() = stream.size() - 1;
+      }
+      break;
+    case Flaw::kOffPeriod: {
+      const int64_t t = stream.OffPeriod(rng);
+      items.push_back(t >= 0 ? t : stream.size());
+      break;
+    }
+    case Flaw::kFirstStep:
+      sent_first_step = first_step + random_.Pick(1, 3);
+      break;
+    case Flaw::kTooManySteps:
+      count = steps.options.step_capacity + 1;
+      break;
+  }
+  if (count == 0 && items.empty()) return;  // nothing to send
+  proto::AddRequest request{count, random_.Chance(0.5) || flaw == Flaw::kBadPriority};
+  request.first_step = sent_first_step;
+  request.items = static_cast<int64_t>(items.size());
+  if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
+  std::vector<double> priorities;
+  for (size_t i = 0; request.has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
+  if (flaw == Flaw::kBadPriority) priorities.push_back(std::nan(""));  // with an item of its own
+  if (flaw == Flaw::kBadPriority) items.push_back(std::max<int64_t>(0, stream.size() - 1));
+  request.items = static_cast<int64_t>(items.size());
+  std::vector<std::byte> step_bulk = StepStream::Wire(rows, steps.step_schema.columns.size());
+  if (flaw == Flaw::kBytes) step_bulk.push_back(std::byte{7});
+  const std::vector<std::byte> item_bulk = StepStream::Wire(
+      stream.ItemRows(rng, static_cast<int64_t>(items.size())), steps.options.item_columns.size());
+  const uint64_t id = state.next_request_id++;
+  const std::vector<std::byte> frame =
+      service_test::Frame(proto::MessageKind::kAddRequest, id, request,
+                          {step_bulk, std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities)), item_bulk});
+  model_.SentAppend(client, shard, id, frame);
+  if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
+  if (random_.tracing()) {
+    random_.Trace("client {} request {}: append of {} steps from step {} with items at {}{}{}", client, id,
+                  request.count, request.first_step, fmt::join(items, ", "),
+                  request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
+                  flaw == Flaw::kNone ? "" : fmt::format(" (flawed: {})", static_cast<int>(flaw)));
+  }
+  state.appends[id] = count;
+  Push(client, shard, frame);
+}
+
+void SimulatedClients::AppendAnswered(int client, std::span<const std::byte> reply) {
+  Client& state = clients_[client];
+  proto::Frame frame;
+  if (!proto::DecodeFrame(reply, &frame).ok()) return;
+  const auto found = state.appends.find(frame.header.request_id);
+  if (found == state.appends.end()) return;
+  if (frame.kind() == proto::MessageKind::kAddReply) {
+    state.steps_acknowledged += found->second;
+  } else {
+    state.stream_refused = true;
+  }
+  state.appends.erase(found);
+}
+
+}  // namespace perserve::service::simulation

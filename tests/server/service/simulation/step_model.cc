@@ -1,0 +1,306 @@
+#include "server/service/simulation/step_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "proto/codec.h"
+#include "server/service/simulation/reference_model.h"
+
+namespace perserve::service::simulation {
+namespace {
+
+using proto::MessageKind;
+using Code = Status::Code;
+
+}  // namespace
+
+Status CreateStepReplays(const StepStreamsConfig& config, int streams, const replay::ReplayOptions& options,
+                         std::unique_ptr<replay::Replay>* items, std::unique_ptr<replay::StepReplay>* steps) {
+  replay::StepOptions step_options = config.options;
+  step_options.streams = streams;
+  PERSERVE_RETURN_IF_ERROR(replay::Replay::Create(options, config.stored_schema, items));
+  return replay::StepReplay::Create(step_options, config.step_schema, items->get(), steps);
+}
+
+StepModel::StepModel(const SimulationConfig& config, const std::vector<ShardLink>* links)
+    : config_(config), links_(*links) {}
+
+void StepModel::Start() {
+  for (const ShardLink& link : links_) {
+    replay::StepOptions options = config_.steps.options;
+    options.streams = link.transport->client_count();
+    shards_.emplace_back(options, config_.steps.step_schema);
+    Shard& shard = shards_.back();
+    shard.client_of.assign(static_cast<size_t>(options.streams), -1);
+    for (int client = 0; client < static_cast<int>(link.index.size()); ++client) {
+      if (link.index[static_cast<size_t>(client)] >= 0) {
+        shard.client_of[static_cast<size_t>(link.index[static_cast<size_t>(client)])] = client;
+      }
+    }
+  }
+}
+
+int StepModel::Stream(int client, int shard) const {
+  return links_[static_cast<size_t>(shard)].index[static_cast<size_t>(client)];
+}
+
+int64_t StepModel::NewestEvicted(int client) const {
+  const int shard = config_.ShardOfActor(client);
+  const replay::step_test::StepReference& ref = reference(shard);
+  const auto& history = ref.history(Stream(client, shard));
+  const uint64_t oldest = ref.OldestKeyAfter(0);
+  for (int64_t i = static_cast<int64_t>(history.size()) - 1; i >= 0; --i) {
+    if (history[static_cast<size_t>(i)].key < oldest) return i;
+  }
+  return -1;
+}
+
+void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> bytes) {
+  proto::Frame frame;
+  proto::AddRequest request;
+  Expect(proto::DecodeFrame(bytes, &frame).ok() && proto::DecodeMeta(frame, &request).ok(),
+         [&] { return fmt::format("client {}: its append {} does not decode", client, request_id); });
+  const StepStreamsConfig& steps = config_.steps;
+  Append append;
+  append.first_step = request.first_step;
+  append.count = request.count;
+  const Schema items_schema{steps.options.item_columns};
+  const int64_t step_bytes = steps.step_schema.ItemBytes();
+  const int64_t item_bytes = items_schema.ItemBytes();
+  // The service's checks before it holds a request, then of the bulk's size.
+  append.malformed = request.count < 0 || request.items < 0 || (request.count == 0 && request.items == 0) ||
+                     request.columns_follow || request.count > steps.options.step_capacity ||
+                     request.items > config_.capacity;
+  if (!append.malformed) {
+    const size_t expected = static_cast<size_t>(request.count * step_bytes +
+                                                request.items * (8 + item_bytes + (request.has_priorities ? 8 : 0)));
+    append.malformed = frame.bulk.size() != expected;
+  }
+  if (!append.malformed) {
+    std::span<const std::byte> bulk = frame.bulk;
+    const auto take = [&bulk](int64_t n) {
+      const std::span<const std::byte> part = bulk.first(static_cast<size_t>(n));
+      bulk = bulk.subspan(static_cast<size_t>(n));
+      return std::vector<std::byte>(part.begin(), part.end());
+    };
+    append.rows.assign(static_cast<size_t>(request.count), {});
+    for (const Column& column : steps.step_schema.columns) {
+      for (auto& row : append.rows) row.push_back(take(column.ItemBytes()));
+    }
+    std::vector<double> priorities;
+    (void)proto::TakeArray(&bulk, static_cast<size_t>(request.items), &append.item_steps);
+    (void)proto::TakeArray(&bulk, request.has_priorities ? static_cast<size_t>(request.items) : 0, &priorities);
+    for (const double p : priorities) append.bad_priority |= !(p >= 0.0) || std::isinf(p);
+    append.item_rows.assign(static_cast<size_t>(request.items), {});
+    for (const Column& column : items_schema.columns) {
+      for (auto& row : append.item_rows) row.push_back(take(column.ItemBytes()));
+    }
+  }
+  const bool fresh = appends_.emplace(RequestKey{client, shard, request_id}, std::move(append)).second;
+  Expect(fresh, [&] { return fmt::format("client {}: append {} sent twice", client, request_id); });
+}
+
+void StepModel::SentUpdate(int client, int shard, uint64_t request_id, const std::vector<uint64_t>& keys) {
+  updates_[RequestKey{client, shard, request_id}] = keys;
+}
+
+bool StepModel::MayRefuse(int client, int shard, uint64_t request_id, int32_t code) const {
+  const auto found = verdicts_.find(RequestKey{client, shard, request_id});
+  if (found == verdicts_.end()) return false;
+  return (found->second.invalid_argument && code == static_cast<int32_t>(Code::kInvalidArgument)) ||
+         (found->second.failed_precondition && code == static_cast<int32_t>(Code::kFailedPrecondition));
+}
+
+StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append) {
+  replay::step_test::StepReference& ref = shards_[static_cast<size_t>(shard)].ref;
+  Verdict verdict;
+  if (append.malformed) {
+    verdict.invalid_argument = true;
+  } else if (append.first_step != ref.steps(stream)) {
+    verdict.failed_precondition = true;
+  } else if (append.bad_priority) {
+    verdict.invalid_argument = true;
+  } else {
+    ref.Append(stream, append.rows);
+    const uint64_t oldest = ref.OldestKeyAfter(0);
+    for (const int64_t t : append.item_steps) verdict.invalid_argument |= !ref.Creatable(stream, t, oldest);
+    if (verdict.invalid_argument) ref.Unappend(stream, append.count);
+  }
+  return verdict;
+}
+
+void StepModel::ReplySent(int shard, int index, std::span<const std::byte> bytes) {
+  proto::Frame frame;
+  if (!proto::DecodeFrame(bytes, &frame).ok()) return;  // the ReferenceModel fails it when it is received
+  const int client = shards_[static_cast<size_t>(shard)].client_of[static_cast<size_t>(index)];
+  const uint64_t id = frame.header.request_id;
+  const RequestKey key{client, shard, id};
+  const std::string what = fmt::format("client {}{}: the reply to request {}", client,
+                                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", id);
+  if (appends_.count(key) > 0) return AppendAnswered(client, shard, id, frame);
+  if (updates_.count(key) > 0) return UpdateAnswered(client, shard, id, frame);
+  std::span<const std::byte> bulk = frame.bulk;
+  std::vector<uint64_t> keys;
+  std::vector<double> skipped;
+  if (frame.kind() == MessageKind::kSampleReply) {
+    proto::SampleReply reply;
+    if (!proto::DecodeMeta(frame, &reply).ok()) return;
+    const size_t count = static_cast<size_t>(reply.count);
+    if (!proto::TakeArray(&bulk, count, &keys).ok() || !proto::TakeArray(&bulk, 2 * count, &skipped).ok()) return;
+    CheckDrawn(shard, what, keys, bulk);
+  } else if (frame.kind() == MessageKind::kShardSampleReply) {
+    proto::ShardSampleReply reply;
+    if (!proto::DecodeMeta(frame, &reply).ok() || reply.count == 0) return;
+    const size_t count = static_cast<size_t>(reply.count);
+    if (!proto::TakeArray(&bulk, count, &keys).ok() || !proto::TakeArray(&bulk, count, &skipped).ok()) return;
+    CheckDrawn(shard, what, keys, bulk);
+  }
+}
+
+void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame) {
+  const auto found = appends_.find(RequestKey{client, shard, request_id});
+  const Append append = std::move(found->second);
+  appends_.erase(found);
+  const std::string what = fmt::format("client {}{}: append {} (steps {} .. {}, {} items)", client,
+                                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", request_id,
+                                       append.first_step, append.first_step + append.count - 1,
+                                       append.item_steps.size());
+  if (frame.kind() == MessageKind::kErrorReply) {
+    proto::ErrorReply error;
+    if (!proto::DecodeMeta(frame, &error).ok()) return;
+    // Only its own flaws are judged here; a timeout, too many held or SIGTERM are the ReferenceModel's.
+    if (error.code != static_cast<int32_t>(Code::kInvalidArgument) &&
+        error.code != static_cast<int32_t>(Code::kFailedPrecondition)) {
+      return;
+    }
+    const Verdict verdict = Judge(shard, Stream(client, shard), append);
+    if (!verdict.invalid_argument && !verdict.failed_precondition) {
+      Fail(fmt::format("{} was refused ({}), but it was valid when the service answered it (stream of {} steps)",
+                       what, Status::FromCode(error.code, error.message).ToString(),
+                       reference(shard).steps(Stream(client, shard))));
+    }
+    verdicts_[RequestKey{client, shard, request_id}] = verdict;
+    ++counts_.refused;
+    return;
+  }
+  proto::AddReply reply;
+  if (frame.kind() != MessageKind::kAddReply || !proto::DecodeMeta(frame, &reply).ok()) return;
+  const int stream = Stream(client, shard);
+  const Verdict verdict = Judge(shard, stream, append);
+  Expect(!verdict.invalid_argument && !verdict.failed_precondition, [&] {
+    return fmt::format("{} was acknowledged, but it was invalid when the service applied it ({}; the stream held "
+                       "{} steps)",
+                       what, verdict.failed_precondition ? "its first step is not the stream's next" : "an item or a count",
+                       reference(shard).steps(stream) - (verdict.invalid_argument ? 0 : append.count));
+  });
+  Shard& state = shards_[static_cast<size_t>(shard)];
+  const uint64_t first_key = proto::LocalKey(reply.first_key);
+  Expect(first_key == state.earliest.size() && reply.count == static_cast<int64_t>(append.item_steps.size()), [&] {
+    return fmt::format("{} was acknowledged with {} items from key {}; {} items from key {} expected", what,
+                       reply.count, first_key, append.item_steps.size(), state.earliest.size());
+  });
+  ++counts_.appends;
+  counts_.items += reply.count;
+  for (size_t i = 0; i < append.item_steps.size(); ++i) {
+    const uint64_t key = first_key + i;
+    state.ref.AddItem(key, replay::step_test::RefItem{stream, append.item_steps[i], append.item_rows[i]});
+    state.earliest.push_back(state.ref.EarliestKey(key));
+  }
+}
+
+bool StepModel::Whole(int shard, uint64_t key) const {
+  const Shard& state = shards_[static_cast<size_t>(shard)];
+  const uint64_t issued = state.earliest.size();
+  return key < issued && key + static_cast<uint64_t>(config_.capacity) >= issued &&
+         state.earliest[key] >= state.ref.OldestKeyAfter(0);
+}
+
+void StepModel::CheckDrawn(int shard, const std::string& what, std::span<const uint64_t> keys,
+                           std::span<const std::byte> columns) {
+  const Schema& schema = config_.steps.sample_schema;
+  const size_t count = keys.size();
+  Expect(columns.size() == count * static_cast<size_t>(schema.ItemBytes()),
+         [&] { return fmt::format("{}: {} items in {} bytes of columns", what, count, columns.size()); });
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t local = proto::LocalKey(keys[i]);
+    Expect(proto::ShardOfKey(keys[i]) == shard && Whole(shard, local), [&] {
+      const Shard& state = shards_[static_cast<size_t>(shard)];
+      return fmt::format(
+          "{}: item {} (key {}) is not whole as it is sent: {} keys issued, its earliest step {}, the ring's "
+          "oldest {}",
+          what, i, keys[i], state.earliest.size(), local < state.earliest.size() ? state.earliest[local] : 0,
+          state.ref.OldestKeyAfter(0));
+    });
+    const std::vector<std::vector<std::byte>> expected = reference(shard).Expected(local);
+    size_t offset = 0;  // column c's rows start here
+    for (size_t c = 0; c < schema.columns.size(); ++c) {
+      const size_t bytes = static_cast<size_t>(schema.columns[c].ItemBytes());
+      const std::span<const std::byte> got = columns.subspan(offset + i * bytes, bytes);
+      Expect(std::equal(got.begin(), got.end(), expected[c].begin(), expected[c].end()), [&] {
+        const auto& item = reference(shard).item(local);
+        return fmt::format("{}: item {} (key {}, stream {} step {}): its {} is not the reference's", what, i, keys[i],
+                           item.stream, item.t, schema.columns[c].name);
+      });
+      offset += count * bytes;
+    }
+    ++counts_.drawn;
+  }
+}
+
+std::vector<std::vector<std::byte>> StepModel::Expected(uint64_t key) const {
+  const int shard = proto::ShardOfKey(key);
+  const uint64_t local = proto::LocalKey(key);
+  Expect(shard < config_.shards && local < shards_[static_cast<size_t>(shard)].earliest.size(),
+         [&] { return fmt::format("key {:#x} was never issued", key); });
+  return reference(shard).Expected(local);
+}
+
+void StepModel::UpdateAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame) {
+  const auto found = updates_.find(RequestKey{client, shard, request_id});
+  const std::vector<uint64_t> keys = std::move(found->second);
+  updates_.erase(found);
+  proto::UpdateReply reply;
+  if (frame.kind() != MessageKind::kUpdateReply || !proto::DecodeMeta(frame, &reply).ok()) return;
+  // Each key whose item is gone is stale, unless its priority was bad (dropped first).
+  int64_t gone = 0;
+  for (const uint64_t key : keys) gone += !Whole(shard, proto::LocalKey(key));
+  Expect(reply.stale <= gone && reply.stale + reply.dropped >= gone, [&] {
+    return fmt::format("client {}: update {} of {} keys: {} stale, {} dropped, but {} of its items were overwritten "
+                       "or evicted when it was applied",
+                       client, request_id, keys.size(), reply.stale, reply.dropped, gone);
+  });
+  counts_.stale += reply.stale;
+}
+
+void StepModel::CheckShard(int shard, const replay::Replay& items, const replay::StepReplay& steps) {
+  const Shard& state = shards_[static_cast<size_t>(shard)];
+  const std::string which = config_.shards == 1 ? "the step ring" : fmt::format("shard {}'s step ring", shard);
+  Expect(steps.next_step_key() == state.ref.next_key() && items.next_key() == state.earliest.size(), [&] {
+    return fmt::format("{}: {} steps and {} items issued, the reference {} and {}", which, steps.next_step_key(),
+                       items.next_key(), state.ref.next_key(), state.earliest.size());
+  });
+  for (int stream = 0; stream < static_cast<int>(state.client_of.size()); ++stream) {
+    Expect(steps.stream_steps(stream) == state.ref.steps(stream), [&] {
+      return fmt::format("{}: stream {} holds {} steps, the reference {}", which, stream, steps.stream_steps(stream),
+                         state.ref.steps(stream));
+    });
+  }
+  std::vector<int64_t> slots;
+  for (uint64_t key = items.oldest_key(); key < items.next_key(); ++key) {
+    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(items.capacity())));
+  }
+  std::vector<double> leaves(slots.size());
+  Expect(items.tree().Get(slots, leaves).ok(), "reading the items' leaves");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const uint64_t key = items.oldest_key() + i;
+    counts_.evicted_seen += leaves[i] == 0.0;
+    Expect((leaves[i] != 0.0) == Whole(shard, key), [&] {
+      return fmt::format("{}: item {} (earliest step {}, the ring's oldest {}) has leaf {}", which, key,
+                         state.earliest[key], state.ref.OldestKeyAfter(0), leaves[i]);
+    });
+  }
+}
+
+}  // namespace perserve::service::simulation

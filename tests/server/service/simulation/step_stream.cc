@@ -1,0 +1,103 @@
+#include "server/service/simulation/step_stream.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace perserve::service::simulation {
+namespace {
+
+replay::StepOptions OneStream(replay::StepOptions options) {
+  options.streams = 1;
+  return options;
+}
+
+uint8_t Mix(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ b * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  x *= 0xd6e8feb86659fd93ULL;
+  return static_cast<uint8_t>(x >> 40);
+}
+
+}  // namespace
+
+StepStream::StepStream(const StepStreamsConfig& config, int client)
+    : config_(config), client_(client), view_(OneStream(config.options), config.step_schema) {}
+
+StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
+  StepRows rows;
+  for (int64_t j = 0; j < count; ++j, ++drawn_) {
+    std::vector<std::vector<std::byte>> step;
+    for (const Column& column : config_.step_schema.columns) {
+      std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
+      if (column.name == "done") {
+        row[0] = std::byte{DrawEpisodeEnd(rng, config_.episode_end)};
+      } else if (column.name == "reward") {
+        const double reward = std::uniform_real_distribution<double>(-3.0, 3.0)(rng);
+        const float reward32 = static_cast<float>(reward);
+        std::memcpy(row.data(), column.dtype == DType::kFloat32 ? static_cast<const void*>(&reward32) : &reward,
+                    row.size());
+      } else {  // obs and action: bytes of this actor's step drawn_ only
+        for (size_t b = 0; b < row.size(); ++b) {
+          row[b] = std::byte{Mix(static_cast<uint64_t>(client_) + 1, static_cast<uint64_t>(drawn_), b + row.size())};
+        }
+      }
+      step.push_back(std::move(row));
+    }
+    rows.push_back(std::move(step));
+  }
+  return rows;
+}
+
+void StepStream::Commit(int64_t kept, const StepRows& rows) {
+  view_.Unappend(0, size() - kept);
+  view_.Append(0, rows);
+}
+
+std::vector<int64_t> StepStream::PickItems(std::mt19937_64& rng, int64_t most) const {
+  std::vector<int64_t> items;
+  const int64_t have = size();
+  if (have == 0) return items;
+  const replay::StepOptions& o = config_.options;
+  const int64_t span = config_.n_step() ? o.n_step : o.sequence_length;
+  std::uniform_int_distribution<int64_t> recent(std::max<int64_t>(0, have - span - 4), have - 1);
+  for (int tries = 0; tries < 12 && static_cast<int64_t>(items.size()) < most; ++tries) {
+    const int64_t t = recent(rng);
+    if (Creatable(t)) items.push_back(t);
+  }
+  return items;
+}
+
+int64_t StepStream::OffPeriod(std::mt19937_64& rng) const {
+  const replay::StepOptions& o = config_.options;
+  if (config_.n_step() || o.sequence_period == 1 || size() == 0) return -1;
+  std::uniform_int_distribution<int64_t> recent(std::max<int64_t>(0, size() - 12), size() - 1);
+  for (int tries = 0; tries < 12; ++tries) {
+    const int64_t t = recent(rng);
+    if ((t - view_.EpisodeStart(0, t)) % o.sequence_period != 0) return t;
+  }
+  return -1;
+}
+
+StepRows StepStream::ItemRows(std::mt19937_64& rng, int64_t count) const {
+  StepRows rows;
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<std::vector<std::byte>> item;
+    for (const Column& column : config_.options.item_columns) {
+      std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
+      for (auto& b : row) b = static_cast<std::byte>(std::uniform_int_distribution<int>(0, 255)(rng));
+      item.push_back(std::move(row));
+    }
+    rows.push_back(std::move(item));
+  }
+  return rows;
+}
+
+std::vector<std::byte> StepStream::Wire(const StepRows& rows, size_t columns) {
+  std::vector<std::byte> bulk;
+  for (size_t c = 0; c < columns; ++c) {
+    for (const auto& row : rows) bulk.insert(bulk.end(), row[c].begin(), row[c].end());
+  }
+  return bulk;
+}
+
+}  // namespace perserve::service::simulation

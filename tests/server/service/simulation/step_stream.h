@@ -1,0 +1,51 @@
+// StepStream: an actor's own view of its step stream in the simulation (raw
+// actors and the library's alike): the steps it sent, as rows, and which of
+// them items can be created at (the reference's rules, step_reference.h, on
+// this one stream: every step the item needs appended, a sequence on its
+// period; whether the ring still holds them is the service's to say). Steps
+// are drawn with bytes unique to the actor and step, so a sample that showed
+// a step overwritten in the ring would show another step's bytes.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "server/replay/step_reference.h"
+#include "server/service/simulation/step_config.h"
+
+namespace perserve::service::simulation {
+
+// rows[j][c]: row j's bytes of column c.
+using StepRows = std::vector<std::vector<std::vector<std::byte>>>;
+
+class StepStream {
+ public:
+  StepStream(const StepStreamsConfig& config, int client);
+
+  int64_t size() const { return view_.steps(0); }
+  // `count` new steps to follow the view (not in it yet); each step's done
+  // comes from DrawEpisodeEnd, the one place episodes end.
+  StepRows Draw(std::mt19937_64& rng, int64_t count);
+  // The view becomes its first `kept` steps, then `rows` (after an append,
+  // or, with no rows, after a refusal: what the server holds).
+  void Commit(int64_t kept, const StepRows& rows);
+  bool Creatable(int64_t t) const { return view_.Creatable(0, t, 0); }
+  // Up to `most` steps among the recent ones where an item can be created
+  // now (repeats allowed).
+  std::vector<int64_t> PickItems(std::mt19937_64& rng, int64_t most) const;
+  // A step where a sequence cannot start (off its period), or -1 if none is recent.
+  int64_t OffPeriod(std::mt19937_64& rng) const;
+  // The item columns' rows of `count` new items.
+  StepRows ItemRows(std::mt19937_64& rng, int64_t count) const;
+  // The wire layout of rows: each column's rows, column after column.
+  static std::vector<std::byte> Wire(const StepRows& rows, size_t columns);
+
+ private:
+  const StepStreamsConfig& config_;
+  const int client_;
+  replay::step_test::StepReference view_;
+  int64_t drawn_ = 0;  // steps drawn ever (refused ones too): their bytes differ
+};
+
+}  // namespace perserve::service::simulation
