@@ -220,7 +220,9 @@ void SampledBatchChecks::CheckExact(const SampleBatch& batch, double beta, const
   for (int shard = 0; shard < config_.shards; ++shard) {
     const replay::Replay& replay = *world_.shards[static_cast<size_t>(shard)].replay;
     // Over several shards only when every shard takes part (the split is over those that can serve).
-    if (config_.shards > 1 && (replay.size() < config_.options.min_size_to_sample || !(replay.tree().Total() > 0.0) ||
+    // (With step streams a shard's size to sample counts whole items only.)
+    const int64_t size = config_.steps.on ? replay.live_size() : replay.size();
+    if (config_.shards > 1 && (size < config_.options.min_size_to_sample || !(replay.tree().Total() > 0.0) ||
                                connection_.refused_by(shard))) {
       return;
     }

@@ -393,7 +393,10 @@ void Simulator::StepShards(bool all) {
                     shard.replay->next_key(), shard.service->DescribeClients());
     }
     model_.CheckReplay(s, *shard.replay);
-    if (shard.steps != nullptr) step_model_.CheckShard(s, *shard.replay, *shard.steps);
+    if (shard.steps != nullptr) {
+      step_model_.ThrowIfFailed();
+      step_model_.CheckShard(s, *shard.replay, *shard.steps);
+    }
     CheckCheckpoint(s);
   }
 }

@@ -132,6 +132,15 @@ StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append)
 }
 
 void StepModel::ReplySent(int shard, int index, std::span<const std::byte> bytes) {
+  if (!failure_.empty()) return;
+  try {
+    CheckReply(shard, index, bytes);
+  } catch (const SimulationFailure& failure) {
+    failure_ = failure.what();
+  }
+}
+
+void StepModel::CheckReply(int shard, int index, std::span<const std::byte> bytes) {
   proto::Frame frame;
   if (!proto::DecodeFrame(bytes, &frame).ok()) return;  // the ReferenceModel fails it when it is received
   const int client = shards_[static_cast<size_t>(shard)].client_of[static_cast<size_t>(index)];

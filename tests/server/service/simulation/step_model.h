@@ -28,12 +28,14 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "replay/replay.h"
 #include "replay/step_replay.h"
 #include "server/replay/step_reference.h"
+#include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/simulation_config.h"
 
@@ -66,7 +68,13 @@ class StepModel {
   void SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame);
   void SentUpdate(int client, int shard, uint64_t request_id, const std::vector<uint64_t>& keys);
   // A reply `shard`'s service sends to its client `index`, as it sends it.
+  // Called inside the service's Step, which would turn an exception into an
+  // error reply: a failure is kept for ThrowIfFailed instead.
   void ReplySent(int shard, int index, std::span<const std::byte> frame);
+  // After each step: throws the first failure ReplySent found.
+  void ThrowIfFailed() const {
+    if (!failure_.empty()) Fail(failure_);
+  }
   // Whether error `code` answers that append as its verdict says (asked when it is received).
   bool MayRefuse(int client, int shard, uint64_t request_id, int32_t code) const;
 
@@ -106,6 +114,7 @@ class StepModel {
 
   // Judges `append` from `stream` against the reference as it stands; a valid one's steps stay appended.
   Verdict Judge(int shard, int stream, const Append& append);
+  void CheckReply(int shard, int index, std::span<const std::byte> frame);
   void AppendAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame);
   // The drawn items of a sample or shard sample reply: whole, and the reference's bytes.
   void CheckDrawn(int shard, const std::string& what, std::span<const uint64_t> keys,
@@ -121,6 +130,7 @@ class StepModel {
   std::map<RequestKey, std::vector<uint64_t>> updates_;  // sent, not answered yet
   std::map<RequestKey, Verdict> verdicts_;               // refusable appends, until received
   StepCounts counts_;
+  std::string failure_;  // the first failure ReplySent found
 };
 
 }  // namespace perserve::service::simulation
