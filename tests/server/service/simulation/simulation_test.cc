@@ -63,7 +63,7 @@ TEST_F(SimulationTest, ManySeeds) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int64_t steps = 0, failed = 0, ran = 0, deadlines = 0, batches = 0, exact = 0, lent = 0, blocked = 0;
-  SimulationResult step_totals;
+  StepCounts step_totals;
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
   std::array<double, 4> kind_seconds{};
@@ -79,12 +79,7 @@ TEST_F(SimulationTest, ManySeeds) {
     exact += result.exact_batches;
     lent += result.lent_sends;
     blocked += result.blocked_calls;
-    step_totals.step_appends += result.step_appends;
-    step_totals.step_refused += result.step_refused;
-    step_totals.step_items += result.step_items;
-    step_totals.step_drawn += result.step_drawn;
-    step_totals.step_evicted += result.step_evicted;
-    step_totals.step_stale += result.step_stale;
+    step_totals.Add(result.step_counts);
     if (!result.passed) ++failed;
     EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
                                << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
@@ -95,10 +90,10 @@ TEST_F(SimulationTest, ManySeeds) {
   std::cout << "  the client library: " << batches << " batches checked (" << exact
             << " against one replay of the union as it stood), " << lent << " lent sends read when received, "
             << blocked << " waits that ran the simulation\n";
-  std::cout << "  step streams: " << step_totals.step_appends << " appends acknowledged, "
-            << step_totals.step_refused << " refused for their flaws, " << step_totals.step_items
-            << " items created, " << step_totals.step_drawn << " sampled items compared, " << step_totals.step_evicted
-            << " evicted items seen, " << step_totals.step_stale << " stale updates\n";
+  std::cout << "  step streams: " << step_totals.appends << " appends acknowledged, " << step_totals.refused
+            << " refused for their flaws, " << step_totals.items << " items created, " << step_totals.drawn
+            << " sampled items compared, " << step_totals.evicted_seen << " evicted items seen, " << step_totals.stale
+            << " stale updates\n";
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",
                          "step streams (1-3 shards)"};
   for (size_t kind = 0; kind < 4; ++kind) {

@@ -180,13 +180,7 @@ SimulationResult Simulator::Run() {
     result_.exact_batches = counts_.exact_batches;
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
-    const StepCounts& steps = step_model_.counts();
-    result_.step_appends = steps.appends;
-    result_.step_refused = steps.refused;
-    result_.step_items = steps.items;
-    result_.step_drawn = steps.drawn;
-    result_.step_evicted = steps.evicted_seen;
-    result_.step_stale = steps.stale;
+    result_.step_counts = step_model_.counts();
     if (!library_.empty()) {
       Hash64 hash;
       hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
@@ -267,10 +261,6 @@ void Simulator::Start() {
   if (config_.steps.on) {
     step_model_.Start();
     model_.SetStepModel(&step_model_);
-    for (int s = 0; s < shards; ++s) {
-      shards_[static_cast<size_t>(s)].transport->ObserveSends(
-          [this, s](int index, std::span<const std::byte> frame) { step_model_.ReplySent(s, index, frame); });
-    }
   }
   clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &model_, &links_,
                                                 &step_model_);

@@ -25,6 +25,24 @@
 
 namespace perserve::service::simulation {
 
+// What the step streams of a run exercised (StepModel's).
+struct StepCounts {
+  int64_t appends = 0;       // acknowledged
+  int64_t refused = 0;       // refused for their own flaws (as judged)
+  int64_t items = 0;         // created
+  int64_t drawn = 0;         // sampled items whose bytes were compared
+  int64_t evicted_seen = 0;  // held items found evicted (leaf 0) after a step, as the reference said
+  int64_t stale = 0;         // update elements counted stale
+  void Add(const StepCounts& o) {
+    appends += o.appends;
+    refused += o.refused;
+    items += o.items;
+    drawn += o.drawn;
+    evicted_seen += o.evicted_seen;
+    stale += o.stale;
+  }
+};
+
 struct SimulationResult {
   bool passed = true;
   int shards = 1;               // the seed's configuration drew these ...
@@ -39,9 +57,7 @@ struct SimulationResult {
   // The library clients': batches checked (exact: against one replay of the
   // union as it stood), lent columns read at their receipt, waits that ran ticks.
   int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0;
-  // Step streams': appends acknowledged and refused for their flaws, items
-  // created, sampled items compared, evicted items seen, stale updates.
-  int64_t step_appends = 0, step_refused = 0, step_items = 0, step_drawn = 0, step_evicted = 0, step_stale = 0;
+  StepCounts step_counts;  // what the step streams exercised
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.

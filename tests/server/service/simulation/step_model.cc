@@ -29,6 +29,8 @@ StepModel::StepModel(const SimulationConfig& config, const std::vector<ShardLink
 
 void StepModel::Start() {
   for (const ShardLink& link : links_) {
+    const int s = static_cast<int>(shards_.size());
+    link.transport->ObserveSends([this, s](int index, std::span<const std::byte> frame) { ReplySent(s, index, frame); });
     replay::StepOptions options = config_.steps.options;
     options.streams = link.transport->client_count();
     shards_.emplace_back(options, config_.steps.step_schema);

@@ -38,6 +38,7 @@
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/simulation_config.h"
+#include "server/service/simulation/simulator.h"
 
 namespace perserve::service::simulation {
 
@@ -46,22 +47,13 @@ namespace perserve::service::simulation {
 Status CreateStepReplays(const StepStreamsConfig& config, int streams, const replay::ReplayOptions& options,
                          std::unique_ptr<replay::Replay>* items, std::unique_ptr<replay::StepReplay>* steps);
 
-// What the step streams of a run exercised (the many seeds' summary).
-struct StepCounts {
-  int64_t appends = 0;        // acknowledged
-  int64_t refused = 0;        // refused for their own flaws (as judged)
-  int64_t items = 0;          // created
-  int64_t drawn = 0;          // sampled items whose bytes were compared
-  int64_t evicted_seen = 0;   // held items found evicted (leaf 0) after a step, as the reference said
-  int64_t stale = 0;          // update elements counted stale
-};
-
 class StepModel {
  public:
   // `links`: the shards as their clients reach them (a stream per client index there).
   StepModel(const SimulationConfig& config, const std::vector<ShardLink>* links);
 
-  // Once the shards' transports exist: each shard's reference.
+  // Once the shards' transports exist: each shard's reference, and the
+  // transports' observers of what their services send (ReplySent).
   void Start();
 
   // An append `client` sends to `shard` (its whole frame), and an update's keys.
