@@ -131,8 +131,10 @@ TEST_F(SimulationTest, ASeedRunsTheSameEveryTime) {
   if (only_seed_) GTEST_SKIP() << "PERSERVE_SIM_SEED runs one seed";
   // One shard with raw clients; one with library clients (prefetch 2); two
   // and three shards with library actors lending their buffers and learners
-  // sampling over the shards (exact totals, awaited raw samples on 4).
-  for (const uint64_t seed : {3u, 17u, 4242u, 6u, 8u, 4u}) {
+  // sampling over the shards (exact totals, awaited raw samples on 4); step
+  // streams: one shard raw (2-step), one with library clients (sequences),
+  // three shards with a library actor's appends (4-step).
+  for (const uint64_t seed : {3u, 17u, 4242u, 6u, 8u, 4u, 2u, 27u, 20u}) {
     const SimulationResult first = RunSimulation(seed), second = RunSimulation(seed);
     EXPECT_EQ(first.steps, second.steps) << "seed " << seed;
     EXPECT_EQ(first.replies, second.replies) << "seed " << seed;
