@@ -159,8 +159,9 @@ void LibraryActor::ExpectReport(const Status& status, const char* call) {
 
 bool IsRejectionReport(const Status& status) {
   int64_t count = 0;
-  return !status.ok() && (status.message().rfind("an earlier batch was rejected", 0) == 0 ||
-                          std::sscanf(status.message().c_str(), "%" SCNd64 " earlier batches were rejected", &count) == 1);
+  const std::string& message = status.message();
+  return !status.ok() && (message.rfind("an earlier batch was rejected", 0) == 0 ||
+                          std::sscanf(message.c_str(), "%" SCNd64 " earlier batches were rejected", &count) == 1);
 }
 
 void ExpectRejectionReport(int client, const Status& status, const char* call, const SimulatedConnection& connection,

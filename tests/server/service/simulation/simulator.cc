@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "replay/replay.h"
+#include "server/service/simulation/checkpoint_checks.h"
 #include "server/service/simulation/library_actor.h"
 #include "server/service/simulation/library_learner.h"
 #include "server/service/simulation/library_step_actor.h"
@@ -23,7 +24,6 @@
 #include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_model.h"
-#include "service/checkpoint.h"
 #include "service/loopback_transport.h"
 #include "service/replay_service.h"
 
@@ -35,29 +35,6 @@ namespace fs = std::filesystem;
 // Once the clients stop working, the services must reach done() within this
 // many steps (every client reads all its replies each step).
 constexpr int64_t kLivenessSteps = 2000;
-
-// What a replay holds, as a checkpoint keeps it: a checkpoint begun between
-// two steps must restore the replay's snapshot then.
-struct Snapshot {
-  std::string path;  // the checkpoint's
-  uint64_t oldest_key = 0, next_key = 0;
-  std::vector<std::byte> rows;  // every held item, oldest key first, column after column
-  std::vector<double> leaves;
-  bool operator==(const Snapshot&) const = default;
-};
-
-Snapshot TakeSnapshot(const replay::Replay& replay, std::string path) {
-  Snapshot snapshot{std::move(path), replay.oldest_key(), replay.next_key(), {}, {}};
-  std::vector<int64_t> slots;
-  for (uint64_t key = snapshot.oldest_key; key < snapshot.next_key; ++key) {
-    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(replay.capacity())));
-  }
-  snapshot.rows.resize(slots.size() * static_cast<size_t>(replay.store().schema().ItemBytes()));
-  snapshot.leaves.resize(slots.size());
-  replay.store().Gather(slots, snapshot.rows);
-  if (!replay.tree().Get(slots, snapshot.leaves).ok()) throw SimulationFailure("reading a tree's leaves");
-  return snapshot;
-}
 
 // Every configuration's draws: the first two streams' as before, then the
 // third's, then the fourth's (step streams; no checkpoints yet with them).
@@ -131,7 +108,6 @@ class Simulator {
   template <class Fn>
   void WithFileLimit(Fn fn);
   void CheckCheckpoint(int shard);
-  void CheckRestore(int shard, const std::string& path);
   void CheckEnd();
   // What waits: every service's clients and every library client's call.
   std::string DescribeWaits() const;
@@ -418,36 +394,7 @@ void Simulator::CheckCheckpoint(int s) {
   const std::string& path = shard.service->checkpoints()->last_path();
   if (path.empty() || path == shard.last_checked_path) return;
   shard.last_checked_path = path;
-  CheckRestore(s, path);
-}
-
-void Simulator::CheckRestore(int s, const std::string& path) {
-  Shard& shard = shards_[static_cast<size_t>(s)];
-  std::unique_ptr<replay::Replay> restored;
-  Status status = replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &restored);
-  CheckpointState state;
-  std::string loaded;
-  if (status.ok()) status = LoadCheckpoint(path, s, config_.shards, restored.get(), &state, &loaded);
-  if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
-  const Snapshot held = TakeSnapshot(*restored, path);
-  const int64_t count = static_cast<int64_t>(held.leaves.size());
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = 0;
-    if (!ReadRow(held.rows, count, i, config_.pad_bytes, &id)) {
-      throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", path, held.oldest_key + i));
-    }
-    model_.ObservedItem(proto::ShardKey(s, held.oldest_key + static_cast<uint64_t>(i)), id, "a restore of " + path);
-    if (!(held.leaves[i] > 0.0)) throw SimulationFailure(fmt::format("{}: restored leaf {}", path, held.leaves[i]));
-  }
-  if (shard.snapshot && shard.snapshot->path == path) {
-    if (!(held == *shard.snapshot)) {
-      throw SimulationFailure(
-          fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
-                      "restored, {} .. {} then, or other rows or leaves)",
-                      path, held.oldest_key, held.next_key, shard.snapshot->oldest_key, shard.snapshot->next_key));
-    }
-    shard.snapshot.reset();
-  }
+  CheckRestoredCheckpoint(config_, s, shard.replay_options, path, &model_, &shard.snapshot);
 }
 
 std::string Simulator::DescribeWaits() const {

@@ -84,9 +84,9 @@ void SimulatedClients::AppendSteps(int client) {
   const std::vector<std::byte> item_bulk = StepStream::Wire(
       stream.ItemRows(rng, static_cast<int64_t>(items.size())), steps.options.item_columns.size());
   const uint64_t id = state.next_request_id++;
-  const std::vector<std::byte> frame =
-      service_test::Frame(proto::MessageKind::kAddRequest, id, request,
-                          {step_bulk, std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities)), item_bulk});
+  const std::vector<std::byte> frame = service_test::Frame(
+      proto::MessageKind::kAddRequest, id, request,
+      {step_bulk, std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities)), item_bulk});
   model_.SentAppend(client, shard, id, frame);
   if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
   if (random_.tracing()) {

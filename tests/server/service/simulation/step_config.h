@@ -26,8 +26,8 @@ inline constexpr double kStepConfigShare = 0.3;
 
 // Checkpoints of step streams are not written yet (the server refuses them):
 // step seeds draw none. The one place to turn them on once they are; the
-// simulator's restore check (Simulator::CheckRestore) compares transition
-// rows and would need the step ring's too.
+// restore check (checkpoint_checks.h) compares transition rows and would
+// need the step ring's too.
 inline constexpr bool kStepCheckpoints = false;
 
 struct StepStreamsConfig {

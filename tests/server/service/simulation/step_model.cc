@@ -30,7 +30,8 @@ StepModel::StepModel(const SimulationConfig& config, const std::vector<ShardLink
 void StepModel::Start() {
   for (const ShardLink& link : links_) {
     const int s = static_cast<int>(shards_.size());
-    link.transport->ObserveSends([this, s](int index, std::span<const std::byte> frame) { ReplySent(s, index, frame); });
+    link.transport->ObserveSends(
+        [this, s](int index, std::span<const std::byte> frame) { ReplySent(s, index, frame); });
     replay::StepOptions options = config_.steps.options;
     options.streams = link.transport->client_count();
     shards_.emplace_back(options, config_.steps.step_schema);
@@ -148,8 +149,10 @@ void StepModel::CheckReply(int shard, int index, std::span<const std::byte> byte
   const int client = shards_[static_cast<size_t>(shard)].client_of[static_cast<size_t>(index)];
   const uint64_t id = frame.header.request_id;
   const RequestKey key{client, shard, id};
-  const std::string what = fmt::format("client {}{}: the reply to request {}", client,
-                                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", id);
+  const auto what = [&] {
+    return fmt::format("client {}{}: the reply to request {}", client,
+                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", id);
+  };
   if (appends_.count(key) > 0) return AppendAnswered(client, shard, id, frame);
   if (updates_.count(key) > 0) return UpdateAnswered(client, shard, id, frame);
   std::span<const std::byte> bulk = frame.bulk;
@@ -160,13 +163,13 @@ void StepModel::CheckReply(int shard, int index, std::span<const std::byte> byte
     if (!proto::DecodeMeta(frame, &reply).ok()) return;
     const size_t count = static_cast<size_t>(reply.count);
     if (!proto::TakeArray(&bulk, count, &keys).ok() || !proto::TakeArray(&bulk, 2 * count, &skipped).ok()) return;
-    CheckDrawn(shard, what, keys, bulk);
+    CheckDrawn(shard, what(), keys, bulk);
   } else if (frame.kind() == MessageKind::kShardSampleReply) {
     proto::ShardSampleReply reply;
     if (!proto::DecodeMeta(frame, &reply).ok() || reply.count == 0) return;
     const size_t count = static_cast<size_t>(reply.count);
     if (!proto::TakeArray(&bulk, count, &keys).ok() || !proto::TakeArray(&bulk, count, &skipped).ok()) return;
-    CheckDrawn(shard, what, keys, bulk);
+    CheckDrawn(shard, what(), keys, bulk);
   }
 }
 
@@ -174,10 +177,11 @@ void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const
   const auto found = appends_.find(RequestKey{client, shard, request_id});
   const Append append = std::move(found->second);
   appends_.erase(found);
-  const std::string what = fmt::format("client {}{}: append {} (steps {} .. {}, {} items)", client,
-                                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", request_id,
-                                       append.first_step, append.first_step + append.count - 1,
-                                       append.item_steps.size());
+  const auto what = [&] {
+    return fmt::format("client {}{}: append {} (steps {} .. {}, {} items)", client,
+                       config_.shards > 1 ? fmt::format(" (shard {})", shard) : "", request_id, append.first_step,
+                       append.first_step + append.count - 1, append.item_steps.size());
+  };
   if (frame.kind() == MessageKind::kErrorReply) {
     proto::ErrorReply error;
     if (!proto::DecodeMeta(frame, &error).ok()) return;
@@ -189,7 +193,7 @@ void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const
     const Verdict verdict = Judge(shard, Stream(client, shard), append);
     if (!verdict.invalid_argument && !verdict.failed_precondition) {
       Fail(fmt::format("{} was refused ({}), but it was valid when the service answered it (stream of {} steps)",
-                       what, Status::FromCode(error.code, error.message).ToString(),
+                       what(), Status::FromCode(error.code, error.message).ToString(),
                        reference(shard).steps(Stream(client, shard))));
     }
     verdicts_[RequestKey{client, shard, request_id}] = verdict;
@@ -203,13 +207,14 @@ void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const
   Expect(!verdict.invalid_argument && !verdict.failed_precondition, [&] {
     return fmt::format("{} was acknowledged, but it was invalid when the service applied it ({}; the stream held "
                        "{} steps)",
-                       what, verdict.failed_precondition ? "its first step is not the stream's next" : "an item or a count",
+                       what(),
+                       verdict.failed_precondition ? "its first step is not the stream's next" : "an item or a count",
                        reference(shard).steps(stream) - (verdict.invalid_argument ? 0 : append.count));
   });
   Shard& state = shards_[static_cast<size_t>(shard)];
   const uint64_t first_key = proto::LocalKey(reply.first_key);
   Expect(first_key == state.earliest.size() && reply.count == static_cast<int64_t>(append.item_steps.size()), [&] {
-    return fmt::format("{} was acknowledged with {} items from key {}; {} items from key {} expected", what,
+    return fmt::format("{} was acknowledged with {} items from key {}; {} items from key {} expected", what(),
                        reply.count, first_key, append.item_steps.size(), state.earliest.size());
   });
   ++counts_.appends;

@@ -27,7 +27,8 @@ StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
   StepRows rows;
   for (int64_t j = 0; j < count; ++j, ++drawn_) {
     std::vector<std::vector<std::byte>> step;
-    for (const Column& column : config_.step_schema.columns) {
+    for (size_t c = 0; c < config_.step_schema.columns.size(); ++c) {
+      const Column& column = config_.step_schema.columns[c];
       std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
       if (column.name == "done") {
         row[0] = std::byte{DrawEpisodeEnd(rng, config_.episode_end)};
@@ -36,9 +37,9 @@ StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
         const float reward32 = static_cast<float>(reward);
         std::memcpy(row.data(), column.dtype == DType::kFloat32 ? static_cast<const void*>(&reward32) : &reward,
                     row.size());
-      } else {  // obs and action: bytes of this actor's step drawn_ only
+      } else {  // obs and action: bytes of this actor's step drawn_ and this column only
         for (size_t b = 0; b < row.size(); ++b) {
-          row[b] = std::byte{Mix(static_cast<uint64_t>(client_) + 1, static_cast<uint64_t>(drawn_), b + row.size())};
+          row[b] = std::byte{Mix(static_cast<uint64_t>(client_) + 1, static_cast<uint64_t>(drawn_), (c << 16) + b)};
         }
       }
       step.push_back(std::move(row));
