@@ -18,6 +18,9 @@
 //   - an update's counts add up, and keys live throughout are never stale; a
 //     key of another shard is refused;
 //   - at the end, only what the docs allow is unanswered.
+// With step streams, what only they have (an append's verdict, a drawn
+// item's bytes and wholeness, stale updates of evicted items) is the
+// StepModel's (step_model.h).
 // A violation throws SimulationFailure with what broke.
 #pragma once
 

@@ -5,7 +5,8 @@
 // would not stop: requests the server must refuse, pauses in reading, early
 // closes. With several shards an actor talks to its own shard (i mod K), a
 // learner to every shard, each request to one chosen at random. Every
-// request and every reply goes through the ReferenceModel.
+// request and every reply goes through the ReferenceModel. To services of
+// step streams actors append steps instead (step_clients.cc).
 #pragma once
 
 #include <cstddef>
