@@ -8,6 +8,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 out=${1:?usage: bench.sh OUT_DIR [seconds] [seeds] [configs]} seconds=${2:-180} seeds=${3:-0 1 2}
 configs=${4:-1 2 4 4-spi16 baseline}
+build=(); [ -n "${APEX_BUILD:-}" ] && build=(--build "$APEX_BUILD")  # another build tree for apex-dqn.sh
 mkdir -p "$out"
 for seed in $seeds; do
   for actors in $configs; do
@@ -16,10 +17,10 @@ for seed in $seeds; do
       run=("$root/scripts/apex-baseline.sh" --seconds "$seconds" --seed "$seed" --out "$dir")
     elif [ "$actors" = 4-spi16 ]; then
       dir="$out/apex-4-spi16-seed$seed"
-      run=("$root/scripts/apex-dqn.sh" --actors 4 --samples-per-insert 16 --seconds "$seconds" --seed "$seed" --out "$dir")
+      run=("$root/scripts/apex-dqn.sh" --actors 4 --samples-per-insert 16 --seconds "$seconds" --seed "$seed" --out "$dir" "${build[@]}")
     else
       dir="$out/apex-$actors-seed$seed"
-      run=("$root/scripts/apex-dqn.sh" --actors "$actors" --seconds "$seconds" --seed "$seed" --out "$dir")
+      run=("$root/scripts/apex-dqn.sh" --actors "$actors" --seconds "$seconds" --seed "$seed" --out "$dir" "${build[@]}")
     fi
     mkdir -p "$dir"
     echo "$(date -u +%T) $dir: load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/bench.log"
