@@ -44,14 +44,14 @@ limiter=()
 if [ "$spi" != 0 ]; then
   limiter=(--samples-per-insert "$spi" --error-buffer "$(awk "BEGIN { print 50 * $spi + 512 }")")
 fi
-# Schema: one 3-step transition an item; reward is the 3-step return and
-# discount the bootstrap factor (gamma^k, 0 where the episode terminated).
-# --priority-eps: a |TD| of 0 stays sampleable. No done column: the server's
-# per-episode return stats would sum 3-step returns, so they are left off.
+# Step streams (docs/steps.md): actors append each step once (obs, action,
+# reward, done: 1 terminated, 2 the bootstrap step of an episode cut off at
+# 500 steps) and the server returns 3-step transitions (obs, action, return,
+# discount, next_obs). --priority-eps: a |TD| of 0 stays sampleable.
 mpirun \
   -np 1 "$server" --capacity 100000 --alpha 0.6 --min-size-to-sample 2000 --priority-eps 1e-3 \
-        --column obs:float32:4 --column action:int64 --column reward:float32 --column next_obs:float32:4 \
-        --column discount:float32 --stats-interval 0 --seed "$seed" "${limiter[@]}" : \
+        --column obs:float32:4 --column action:int64 --column reward:float32 --column done:uint8 \
+        --n-step 3 --discount 0.99 --stats-interval 0 --seed "$seed" "${limiter[@]}" : \
   -np "$actors" "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" --samples-per-insert "$spi" "$@" : \
   -np 1 "$python" -m mpi4py "$apex/apex.py" --seconds "$seconds" --seed "$seed" --out "$out" --samples-per-insert "$spi" "$@"
 if [ -n "$expect" ]; then

@@ -34,10 +34,12 @@ int ScalarColumn(const Schema& schema, std::string_view name) {
 
 }  // namespace
 
-EpisodeTracker::EpisodeTracker(const Schema& schema, std::string_view reward, std::string_view done, int streams)
+EpisodeTracker::EpisodeTracker(const Schema& schema, std::string_view reward, std::string_view done, int streams,
+                               bool bootstrap_steps)
     : schema_(schema),
       reward_column_(ScalarColumn(schema, reward)),
       done_column_(ScalarColumn(schema, done)),
+      bootstrap_steps_(bootstrap_steps),
       carries_(static_cast<size_t>(streams)) {}
 
 void EpisodeTracker::Observe(int stream, int64_t count, std::span<const std::byte> columns) {
@@ -75,7 +77,9 @@ void EpisodeTracker::Scan(int stream, int64_t count, const std::byte* reward_dat
   lengths_.resize(n);
   for (size_t j = 0; j < n; ++j) {
     rewards_[j] = ReadAsDouble(reward_data, schema_.columns[reward_column_].dtype, static_cast<int64_t>(j));
-    dones_[j] = ReadAsDouble(done_data, schema_.columns[done_column_].dtype, static_cast<int64_t>(j)) != 0.0;
+    const double done = ReadAsDouble(done_data, schema_.columns[done_column_].dtype, static_cast<int64_t>(j));
+    dones_[j] = done != 0.0;
+    if (bootstrap_steps_ && done == 2.0) rewards_[j] = ones_[j] = 0.0;  // not a step of the episode's
   }
   Carry& carry = carries_[stream];
   // Episode returns and episode lengths (a running count: the sum of ones).

@@ -34,7 +34,11 @@ struct EpisodeCarry {
 class EpisodeTracker {
  public:
   // Tracking is on only if `reward` and `done` name scalar columns of `schema`.
-  EpisodeTracker(const Schema& schema, std::string_view reward, std::string_view done, int streams);
+  // With `bootstrap_steps` (step streams, docs/steps.md), a done of 2 marks a
+  // truncated episode's bootstrap step: it ends the episode, but its reward
+  // and the step itself are not counted in the episode's return and length.
+  EpisodeTracker(const Schema& schema, std::string_view reward, std::string_view done, int streams,
+                 bool bootstrap_steps = false);
 
   bool enabled() const { return reward_column_ >= 0 && done_column_ >= 0; }
 
@@ -63,6 +67,7 @@ class EpisodeTracker {
   const Schema& schema_;
   int reward_column_ = -1;
   int done_column_ = -1;
+  bool bootstrap_steps_ = false;
   std::vector<Carry> carries_;
   // The interval's tally.
   int64_t episodes_ = 0;

@@ -72,12 +72,18 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
   item.episode_start = first.episode_start;
   assert(item.t >= steps_.stream_oldest(item.stream));
   if (options_.kind == StepOptions::Kind::kNStep) {
-    // The return's recurrence, exactly as step_replay.h states it.
+    // The return's recurrence, exactly as step_replay.h states it. A
+    // truncated episode's bootstrap step (never t itself) ends the sum
+    // before its reward, and is the successor.
     double ret = 0.0, g = 1.0;
     bool ended = false;
     item.valid = options_.n_step;
     for (int64_t j = 0; j < options_.n_step; ++j) {
       const store::StepInfo& step = steps_.Info(steps_.KeyOf(item.stream, item.t + j));
+      if (step.done == store::kTruncated) {
+        item.valid = j;
+        break;
+      }
       ret += g * step.reward;
       g *= options_.discount;
       if (step.done != 0) {

@@ -30,8 +30,9 @@ struct StepReplay::RequestView {
   uint64_t Key(int64_t i) const {
     return i >= old_steps ? first_new_key + static_cast<uint64_t>(i - old_steps) : store.KeyOf(stream, i);
   }
-  bool Done(int64_t i) const {
-    return i >= old_steps ? done[static_cast<size_t>(i - old_steps)] != 0 : store.Info(Key(i)).done != 0;
+  // 0, store::kTerminal or store::kTruncated.
+  uint8_t Done(int64_t i) const {
+    return i >= old_steps ? done[static_cast<size_t>(i - old_steps)] : store.Info(Key(i)).done;
   }
   int64_t EpisodeStart(int64_t i) const {
     return i >= old_steps ? episode_start[static_cast<size_t>(i - old_steps)] : store.Info(Key(i)).episode_start;
@@ -86,6 +87,9 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
     return refuse(fmt::format("the ring no longer holds it (the stream holds steps {} .. {})", request.oldest,
                               request.old_steps - 1));
   }
+  if (request.Done(t) == store::kTruncated) {
+    return refuse("it is a truncated episode's bootstrap observation (done 2): items end there, none starts there");
+  }
   const int64_t episode_start = request.EpisodeStart(t);
   const int64_t earliest = std::max(episode_start, t - layout_.max_depth + 1);
   if (earliest < request.oldest || request.Key(earliest) < request.oldest_key_after) {
@@ -104,7 +108,7 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
   // item whole (ending at `last` itself: `last` is in anyway).
   const int64_t last = n_step ? t + options_.n_step : t + options_.sequence_length - 1;
   for (int64_t i = t; i <= std::min(last, request.new_steps - 1); ++i) {
-    if (request.Done(i)) {
+    if (request.Done(i) != 0) {
       *earliest_key = request.Key(earliest);
       return Status::Ok();
     }
@@ -183,7 +187,7 @@ Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::sp
   int64_t episode_start = steps_.next_episode_start(stream);
   for (int64_t j = 0; j < steps; ++j) {
     request_episode_start_[j] = episode_start;
-    request_done_[j] = steps_.BulkDone(step_columns, steps, j) != 0 ? 1 : 0;
+    request_done_[j] = steps_.BulkDone(step_columns, steps, j);
     if (request_done_[j] != 0) episode_start = old_steps + j + 1;
   }
   const RequestView request{steps_,

@@ -6,8 +6,13 @@
 // Steps and episodes
 // - Stream s (0 .. streams-1) appends steps with indices 0, 1, ... Every step
 //   has every step column, among them a scalar float32/float64 reward and a
-//   scalar uint8 done. done nonzero marks the episode's last step (terminal);
-//   the stream's next step begins a new episode. Episodes never cross: n-step
+//   scalar uint8 done: 0 (the episode goes on), 1 (terminal: the episode
+//   ended with this step's action) or 2 (truncated: the episode was cut off,
+//   by a time limit say, and this step is its bootstrap step, holding the
+//   observation it was cut off at; its other columns are returned but its
+//   reward is never summed, and no item starts at it). Either nonzero value
+//   marks the episode's last step; the stream's next step begins a new
+//   episode. Episodes never cross: n-step
 //   returns stop at the end, stacks put zero frames before the episode's
 //   first step (Dopamine's convention), sequences zero and mask steps past
 //   the end.
@@ -19,22 +24,25 @@
 // Items (one kind per replay). In each layout below, "c" runs over the step
 // columns in step-schema order; the item columns come last, as sent.
 // - kNStep (n >= 1, discount G in [0, 1]): the item at step t. e is the
-//   episode's last step if it ends at some e <= t+n-1; then n' = e-t+1, else
+//   episode's last step if it ends at some e <= t+n; then n' = e-t+1 when e
+//   is terminal (e <= t+n-1), n' = e-t when e is a bootstrap step; else
 //   n' = n. Creatable once step t+n is appended, or once the episode ended at
-//   e <= t+n-1. Layout:
+//   e <= t+n. Layout:
 //     c (every column but reward and done): c.shape, or c.shape + [k] stacked;
 //     return   float64: R = 0; g = 1; for j in 0 .. n'-1: R += g * r_{t+j};
 //              g *= G (in double, rewards converted to double);
-//     discount float64: g (= G^n') when the episode did not end within the n'
-//              steps, else 0;
+//     discount float64: g (= G^n') unless a terminal step is among the n'
+//              steps, else 0 (a truncated episode bootstraps: g);
 //     next_c   for each column named in stacks, in step-schema order: c's
-//              shape, the value (stacked the same way) at step t+n'; all
+//              shape, the value (stacked the same way) at step t+n' (a
+//              truncated episode's bootstrap step when it is within n); all
 //              zeros when the discount is 0 (the episode ended, or G^n' is 0).
 //   With no stacks given and a step column named obs, stacks is obs:1 (so
 //   next_obs comes back); kNStep with no stacked column at all is an error.
 // - kSequence (length L >= 1, period P in [1, L]): the item at step t covers
-//   t .. t+L-1. t minus its episode's first index must be a multiple of P.
-//   Creatable once step t+L-1 is appended, or once the episode ended at some
+//   t .. t+L-1 (a bootstrap step among them is a step like the others, with
+//   mask 1 and done 2). t minus its episode's first index must be a multiple
+//   of P. Creatable once step t+L-1 is appended, or once the episode ended at some
 //   e < t+L-1. Layout:
 //     c (every column, reward and done too): [L] + c.shape (+ [k] stacked),
 //              steps past the episode's end all zeros;
@@ -85,7 +93,7 @@ struct StepOptions {
   int sequence_period = 0;        // kSequence: P in [1, L]
   std::vector<std::pair<std::string, int>> stacks;  // step column -> depth >= 1 (depth 1: not stacked)
   std::string reward_column = "reward";  // scalar float32 or float64 step column
-  std::string done_column = "done";      // scalar uint8 step column: nonzero marks an episode's last step
+  std::string done_column = "done";      // scalar uint8 step column: 0, 1 (terminal) or 2 (truncated: bootstrap step)
   std::vector<Column> item_columns;      // columns an actor sends with each item (e.g. a recurrent state)
   int64_t step_capacity = int64_t{1} << 21;  // steps the ring holds (all streams together)
   int streams = 1;                        // stream ids are 0 .. streams-1 (the service's client ids)

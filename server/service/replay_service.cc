@@ -59,7 +59,7 @@ ReplayService::ReplayService(replay::Replay* replay, replay::StepReplay* steps, 
                        [this] { StopServing(); }}),
       stats_(options.stats_interval_seconds),
       episodes_(steps != nullptr ? steps->step_schema() : replay->store().schema(), options_.reward_column,
-                options_.done_column, transport->client_count()) {
+                options_.done_column, transport->client_count(), /*bootstrap_steps=*/steps != nullptr) {
   // Samples of steps are assembled (stacked, n-step returns) into the reply: there are no rows to lend.
   if (steps_ != nullptr) options_.zero_copy_min_row_bytes = -1;
 }

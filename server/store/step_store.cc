@@ -3,6 +3,8 @@
 #include <cassert>
 #include <cstring>
 
+#include <fmt/format.h>
+
 namespace perserve::store {
 
 StepStore::StepStore(Schema schema, int64_t capacity, int streams, int reward_column, int done_column,
@@ -35,6 +37,20 @@ double StepStore::BulkReward(std::span<const std::byte> bulk, int64_t steps, int
   return reward;
 }
 
+Status StepStore::CheckBatch(int64_t steps, std::span<const std::byte> bulk) const {
+  PERSERVE_RETURN_IF_ERROR(columns_.CheckBatch(steps, bulk));
+  for (int64_t j = 0; j < steps; ++j) {
+    const uint8_t done = BulkDone(bulk, steps, j);
+    if (done > kTruncated) {
+      return Status::InvalidArgument(fmt::format(
+          "step {} of the batch has done {}: 0 (the episode goes on), {} (it ended with this step's action) or {} "
+          "(it was cut off, and this step holds the observation it was cut off at)",
+          j, done, kTerminal, kTruncated));
+    }
+  }
+  return Status::Ok();
+}
+
 void StepStore::Append(int stream, int64_t steps, std::span<const std::byte> bulk) {
   // The steps about to be overwritten leave their streams: each is its
   // stream's oldest (keys grow with the index within a stream).
@@ -52,7 +68,7 @@ void StepStore::Append(int stream, int64_t steps, std::span<const std::byte> bul
     info.episode_start = s.next_episode_start;
     info.reward = BulkReward(bulk, steps, j);
     info.stream = stream;
-    info.done = BulkDone(bulk, steps, j) != 0 ? 1 : 0;
+    info.done = BulkDone(bulk, steps, j);
     s.keys.push_back(key);
     ++s.steps;
     if (info.done != 0) s.next_episode_start = s.steps;

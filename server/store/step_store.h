@@ -8,9 +8,12 @@
 //   stream). Within a stream keys grow with the index, so the ring drops each
 //   stream's steps oldest first: a stream holds a contiguous run of indices,
 //   stream_oldest(s) .. stream_steps(s) - 1, and KeyOf maps them to keys.
-// - The done column's nonzero marks an episode's last step; the stream's next
-//   step begins a new episode. Each step keeps its episode's first index, its
-//   done flag and its reward (as a double) beside its columns.
+// - The done column marks an episode's last step (kTerminal: its action ended
+//   the episode; kTruncated: the episode was cut off, and this step holds the
+//   observation it was cut off at); the stream's next step begins a new
+//   episode. Any other nonzero value is refused (CheckBatch). Each step keeps
+//   its episode's first index, its done value and its reward (as a double)
+//   beside its columns.
 //
 // Columns live in a TransitionStore (page memory, untouched until written);
 // the per-step bookkeeping is 32 bytes a slot plus 8 a held step in its
@@ -28,13 +31,17 @@
 
 namespace perserve::store {
 
+// A step's done value: 0, the episode goes on.
+inline constexpr uint8_t kTerminal = 1;   // the episode ended with this step's action (no bootstrap)
+inline constexpr uint8_t kTruncated = 2;  // the episode was cut off: this step is its bootstrap observation
+
 // What the store keeps of a step beside its columns.
 struct StepInfo {
   int64_t index = 0;          // in its stream
   int64_t episode_start = 0;  // the stream index of its episode's first step
   double reward = 0.0;
   int32_t stream = 0;
-  uint8_t done = 0;
+  uint8_t done = 0;  // 0, kTerminal or kTruncated
 };
 
 class StepStore {
@@ -83,9 +90,9 @@ class StepStore {
   // after column, checked by CheckBatch).
   uint8_t BulkDone(std::span<const std::byte> bulk, int64_t steps, int64_t j) const;
   double BulkReward(std::span<const std::byte> bulk, int64_t steps, int64_t j) const;
-  Status CheckBatch(int64_t steps, std::span<const std::byte> bulk) const {
-    return columns_.CheckBatch(steps, bulk);
-  }
+  // A batch's byte counts, and every done value 0, kTerminal or kTruncated
+  // (InvalidArgument naming the step and value).
+  Status CheckBatch(int64_t steps, std::span<const std::byte> bulk) const;
 
   // Appends a checked batch of `steps` (1 .. capacity) steps to `stream`:
   // keys next_key() .., indices stream_steps(stream) ..; the steps they

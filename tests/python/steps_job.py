@@ -37,9 +37,17 @@ BATCHES = 60
 BATCH = 32
 
 
+def done_value(actor: int, index: int) -> int:
+    """Episodes of 1 to 11 steps, a function of the step: 1 where one ends
+    (terminal), 2 where one is cut off (this step holds the observation it was
+    cut off at: a truncated episode's bootstrap step), else 0."""
+    if (index * 7 + actor * 3) % 11 == 0:
+        return 1
+    return 2 if (index * 13 + actor) % 17 == 0 else 0
+
+
 def episode_ends(actor: int, index: int) -> bool:
-    """Episodes of 1 to 11 steps, a function of the step."""
-    return (index * 7 + actor * 3) % 11 == 0 or (index * 13 + actor) % 17 == 0
+    return done_value(actor, index) != 0
 
 
 def frame(actor: int, index: int) -> np.ndarray:
@@ -54,7 +62,7 @@ def step(actor: int, index: int) -> dict:
         "obs": frame(actor, index),
         "action": np.int32(index * 3 + actor),
         "reward": np.float32((index % 9) * 0.375 - 1.0 + actor),
-        "done": np.uint8(episode_ends(actor, index)),
+        "done": np.uint8(done_value(actor, index)),
     }
 
 
@@ -82,13 +90,17 @@ def stacked(actor: int, index: int, depth: int) -> np.ndarray:
 
 def expected_nstep(actor: int, t: int, mode: dict) -> dict:
     n, discount = mode["n"], mode["discount"]
-    last = episode_last(actor, t, t + n)
-    n_used = n if last < 0 else last - t + 1
-    ret, g = 0.0, 1.0
-    for j in range(n_used):
+    ret, g, n_used, terminal = 0.0, 1.0, n, False
+    for j in range(n):
+        done = done_value(actor, t + j)
+        if done == 2:  # truncated: bootstrap from this step, without its reward
+            n_used = j
+            break
         ret += g * float(step(actor, t + j)["reward"])
         g *= discount
-    terminal = last >= 0
+        if done == 1:
+            n_used, terminal = j + 1, True
+            break
     return {
         "obs": stacked(actor, t, mode["stack"]),
         "action": np.int32(t * 3 + actor),
@@ -121,6 +133,8 @@ def item_steps(actor: int, appended: int, made: int, mode: dict) -> list:
     """The steps below `appended` (from `made` on) whose items can be created now."""
     ready = []
     for t in range(made, appended):
+        if done_value(actor, t) == 2:
+            continue  # a bootstrap step: no item starts there
         if mode["length"]:
             if (t - episode_start(actor, t)) % mode["period"] != 0:
                 continue

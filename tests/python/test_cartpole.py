@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "examples", "apex"))
 
-from agent import NStepBuffer, apex_epsilon  # noqa: E402
+from agent import NStepBuffer, StepStream, apex_epsilon  # noqa: E402
 from cartpole import MAX_STEPS, THETA_LIMIT, CartPole, CartPoleBatch, dynamics  # noqa: E402
 from replay import PrioritizedReplay  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_n_step_returns_bootstrap_except_where_the_episode_terminated():
         buffer.step(obs[t], t % 2, float(t + 1), obs[t + 1], terminated=(t == 3), truncated=False)
     out = buffer.take()
     assert len(buffer) == 0
-    np.testing.assert_allclose(out["reward"], [1 + 2 * 0.5 + 3 * 0.25, 2 + 3 * 0.5 + 4 * 0.25, 3 + 4 * 0.5, 4])
+    np.testing.assert_allclose(out["return"], [1 + 2 * 0.5 + 3 * 0.25, 2 + 3 * 0.5 + 4 * 0.25, 3 + 4 * 0.5, 4])
     np.testing.assert_array_equal(out["discount"], [0.125, 0.0, 0.0, 0.0])
     np.testing.assert_array_equal(out["next_obs"][:, 0], [3, 4, 4, 4])
     np.testing.assert_array_equal(out["action"], [0, 1, 0, 1])
@@ -117,6 +117,41 @@ def test_a_truncated_episode_still_bootstraps():
     buffer.step(np.zeros(4), 0, 1.0, np.ones(4), terminated=False, truncated=False)
     buffer.step(np.ones(4), 0, 1.0, np.full(4, 2.0), terminated=False, truncated=True)
     np.testing.assert_array_equal(buffer.take()["discount"], [0.25, 0.5])
+
+
+def test_a_step_stream_sends_each_step_once_and_makes_items_once_whole():
+    stream = StepStream(3, 0.5, first_index=10)
+    obs = [np.full(4, i, dtype=np.float32) for i in range(9)]
+    # An episode of 4 steps that terminates, then one of 3 cut off by the step limit.
+    for t in range(4):
+        stream.step(obs[t], t % 2, float(t + 1), obs[t + 1], terminated=(t == 3), truncated=False)
+    steps, items, transitions = stream.take()
+    np.testing.assert_array_equal(steps["done"], [0, 0, 0, 1])
+    np.testing.assert_array_equal(items, [10, 11, 12, 13])  # all whole: the episode ended
+    np.testing.assert_array_equal(transitions["discount"], [0.125, 0.0, 0.0, 0.0])
+    for t in range(5, 8):
+        stream.step(obs[t], 1, 1.0, obs[t + 1], terminated=False, truncated=(t == 7))
+        if t == 5:
+            assert stream.ready == []  # step 14 needs step 17
+    steps, items, transitions = stream.take()
+    np.testing.assert_array_equal(steps["done"], [0, 0, 0, 2])  # the bootstrap step holds obs[8]
+    np.testing.assert_array_equal(steps["obs"][:, 0], [5, 6, 7, 8])
+    np.testing.assert_array_equal(items, [14, 15, 16])  # none starts at the bootstrap step (17)
+    np.testing.assert_array_equal(transitions["discount"], [0.125, 0.25, 0.5])  # the server's G^n'
+    np.testing.assert_allclose(transitions["return"], [1.75, 1.5, 1.0])
+    np.testing.assert_array_equal(transitions["next_obs"][:, 0], [8, 8, 8])
+    assert stream.next_index == 18 and len(stream) == 0
+
+
+def test_a_step_streams_items_wait_for_their_n_step_successor():
+    stream = StepStream(2, 0.9, first_index=0)
+    o = np.zeros(4, dtype=np.float32)
+    for t in range(4):
+        stream.step(o, 0, 1.0, o, terminated=False, truncated=False)
+    steps, items, transitions = stream.take()
+    assert len(steps["done"]) == 4
+    np.testing.assert_array_equal(items, [0, 1])  # 2 needs step 4
+    assert len(transitions["action"]) == 2 and len(stream.nstep) == 1  # the third one waits for its item
 
 
 def test_apex_epsilons():

@@ -1,6 +1,7 @@
 """The pieces an Ape-X DQN agent and its baseline share: the Q-network, a
 NumPy copy of it for acting, n-step transitions with their initial
-priorities, the double-DQN learner and the greedy evaluation.
+priorities, an actor's steps for the server's step stream, the double-DQN
+learner and the greedy evaluation.
 
 The learner trains with PyTorch (Debian's python3-torch); actors need only
 NumPy: they act and compute initial priorities from a flat copy of the
@@ -33,7 +34,7 @@ class Config:
     priority_eps: float = 1e-3
     capacity: int = 100_000
     min_size_to_sample: int = 2000
-    add_batch: int = 50  # transitions an actor sends at once
+    add_batch: int = 50  # environment steps an actor sends at once
     eval_episodes: int = 20
     eval_every_seconds: float = 2.0
     solved_return: float = 475.0
@@ -77,15 +78,16 @@ class FlatWeights:
 
 
 class NStepBuffer:
-    """Turns one environment's steps into n-step transitions: (obs, action,
-    return of up to n rewards, the observation n steps on, the discount to
-    bootstrap with: gamma^k, or 0 where the episode terminated). A truncated
+    """Turns one environment's steps into n-step transitions, in the layout
+    the server's step streams return (docs/steps.md): obs, action, the return
+    of up to n rewards, the discount to bootstrap with (gamma^k, or 0 where
+    the episode terminated) and the observation n steps on. A truncated
     episode (the step limit) still bootstraps."""
 
     def __init__(self, n: int, gamma: float) -> None:
         self.n, self.gamma = n, gamma
         self.pending: deque = deque()
-        self.out = {"obs": [], "action": [], "reward": [], "next_obs": [], "discount": []}
+        self.out = {"obs": [], "action": [], "return": [], "next_obs": [], "discount": []}
 
     def __len__(self) -> int:
         return len(self.out["action"])
@@ -105,17 +107,76 @@ class NStepBuffer:
         for name, value in zip(self.out, (obs, action, ret, next_obs, discount)):
             self.out[name].append(value)
 
-    def take(self) -> dict[str, np.ndarray]:
-        """The transitions made so far, as the replay's columns; then empty."""
-        out = self.out
-        self.out = {name: [] for name in out}
-        return {"obs": np.array(out["obs"], dtype=np.float32), "action": np.array(out["action"], dtype=np.int64),
-                "reward": np.array(out["reward"], dtype=np.float32),
-                "next_obs": np.array(out["next_obs"], dtype=np.float32),
+    def take(self, count: int | None = None) -> dict[str, np.ndarray]:
+        """The first `count` transitions made so far (all of them by default),
+        as the replay's columns; they leave the buffer."""
+        count = len(self) if count is None else count
+        out = {name: values[:count] for name, values in self.out.items()}
+        self.out = {name: values[count:] for name, values in self.out.items()}
+        return {"obs": np.array(out["obs"], dtype=np.float32).reshape(-1, OBS_SIZE),
+                "action": np.array(out["action"], dtype=np.int64),
+                "return": np.array(out["return"], dtype=np.float32),
+                "next_obs": np.array(out["next_obs"], dtype=np.float32).reshape(-1, OBS_SIZE),
                 "discount": np.array(out["discount"], dtype=np.float32)}
 
 
-def act(env: CartPole, q: FlatWeights, nstep: NStepBuffer, obs: np.ndarray, epsilon: float,
+class StepStream:
+    """One actor's environment steps for a server of step streams
+    (`perserve-server --n-step n --discount gamma`, docs/steps.md): each step
+    (obs, action, reward, done) is sent once, and the server computes the
+    n-step transitions. done is 1 where the episode terminated; where it was
+    cut off (the step limit), one more step holds the observation it was cut
+    off at, with done 2, and the last transitions bootstrap from it.
+
+    The transition at stream index t can be created once step t + n is
+    appended, or its episode has ended; `take()` gives the steps so far and
+    the indices of the items now whole, with the same transitions (from an
+    NStepBuffer, which makes them in the same order) for their initial
+    priorities."""
+
+    def __init__(self, n: int, gamma: float, first_index: int) -> None:
+        self.n = n
+        self.nstep = NStepBuffer(n, gamma)
+        self.next_index = first_index  # the stream index the next step gets
+        self.open: deque = deque()  # this episode's steps whose items are not whole yet
+        self.ready: list[int] = []
+        self.steps: dict[str, list] = {"obs": [], "action": [], "reward": [], "done": []}
+
+    def __len__(self) -> int:
+        return len(self.steps["done"])
+
+    def _append(self, obs, action: int, reward: float, done: int) -> None:
+        for name, value in zip(self.steps, (obs, action, reward, done)):
+            self.steps[name].append(value)
+        self.next_index += 1
+
+    def step(self, obs, action, reward, next_obs, terminated: bool, truncated: bool) -> None:
+        self.nstep.step(obs, action, reward, next_obs, terminated, truncated)
+        self.open.append(self.next_index)
+        self._append(obs, action, reward, 1 if terminated else 0)
+        if truncated and not terminated:
+            self._append(next_obs, 0, 0.0, 2)  # the bootstrap step
+        if terminated or truncated:
+            self.ready.extend(self.open)
+            self.open.clear()
+        while self.open and self.open[0] + self.n < self.next_index:
+            self.ready.append(self.open.popleft())
+
+    def take(self) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+        """(the steps' columns, the stream indices of the items now whole,
+        their n-step transitions); all three leave the stream."""
+        steps = {"obs": np.array(self.steps["obs"], dtype=np.float32).reshape(-1, OBS_SIZE),
+                 "action": np.array(self.steps["action"], dtype=np.int64),
+                 "reward": np.array(self.steps["reward"], dtype=np.float32),
+                 "done": np.array(self.steps["done"], dtype=np.uint8)}
+        items = np.array(self.ready, dtype=np.int64)
+        transitions = self.nstep.take(len(items))
+        self.steps = {name: [] for name in self.steps}
+        self.ready = []
+        return steps, items, transitions
+
+
+def act(env: CartPole, q: FlatWeights, nstep: NStepBuffer | StepStream, obs: np.ndarray, epsilon: float,
         rng: np.random.Generator) -> tuple[np.ndarray, bool]:
     """One epsilon-greedy environment step, its transition into `nstep`: the
     observation to act on next (a reset one after an episode ends) and
@@ -132,7 +193,7 @@ def initial_priorities(q: FlatWeights, columns: dict[str, np.ndarray]) -> np.nda
     """|n-step TD error| under the actor's copy of the network (Ape-X)."""
     q_obs = q.q_values(columns["obs"])[np.arange(len(columns["action"])), columns["action"]]
     q_next = q.q_values(columns["next_obs"]).max(axis=1)
-    return np.abs(columns["reward"] + columns["discount"] * q_next - q_obs)
+    return np.abs(columns["return"] + columns["discount"] * q_next - q_obs)
 
 
 def evaluate(q: FlatWeights, episodes: int, seed: int) -> float:
@@ -169,7 +230,7 @@ class DoubleDQN:
         torch = self.torch
         obs = torch.from_numpy(np.asarray(columns["obs"], dtype=np.float32))
         action = torch.from_numpy(np.asarray(columns["action"], dtype=np.int64))
-        ret = torch.from_numpy(np.asarray(columns["reward"], dtype=np.float32))
+        ret = torch.from_numpy(np.asarray(columns["return"], dtype=np.float32))
         next_obs = torch.from_numpy(np.asarray(columns["next_obs"], dtype=np.float32))
         discount = torch.from_numpy(np.asarray(columns["discount"], dtype=np.float32))
         is_weights = torch.from_numpy(np.asarray(weights, dtype=np.float32))
@@ -195,7 +256,7 @@ class DoubleDQN:
         with torch.no_grad():
             obs, next_obs = torch.from_numpy(columns["obs"]), torch.from_numpy(columns["next_obs"])
             best = self.online(next_obs).argmax(dim=1, keepdim=True)
-            target = torch.from_numpy(columns["reward"]) + torch.from_numpy(columns["discount"]) * \
+            target = torch.from_numpy(columns["return"]) + torch.from_numpy(columns["discount"]) * \
                 self.target(next_obs).gather(1, best).squeeze(1)
             q = self.online(obs).gather(1, torch.from_numpy(columns["action"]).unsqueeze(1)).squeeze(1)
             return (target - q).abs().numpy().astype(np.float64)

@@ -6,16 +6,18 @@ runs, under mpirun, perserve-server (rank 0), the actors and the learner (the
 last rank), all with this file (`python3 -m mpi4py apex.py`).
 
 Actor i acts epsilon-greedily with eps_i = 0.4^(1 + 7 i / (N - 1)) from its
-NumPy copy of the network, makes 3-step transitions and their initial
-priorities (|TD| under that copy) and adds them 50 at a time (without
-blocking: an actor the server's rate limiter holds back keeps taking weight
-rounds). The learner samples 512 (prefetching), takes a double-DQN step,
+NumPy copy of the network and appends its steps to its stream on the server
+50 at a time (`perserve-server --n-step 3`: each step is sent once, and the
+server computes the 3-step transitions), creating the items those steps made
+whole with their initial priorities (|3-step TD| under that copy). It does
+not block: an actor the server's rate limiter holds back keeps taking weight
+rounds. The learner samples 512 (prefetching), takes a double-DQN step,
 sends |TD| back as priorities, and every `--sync-every` steps publishes its
 weights with perserve.WeightBroadcast over the peers communicator (every rank
 but the server's): rounds of MPI_Ibcast that actors poll once per
 environment step, so neither side waits for the other; the last round tells
-the actors to stop. The learner counts environment steps as the transitions
-the replay received (Learner.info), evaluates the greedy policy (20
+the actors to stop. The learner counts environment steps as the items the
+replay received (Learner.info: one a step), evaluates the greedy policy (20
 episodes) every 2 s and stops when the mean reaches 475 or time is up.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 import perserve
-from agent import Config, DoubleDQN, FlatWeights, NStepBuffer, act, apex_epsilon, evaluate, initial_priorities, num_weights
+from agent import Config, DoubleDQN, FlatWeights, StepStream, act, apex_epsilon, evaluate, initial_priorities, num_weights
 from cartpole import CartPole
 from results import RunLog
 
@@ -69,7 +71,7 @@ def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> Non
                 next_sync = dqn.steps + args.sync_every
             if log.seconds() >= next_eval:
                 seconds = log.seconds()
-                env_steps = learner.info().items_added  # a transition per environment step
+                env_steps = learner.info().items_added  # an item per environment step
                 mean = evaluate(FlatWeights(dqn.flat_weights(flat)), config.eval_episodes,
                                 seed=args.seed * 1000 + len(log.evaluations))
                 solved = log.record(mean, env_steps, dqn.steps, seconds)
@@ -90,8 +92,10 @@ def run_actor(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
     epsilon = apex_epsilon(index, actors)
     rng = np.random.default_rng([args.seed, index])
     env = CartPole(seed=int(rng.integers(2**63)))
-    nstep = NStepBuffer(config.n_step, config.gamma)
     with perserve.Actor(comm) as actor:
+        if not actor.stores_steps:
+            raise RuntimeError("apex.py: the server must store step streams (perserve-server --n-step 3)")
+        stream = StepStream(config.n_step, config.gamma, actor.steps_appended)
         peers = actor.peers()
         weights = perserve.WeightBroadcast(peers)  # the learner's first weights
         q = FlatWeights(weights.weights)
@@ -100,14 +104,15 @@ def run_actor(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
         while not weights.stopped:
             if weights.poll() is not None and not weights.stopped:  # the newest round's weights
                 q = FlatWeights(weights.weights)
-            obs, ended = act(env, q, nstep, obs, epsilon, rng)
+            obs, ended = act(env, q, stream, obs, epsilon, rng)
             steps += 1
             episodes += ended
-            if len(nstep) >= config.add_batch:
-                columns = nstep.take()
+            if len(stream) >= config.add_batch:
+                columns, items, transitions = stream.take()
+                priorities = initial_priorities(q, transitions)
                 # The server's rate limiter may hold this actor back: wait for
                 # it here, still taking weight rounds (and the stop).
-                while not actor.add(columns, priorities=initial_priorities(q, columns), block=False):
+                while not actor.append(columns, items=items, priorities=priorities, block=False):
                     held += 1
                     if weights.poll() is not None and not weights.stopped:
                         q = FlatWeights(weights.weights)

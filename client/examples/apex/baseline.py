@@ -44,7 +44,7 @@ def main() -> int:
                  batch_size=args.batch_size, env_steps_per_update=args.env_steps_per_update, n_step=config.n_step)
     dqn = DoubleDQN(config, args.seed)
     replay = PrioritizedReplay(config.capacity, {"obs": (np.float32, (OBS_SIZE,)), "action": (np.int64, ()),
-                                                 "reward": (np.float32, ()), "next_obs": (np.float32, (OBS_SIZE,)),
+                                                 "return": (np.float32, ()), "next_obs": (np.float32, (OBS_SIZE,)),
                                                  "discount": (np.float32, ())},
                                config.priority_alpha, config.priority_eps, args.seed)
     rng = np.random.default_rng([args.seed, 0])

@@ -37,6 +37,21 @@ TEST(EpisodeTrackerTest, EpisodesSpanBatchesPerActor) {
   EXPECT_EQ(tracker.TakeInterval().episodes, 0);
 }
 
+TEST(EpisodeTrackerTest, AStepStreamsBootstrapStepEndsItsEpisodeUncounted) {
+  EpisodeTracker steps(kSchema, "reward", "done", 1, /*bootstrap_steps=*/true);
+  steps.Observe(0, 4, Batch({1, 2, 3, 100}, {0, 0, 0, 2}));  // cut off after 3 steps; step 4 the bootstrap step
+  steps.Observe(0, 2, Batch({5, 6}, {0, 1}));
+  EpisodeSummary summary = steps.TakeInterval();
+  EXPECT_EQ(summary.episodes, 2);
+  EXPECT_DOUBLE_EQ(summary.max_return, 11.0);
+  EXPECT_DOUBLE_EQ(summary.mean_return, 8.5);
+  EXPECT_DOUBLE_EQ(summary.mean_length, 2.5);
+  // Transitions: 2 is a done like any other.
+  EpisodeTracker transitions(kSchema, "reward", "done", 1);
+  transitions.Observe(0, 4, Batch({1, 2, 3, 100}, {0, 0, 0, 2}));
+  EXPECT_DOUBLE_EQ(transitions.TakeInterval().mean_return, 106.0);
+}
+
 TEST(EpisodeTrackerTest, OffWithoutScalarRewardAndDoneColumns) {
   EXPECT_FALSE(EpisodeTracker(kSchema, "return", "done", 1).enabled());
   EXPECT_FALSE(EpisodeTracker(kSchema, "obs", "done", 1).enabled());  // not a scalar

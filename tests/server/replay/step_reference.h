@@ -51,6 +51,8 @@ class StepReference {
   const std::vector<RefStep>& history(int stream) const { return streams_[stream]; }
 
   bool Done(int stream, int64_t i) const { return Row(stream, i, done_)[0] != std::byte{0}; }
+  // A truncated episode's bootstrap step (done 2).
+  bool Bootstrap(int stream, int64_t i) const { return Row(stream, i, done_)[0] == std::byte{2}; }
   double Reward(int stream, int64_t i) const {
     const std::vector<std::byte>& row = Row(stream, i, reward_);
     if (schema_.columns[reward_].dtype == DType::kFloat32) {
@@ -85,7 +87,7 @@ class StepReference {
   // (the header's creatability rules, said again plainly).
   bool Creatable(int stream, int64_t t, uint64_t oldest_key_after) const {
     const int64_t have = steps(stream);
-    if (t < 0 || t >= have) return false;
+    if (t < 0 || t >= have || Bootstrap(stream, t)) return false;
     const int64_t start = EpisodeStart(stream, t);
     if (streams_[stream][EarliestStep(stream, t)].key < oldest_key_after) return false;
     const bool n_step = options_.kind == StepOptions::Kind::kNStep;
@@ -122,6 +124,10 @@ class StepReference {
       int64_t n = options_.n_step;
       bool ended = false;
       for (int64_t j = 0; j < options_.n_step; ++j) {
+        if (Bootstrap(s, t + j)) {  // truncated: bootstrap from it, without its reward
+          n = j;
+          break;
+        }
         if (Done(s, t + j)) {
           n = j + 1;
           ended = true;

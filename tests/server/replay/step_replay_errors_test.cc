@@ -230,6 +230,9 @@ TEST_F(StepAppendErrorsTest, BadRequestsChangeNothing) {
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {}, {1.0}, &first), "no items but 1 priorities");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {7, 7, 8, 8, 9}, {}, &first), "capacity 4");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {}, &first, 12), "must carry 8 bytes of item columns");
+  std::vector<std::byte> bad_done = MakeSteps(10, 2);
+  bad_done[2 * (6 + 4 + 16) + 1] = std::byte{3};  // the done column's second step
+  ExpectUnchanged(Append(0, 10, 2, bad_done, {}, {}, &first), "step 1 of the batch has done 3");
 }
 
 TEST_F(StepAppendErrorsTest, ItemsOverStepsNotHeldOrNotYetAppendedChangeNothing) {

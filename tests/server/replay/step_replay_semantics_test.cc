@@ -62,7 +62,7 @@ TEST(StepLayoutTest, SequencesReturnEveryColumnPerStepAMaskAndTheItemColumns) {
 // and its reward i+1.
 const Schema kTiny{{{"obs", DType::kUInt8, {2}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
 
-std::vector<std::byte> TinySteps(int64_t first, int64_t count, int64_t done_at) {
+std::vector<std::byte> TinySteps(int64_t first, int64_t count, int64_t done_at, uint8_t done = 1) {
   std::vector<std::vector<std::vector<std::byte>>> rows;
   for (int64_t i = first; i < first + count; ++i) {
     const float reward = static_cast<float>(i + 1);
@@ -70,7 +70,7 @@ std::vector<std::byte> TinySteps(int64_t first, int64_t count, int64_t done_at) 
     std::memcpy(reward_bytes.data(), &reward, 4);
     rows.push_back({{static_cast<std::byte>(10 * i + 1), static_cast<std::byte>(10 * i + 2)},
                     reward_bytes,
-                    {i == done_at ? std::byte{1} : std::byte{0}}});
+                    {i == done_at ? std::byte{done} : std::byte{0}}});
   }
   return WireLayout(rows, 3);
 }
@@ -139,6 +139,85 @@ TEST(StepNStepTest, ReturnsDiscountsAndStacksStopAtTheEpisodesEnd) {
   EXPECT_EQ(item.ret, 5 + 0.5 * 6 + 0.25 * 7);
   EXPECT_EQ(item.discount, 0.125);
   EXPECT_EQ(Bytes(item.next_obs), Stack(5, 6, 7));
+}
+
+TEST(StepNStepTest, ATruncatedEpisodeBootstrapsFromItsLastObservation) {
+  StepOptions options;
+  options.n_step = 3;
+  options.discount = 0.5;
+  options.stacks = {{"obs", 3}};
+  options.step_capacity = 16;
+  StepFixture f;
+  ASSERT_TRUE(MakeStepReplay(options, kTiny, 8, &f).ok());
+  uint64_t first = 0;
+  // Steps 0..7; the first episode is cut off after step 2's action: step 3
+  // (done 2) holds the observation it was cut off at.
+  const std::vector<std::byte> steps = TinySteps(0, 8, 3, 2);
+  const Status at_bootstrap = f.steps->Append(0, 0, 8, steps, std::vector<int64_t>{0, 3}, {}, {}, &first);
+  EXPECT_EQ(at_bootstrap.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(at_bootstrap.message().find("item 1 over step 3 of stream 0: it is a truncated episode's bootstrap"),
+            std::string::npos)
+      << at_bootstrap.ToString();
+  ASSERT_TRUE(f.steps->Append(0, 0, 8, steps, std::vector<int64_t>{0, 1, 2, 4}, {}, {}, &first).ok());
+
+  TinyNStep item = AssembleTiny(f, 0);  // steps 0..2, then step 3's frames: as if the episode went on
+  EXPECT_EQ(item.ret, 1 + 0.5 * 2 + 0.25 * 3);
+  EXPECT_EQ(item.discount, 0.125);
+  EXPECT_EQ(Bytes(item.next_obs), Stack(1, 2, 3));
+
+  item = AssembleTiny(f, 1);  // n' = 2: step 3's reward is not summed, and the target bootstraps from it
+  EXPECT_EQ(Bytes(item.obs), Stack(-1, 0, 1));
+  EXPECT_EQ(item.ret, 2 + 0.5 * 3);
+  EXPECT_EQ(item.discount, 0.25);
+  EXPECT_EQ(Bytes(item.next_obs), Stack(1, 2, 3));
+
+  item = AssembleTiny(f, 2);  // n' = 1
+  EXPECT_EQ(item.ret, 3.0);
+  EXPECT_EQ(item.discount, 0.5);
+  EXPECT_EQ(Bytes(item.next_obs), Stack(1, 2, 3));
+
+  item = AssembleTiny(f, 3);  // the next episode starts after the bootstrap step
+  EXPECT_EQ(Bytes(item.obs), Stack(-1, -1, 4));
+  EXPECT_EQ(item.discount, 0.125);
+}
+
+TEST(StepNStepTest, AnItemIsWholeOnceItsTruncatedEpisodesBootstrapStepIsIn) {
+  StepOptions options;
+  options.n_step = 3;
+  options.stacks = {{"obs", 3}};
+  options.step_capacity = 16;
+  StepFixture f;
+  ASSERT_TRUE(MakeStepReplay(options, kTiny, 8, &f).ok());
+  uint64_t first = 0;
+  ASSERT_TRUE(f.steps->Append(0, 0, 2, TinySteps(0, 2, -1), {}, {}, {}, &first).ok());
+  EXPECT_EQ(f.steps->Append(0, 2, 0, {}, std::vector<int64_t>{1}, {}, {}, &first).code(),
+            Status::Code::kInvalidArgument);  // step 4 is not in, nor the episode's end
+  ASSERT_TRUE(f.steps->Append(0, 2, 1, TinySteps(2, 1, 2, 2), std::vector<int64_t>{1}, {}, {}, &first).ok());
+  const TinyNStep item = AssembleTiny(f, first);
+  EXPECT_EQ(item.ret, 2.0);
+  EXPECT_EQ(item.discount, options.discount);
+  EXPECT_EQ(Bytes(item.next_obs), Stack(0, 1, 2));
+}
+
+TEST(StepSequenceTest, ATruncatedEpisodesBootstrapStepIsInItsSequencesWithMaskOne) {
+  StepOptions options;
+  options.kind = StepOptions::Kind::kSequence;
+  options.sequence_length = 4;
+  options.sequence_period = 2;
+  options.step_capacity = 16;
+  StepFixture f;
+  ASSERT_TRUE(MakeStepReplay(options, kTiny, 8, &f).ok());
+  uint64_t first = 0;
+  // Steps 0..2, the episode cut off with step 2 its bootstrap step.
+  ASSERT_TRUE(f.steps->Append(0, 0, 3, TinySteps(0, 3, 2, 2), std::vector<int64_t>{0}, {}, {}, &first).ok());
+  EXPECT_EQ(f.steps->Append(0, 3, 0, {}, std::vector<int64_t>{2}, {}, {}, &first).code(),
+            Status::Code::kInvalidArgument);  // a sequence cannot start at it either
+  std::vector<std::byte> out(32);
+  const int64_t slot = 0;
+  f.steps->Assemble(std::span<const int64_t>(&slot, 1), out);
+  EXPECT_EQ(static_cast<int>(out[8 + 16 + 2]), 2);  // done, step 2
+  EXPECT_EQ(static_cast<int>(out[8 + 16 + 4 + 2]), 1);  // mask, step 2
+  EXPECT_EQ(static_cast<int>(out[8 + 16 + 4 + 3]), 0);
 }
 
 TEST(StepSequenceTest, StepsPastTheEpisodesEndAreZeroAndMasked) {

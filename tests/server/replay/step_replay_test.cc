@@ -66,7 +66,9 @@ struct Coverage {
   int64_t removed_seen = 0;  // held items found removed (leaf 0), as expected
   int64_t refused = 0;       // invalid items refused
   int64_t stale = 0;         // updates to removed items counted stale
+  int64_t truncated = 0;     // items created over a truncated episode's bootstrap step
   void Add(const Coverage& o) {
+    truncated += o.truncated;
     items += o.items;
     live_checked += o.live_checked;
     removed_seen += o.removed_seen;
@@ -124,7 +126,12 @@ class StepExactnessRun {
     EXPECT_TRUE(appended.ok()) << appended.ToString();
     if (!appended.ok()) return false;
     coverage_.items += static_cast<int64_t>(item_steps.size());
+    const int64_t reach = w_.options.kind == StepOptions::Kind::kNStep ? w_.options.n_step : w_.options.sequence_length - 1;
     for (size_t j = 0; j < item_steps.size(); ++j) {
+      for (int64_t i = item_steps[j] + 1; i <= std::min(item_steps[j] + reach, have - 1); ++i) {
+        if (reference_.Bootstrap(stream, i)) ++coverage_.truncated;
+        if (reference_.Done(stream, i)) break;
+      }
       reference_.AddItem(first_key + j, RefItem{stream, item_steps[j], item_rows[j]});
     }
     return true;
@@ -201,7 +208,8 @@ class StepExactnessRun {
       const Column& column = w_.schema.columns[c];
       std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
       if (column.name == "done") {
-        row[0] = done ? static_cast<std::byte>(Pick(1, 255)) : std::byte{0};  // any nonzero ends it
+        // Terminal or truncated (this step then holds the bootstrap observation).
+        row[0] = done ? static_cast<std::byte>(Pick(1, 2)) : std::byte{0};
       } else if (column.name == "reward") {
         const double reward = std::uniform_real_distribution(-3.0, 3.0)(rng_);
         const float reward32 = static_cast<float>(reward);
@@ -298,8 +306,10 @@ TEST(StepReplayExactnessTest, EveryHeldItemIsLiveExactlyWhenWholeAndAssemblesAsT
     }
     total.Add(run.coverage());
   }
-  std::printf("created %lld items; compared %lld live ones, saw %lld removed; refused %lld invalid; %lld stale\n",
-              static_cast<long long>(total.items), static_cast<long long>(total.live_checked),
+  std::printf("created %lld items (%lld over a truncated episode's bootstrap step); compared %lld live ones, saw %lld "
+              "removed; refused %lld invalid; %lld stale\n",
+              static_cast<long long>(total.items), static_cast<long long>(total.truncated),
+              static_cast<long long>(total.live_checked),
               static_cast<long long>(total.removed_seen), static_cast<long long>(total.refused),
               static_cast<long long>(total.stale));
   EXPECT_GT(total.items, 40000);
@@ -307,6 +317,7 @@ TEST(StepReplayExactnessTest, EveryHeldItemIsLiveExactlyWhenWholeAndAssemblesAsT
   EXPECT_GT(total.removed_seen, 40000);
   EXPECT_GT(total.refused, 4000);
   EXPECT_GT(total.stale, 2000);
+  EXPECT_GT(total.truncated, 5000);
 }
 
 }  // namespace
