@@ -53,10 +53,12 @@ struct StepStreamsConfig {
   }
 };
 
-// Where every episode's end is drawn: a step's done value. 0 goes on, 1
-// ends the episode (terminal); the next value of done joins here.
+// Where every episode's end is drawn: a step's done value. 0 goes on; 1
+// ends the episode (terminal), 2 cuts it off (truncated: the step is its
+// bootstrap step, docs/steps.md), a third of the ends.
 inline uint8_t DrawEpisodeEnd(std::mt19937_64& rng, double episode_end) {
-  return std::bernoulli_distribution(episode_end)(rng) ? 1 : 0;
+  if (!std::bernoulli_distribution(episode_end)(rng)) return 0;
+  return std::bernoulli_distribution(1.0 / 3)(rng) ? 2 : 1;
 }
 
 // Draws the step streams of a seed from the fourth stream, or none.
