@@ -5,10 +5,10 @@
 // the append is the service's to say, and the StepModel's to judge. Now and
 // then an append is flawed on purpose: an item over steps the ring no longer
 // holds or the stream never had, one whose steps are not all appended, a
-// sequence off its period, a wrong first step, a byte too many, more steps
-// than the ring holds, a NaN priority. Once an append is refused, the actor
-// waits for every answer and goes on from the steps the server
-// acknowledged, as the client library does.
+// sequence off its period, one at a bootstrap step (done 2), a wrong first
+// step, a byte too many, more steps than the ring holds, a NaN priority.
+// Once an append is refused, the actor waits for every answer and goes on
+// from the steps the server acknowledged, as the client library does.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -38,8 +38,10 @@ void SimulatedClients::AppendSteps(int client) {
   const StepRows rows = stream.Draw(rng, count);
   stream.Commit(first_step, rows);  // items are chosen on the stream with these steps
   std::vector<int64_t> items = stream.PickItems(rng, random_.Pick(0, 3));
-  enum class Flaw { kNone, kEvicted, kNotAppended, kOffPeriod, kFirstStep, kBytes, kTooManySteps, kBadPriority };
-  const Flaw flaw = random_.Chance(0.06) ? static_cast<Flaw>(random_.Pick(1, 7)) : Flaw::kNone;
+  enum class Flaw {
+    kNone, kEvicted, kNotAppended, kOffPeriod, kAtBootstrap, kFirstStep, kBytes, kTooManySteps, kBadPriority
+  };
+  const Flaw flaw = random_.Chance(0.06) ? static_cast<Flaw>(random_.Pick(1, 8)) : Flaw::kNone;
   int64_t sent_first_step = first_step;
   switch (flaw) {
     case Flaw::kNone:
@@ -59,6 +61,11 @@ void SimulatedClients::AppendSteps(int client) {
       break;
     case Flaw::kOffPeriod: {
       const int64_t t = stream.OffPeriod(rng);
+      items.push_back(t >= 0 ? t : stream.size());
+      break;
+    }
+    case Flaw::kAtBootstrap: {  // at a truncated episode's bootstrap step
+      const int64_t t = stream.RecentBootstrap();
       items.push_back(t >= 0 ? t : stream.size());
       break;
     }

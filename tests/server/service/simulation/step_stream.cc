@@ -79,6 +79,13 @@ int64_t StepStream::OffPeriod(std::mt19937_64& rng) const {
   return -1;
 }
 
+int64_t StepStream::RecentBootstrap() const {
+  for (int64_t t = size() - 1; t >= std::max<int64_t>(0, size() - 16); --t) {
+    if (view_.Bootstrap(0, t)) return t;
+  }
+  return -1;
+}
+
 StepRows StepStream::ItemRows(std::mt19937_64& rng, int64_t count) const {
   StepRows rows;
   for (int64_t i = 0; i < count; ++i) {

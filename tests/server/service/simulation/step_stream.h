@@ -36,6 +36,8 @@ class StepStream {
   std::vector<int64_t> PickItems(std::mt19937_64& rng, int64_t most) const;
   // A step where a sequence cannot start (off its period), or -1 if none is recent.
   int64_t OffPeriod(std::mt19937_64& rng) const;
+  // A recent bootstrap step (done 2: no item starts there), or -1 if none is.
+  int64_t RecentBootstrap() const;
   // The item columns' rows of `count` new items.
   StepRows ItemRows(std::mt19937_64& rng, int64_t count) const;
   // The wire layout of rows: each column's rows, column after column.
