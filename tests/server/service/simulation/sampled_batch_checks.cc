@@ -134,6 +134,13 @@ std::vector<uint64_t> SampledBatchChecks::CheckShards(const SampleBatch& batch, 
     for (auto reply = drawn.begin(); reply != drawn.end(); ++reply) {
       bool same = reply->keys.size() == positions[s].size();
       for (size_t k = 0; same && k < positions[s].size(); ++k) same = reply->keys[k] == batch.keys[positions[s][k]];
+      // A twin of a candidate (the same leaves and state too: small replays,
+      // as step streams' rings keep, draw the same keys again and again) would
+      // only multiply the combinations below.
+      same = same && std::none_of(candidates[s].begin(), candidates[s].end(), [&](const auto& other) {
+        return other->leaves == reply->leaves && other->state.total == reply->state.total &&
+               other->state.min_leaf == reply->state.min_leaf;
+      });
       if (same) candidates[s].push_back(reply);
     }
     Expect(!candidates[s].empty(), [&] {
@@ -196,7 +203,14 @@ std::vector<uint64_t> SampledBatchChecks::CheckShards(const SampleBatch& batch, 
       // Taken: erased, each shard's deque apart, so the other iterators stay
       // valid. Only it: a request planned once its state came (no shard known
       // to serve when it was sent) draws after later requests planned at once.
-      for (const size_t s : taking) connection_.drawn(static_cast<int>(s)).erase(candidates[s][choice[s]]);
+      // Unless another reply of a shard held the same keys (another state):
+      // the shares' bound may take the wrong one of the two, and a later
+      // batch may need it (seed 10607: step streams' few whole items).
+      const bool ambiguous =
+          std::any_of(taking.begin(), taking.end(), [&](size_t s) { return candidates[s].size() > 1; });
+      for (const size_t s : taking) {
+        if (!ambiguous) connection_.drawn(static_cast<int>(s)).erase(candidates[s][choice[s]]);
+      }
       return sharded_since != nullptr ? *sharded_since : std::vector<uint64_t>{};
     }
     if (first_failure.empty()) first_failure = failure;
