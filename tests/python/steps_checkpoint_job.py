@@ -78,11 +78,14 @@ def run_actor(actor: int, phase: int, mode: dict) -> None:
     rng = np.random.default_rng(actor + 10 * phase)
     with perserve.Actor(MPI.COMM_WORLD) as a:
         peers = a.peers()
+        actors = peers.Split(0, actor)  # as steps_job's: neither outruns the other by a ring
         first = 0 if phase == 1 else checkpointed_steps(actor)
         assert a.steps_appended == first, (phase, a.steps_appended, first)
         peers.Barrier()  # the learner checked the restored items first
         made = first
-        for size in sizes(actor)[(phase - 1) * APPENDS:phase * APPENDS]:
+        for appends, size in enumerate(sizes(actor)[(phase - 1) * APPENDS:phase * APPENDS]):
+            if appends % 4 == 3:
+                actors.Barrier()
             first = a.steps_appended
             rows = [ref.step(actor, i) for i in range(first, first + size)]
             steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
@@ -95,6 +98,7 @@ def run_actor(actor: int, phase: int, mode: dict) -> None:
         a.flush()
         peers.Barrier()  # the learner checkpoints after this
         peers.Barrier()
+        actors.Free()
         peers.Free()
 
 
@@ -103,6 +107,7 @@ def run_learner(phase: int, mode: dict, mode_name: str) -> None:
     from mpi4py import MPI
     with perserve.Learner(MPI.COMM_WORLD, prefetch=1) as learner:
         peers = learner.peers()
+        peers.Split(1, 0).Free()  # the actors' communicator is theirs alone
         checked = check(learner, mode, mode_name, 4) if phase == 2 else 0  # the restored items alone
         peers.Barrier()
         checked += check(learner, mode, mode_name, BATCHES)
