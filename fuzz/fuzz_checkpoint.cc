@@ -3,14 +3,17 @@
 // each part's true size and hash, so the checks behind the hashes are
 // reached), state.bin, leaves.bin and the columns of a 64-item replay of
 // fuzz::ServiceSchema, loaded by LoadCheckpoint as `perserve-server
-// --restore` loads one.
+// --restore` loads one; with the input's steps bit, a step ring's parts too,
+// restored into the step replay of fuzz/step_replay_fixture.h (64 steps and
+// items).
 //
 // Checked: LoadCheckpoint answers with a status and never crashes, throws or
 // hits UB; an error is one of the codes a restore gives; and a checkpoint
 // that restores is one the server can serve from: the replay within its
 // capacity and key space, a finite tree total, no leaf between 0 and the
 // smallest normal double, a min that is positive whenever the total is, and
-// a sample drawn from it comes back with positive weights.
+// a sample drawn from it comes back with positive weights; a restored step
+// replay assembles every sampled item, and takes an append that evicts.
 #include <unistd.h>
 
 #include <cmath>
@@ -28,6 +31,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "fuzz/inputs.h"
+#include "fuzz/step_replay_fixture.h"
 #include "proto/messages.h"
 #include "replay/replay.h"
 #include "service/checkpoint.h"
@@ -46,7 +50,8 @@ void WriteFile(const fs::path& file, std::span<const std::byte> bytes) {
 
 // A MANIFEST listing each part the input gives with its true size and hash.
 std::string TrueManifest(const fuzz::CheckpointInput& input) {
-  std::string text = fmt::format("perserve-checkpoint {}\nshard 0 of 1\n", kCheckpointFormat);
+  std::string text = fmt::format("perserve-checkpoint {}\nshard 0 of 1\n",
+                                 input.steps ? checkpoint_layout::kStepFormat : kCheckpointFormat);
   for (size_t part = 1; part < std::size(fuzz::kCheckpointParts); ++part) {
     if (!input.present[part]) continue;
     Hash64 hash;
@@ -68,6 +73,24 @@ void CheckRestored(const replay::Replay& replay) {
   FUZZ_CHECK(replay.tree().Get(slots, leaves).ok());
   for (const double leaf : leaves) FUZZ_CHECK(leaf == 0.0 || leaf >= std::numeric_limits<double>::min());
   if (total > 0.0) FUZZ_CHECK(replay.tree().Min() > 0.0);
+}
+
+// A restored step replay serves: every sampled item assembles (ASan sees any
+// read of a step not held), and an append that overwrites the oldest steps
+// evicts their items through the rebuilt lists.
+void CheckRestoredSteps(replay::Replay* items, replay::StepReplay* steps) {
+  for (int round = 0; round < 2; ++round) {
+    if (items->tree().Total() > 0.0) {
+      replay::SampleResult sample;
+      FUZZ_CHECK(items->Sample(8, 0.4, &sample).ok());
+      std::vector<std::byte> out(sample.slots.size() * static_cast<size_t>(steps->SampleItemBytes()));
+      steps->Assemble(sample.slots, out);
+    }
+    const int64_t count = kCapacity / 2;
+    std::vector<std::byte> bulk(static_cast<size_t>(count * steps->step_schema().ItemBytes()), std::byte{1});
+    uint64_t first = 0;
+    FUZZ_CHECK(steps->Append(0, steps->stream_steps(0), count, bulk, {}, {}, {}, &first).ok());
+  }
 }
 
 }  // namespace
@@ -100,12 +123,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   std::unique_ptr<replay::Replay> replay;
-  FUZZ_CHECK(replay::Replay::Create(replay::ReplayOptions{service::kCapacity, 0.6, tree::Device::kCpu, 7},
-                                    fuzz::ServiceSchema(), &replay)
-                 .ok());
+  std::unique_ptr<replay::StepReplay> steps;
+  const replay::ReplayOptions options{service::kCapacity, 0.6, tree::Device::kCpu, 7};
+  if (input.steps) {
+    FUZZ_CHECK(fuzz::MakeStepServiceReplay(options, &replay, &steps));
+  } else {
+    FUZZ_CHECK(replay::Replay::Create(options, fuzz::ServiceSchema(), &replay).ok());
+  }
   service::CheckpointState state;
   std::string loaded;
-  const Status status = service::LoadCheckpoint(dir.string(), 0, 1, replay.get(), &state, &loaded);
+  const Status status = service::LoadCheckpoint(dir.string(), 0, 1, replay.get(), &state, &loaded, steps.get());
   if (!status.ok()) {
     const Status::Code code = status.code();
     FUZZ_CHECK(code == Status::Code::kInvalidArgument || code == Status::Code::kFailedPrecondition ||
@@ -118,5 +145,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(replay->Sample(8, 0.4, &sample).ok());
     for (const double weight : sample.weights) FUZZ_CHECK(weight > 0.0 && weight <= 1.0);
   }
+  if (steps != nullptr) service::CheckRestoredSteps(replay.get(), steps.get());
   return 0;
 }

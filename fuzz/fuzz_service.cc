@@ -31,6 +31,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "fuzz/inputs.h"
+#include "fuzz/step_replay_fixture.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
@@ -148,18 +149,9 @@ class Harness {
       item_bytes_ = fuzz::ServiceSchema().ItemBytes();
       return;
     }
-    replay::StepOptions step_options;
-    step_options.n_step = 2;
-    step_options.discount = 0.5;
-    step_options.stacks = {{"obs", 2}};
-    step_options.step_capacity = kCapacity;
-    step_options.streams = fuzz::kServiceClients;
-    Schema samples, stored;
-    FUZZ_CHECK(replay::StepSchemas(step_options, fuzz::StepServiceSchema(), &samples, &stored).ok());
-    FUZZ_CHECK(replay::Replay::Create(options, stored, &replay_).ok());
-    FUZZ_CHECK(replay::StepReplay::Create(step_options, fuzz::StepServiceSchema(), replay_.get(), &steps_).ok());
+    FUZZ_CHECK(fuzz::MakeStepServiceReplay(options, &replay_, &steps_));
     service_ = std::make_unique<ReplayService>(replay_.get(), steps_.get(), &transport_, FuzzOptions());
-    item_bytes_ = samples.ItemBytes();
+    item_bytes_ = steps_->SampleItemBytes();
   }
 
   void Push(const fuzz::ServiceRecord& record) {

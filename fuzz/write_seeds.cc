@@ -11,7 +11,8 @@
 //   fuzz_checkpoint  real checkpoints of a 64-item replay (partly filled,
 //                 wrapped, with updated priorities), written by the
 //                 server's CheckpointWriter, with their own MANIFEST and
-//                 with one made to match.
+//                 with one made to match; and checkpoints of step streams
+//                 (partly filled and wrapped, with items evicted).
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "fuzz/inputs.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
+#include "fuzz/step_replay_fixture.h"
 #include "service/checkpoint.h"
 
 namespace perserve::fuzz {
@@ -247,7 +249,7 @@ std::map<std::string, Bytes> JoinSeeds() {
                         {"return", DType::kFloat64, {}},
                         {"discount", DType::kFloat64, {}},
                         {"next_obs", DType::kUInt8, {84, 84, 4}}}};
-  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}});
+  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}, {}});
   const auto join = [](int32_t rank, int32_t role, int32_t version, uint64_t length, const std::string& schema,
                        double alpha = 0.6, double capacity = 1 << 21, uint32_t servers = 1) {
     return EncodeJoinInput(JoinInput{rank, role, version, length, alpha, capacity, servers,
@@ -309,6 +311,63 @@ Bytes CheckpointSeed(int64_t items, bool own_manifest) {
     }
     for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
       std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
+      if (!in) continue;  // a step ring's part: none here
+      const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      AppendCheckpointRecord(static_cast<uint8_t>(part), std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);
+    }
+  }
+  fs::remove_all(dir, error);
+  return seed;
+}
+
+// A checkpoint of fuzz/step_replay_fixture.h's step replay after `rounds`
+// appends of 3 steps (every fifth ending an episode) alternating between the
+// two streams, each creating the items its steps completed, packed with the
+// steps bit.
+Bytes StepCheckpointSeed(int rounds, bool own_manifest) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<replay::Replay> items;
+  std::unique_ptr<replay::StepReplay> steps;
+  if (!MakeStepServiceReplay(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, &items, &steps)) return {};
+  for (int round = 0; round < rounds; ++round) {
+    const int stream = round % 2;
+    const int64_t first = steps->stream_steps(stream);
+    Bytes bulk;
+    for (const Column& column : steps->step_schema().columns) {
+      for (int j = 0; j < 3; ++j) {
+        Bytes row(static_cast<size_t>(column.ItemBytes()), std::byte{static_cast<uint8_t>(round + j)});
+        if (column.name == "done") row[0] = std::byte{static_cast<uint8_t>(j == 2 && round % 5 == 4 ? 1 : 0)};
+        if (column.name == "reward") row = Bytes(4, std::byte{0});
+        bulk.insert(bulk.end(), row.begin(), row.end());
+      }
+    }
+    // The items at first - 2 .. first + 2 that these steps complete (each is refused alone if not).
+    uint64_t key = 0;
+    (void)steps->Append(stream, first, 3, bulk, {}, {}, {}, &key);
+    for (int64_t t = first - 2; t < first + 3; ++t) {
+      const double priority = 1.0 + static_cast<double>(t % 4);
+      (void)steps->Append(stream, first + 3, 0, {}, std::span<const int64_t>(&t, 1),
+                          std::span<const double>(&priority, 1), {}, &key);
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-fuzz-step-seed-{}", ::getpid());
+  std::error_code error;
+  fs::remove_all(dir, error);
+  service::CheckpointState state;
+  state.schema = items->store().schema().ToString();
+  state.capacity = items->capacity();
+  state.alpha = items->alpha();
+  state.replay = items->State();
+  Bytes seed = {static_cast<std::byte>(kStepsBit | (own_manifest ? kOwnManifestBit : 0))};
+  {
+    service::CheckpointWriter writer(dir.string(), 0, 1, 64);
+    if (!writer.Begin(*items, state, steps.get()).ok()) return {};
+    for (bool done = false; !done;) {
+      if (!writer.Step(*items, std::chrono::microseconds(1000), &done).ok()) return {};
+    }
+    for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
+      std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
+      if (!in) continue;  // a schema of fewer columns
       const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
       AppendCheckpointRecord(static_cast<uint8_t>(part), std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);
     }
@@ -322,7 +381,10 @@ std::map<std::string, Bytes> CheckpointSeeds() {
           {"partly_filled", CheckpointSeed(40, false)},
           {"wrapped_own_manifest", CheckpointSeed(100, true)},
           {"wrapped", CheckpointSeed(100, false)},
-          {"empty", CheckpointSeed(0, false)}};
+          {"empty", CheckpointSeed(0, false)},
+          {"steps_partly_filled", StepCheckpointSeed(6, false)},
+          {"steps_wrapped_own_manifest", StepCheckpointSeed(40, true)},
+          {"steps_wrapped", StepCheckpointSeed(40, false)}};
 }
 
 bool WriteSeeds(const std::filesystem::path& dir, const std::map<std::string, Bytes>& seeds) {

@@ -202,6 +202,17 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
   }
   PERSERVE_RETURN_IF_ERROR(CheckServerCount(result->server_ranks.size()));
 
+  // A server's restore, now that it knows its shard.
+  proto::ServedSchemas mine_served;
+  if (role == proto::Role::kServer) {
+    mine_served = server->schemas;
+    const auto own = std::find(result->server_ranks.begin(), result->server_ranks.end(), comm->rank());
+    if (server->before_broadcast) {
+      PERSERVE_RETURN_IF_ERROR(server->before_broadcast(static_cast<int>(own - result->server_ranks.begin()),
+                                                        static_cast<int>(result->server_ranks.size()),
+                                                        &mine_served.stream_steps));
+    }
+  }
   // Each server broadcasts its schema, alpha and capacity; everyone takes
   // part in every broadcast.
   std::vector<proto::ServedSchemas> schemas;
@@ -209,7 +220,7 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
   for (size_t s = 0; s < result->server_ranks.size(); ++s) {
     const int root = result->server_ranks[s];
     std::string bytes;
-    if (root == comm->rank()) bytes = proto::SerializeServedSchemas(server->schemas);
+    if (root == comm->rank()) bytes = proto::SerializeServedSchemas(mine_served);
     uint64_t size = bytes.size();
     PERSERVE_RETURN_IF_ERROR(Check(MPI_Bcast(&size, 1, MPI_UINT64_T, root, comm->get()), "MPI_Bcast (schema size)"));
     // Checked before anything is allocated; all ranks got the same size, so
@@ -245,6 +256,11 @@ Status JoinUnguarded(MPI_Comm parent, proto::Role role, const ServerInfo* server
   for (int rank : clients) {
     const bool learner = result->roles[rank] == proto::Role::kLearner;
     const int own = learner ? -1 : actors_dealt++ % shards;
+    // An actor's stream at its server is its place among that server's actors.
+    const size_t stream = learner ? 0 : static_cast<size_t>((actors_dealt - 1) / shards);
+    if (!learner && rank == comm->rank() && stream < schemas[own].stream_steps.size()) {
+      result->first_step = schemas[own].stream_steps[stream];
+    }
     for (int s = 0; s < shards; ++s) {
       if (!learner && s != own) continue;
       if (rank == comm->rank()) result->servers.push_back(result->server_ranks[s]);

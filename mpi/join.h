@@ -41,6 +41,11 @@ struct ServerInfo {
   proto::ServedSchemas schemas;
   double alpha = 0.6;
   int64_t capacity = 0;
+  // Called once the server knows its shard (of `shards`), before it
+  // broadcasts its schemas: a restore, giving each stream's steps so far
+  // (schemas.stream_steps). Every other rank waits in the join meanwhile;
+  // an error ends the join (the caller ends the job).
+  std::function<Status(int shard, int shards, std::vector<int64_t>* stream_steps)> before_broadcast;
 };
 
 struct JoinResult {
@@ -54,6 +59,7 @@ struct JoinResult {
   proto::ServedSchemas served;     // the servers' schemas (served.adds: what an actor adds)
   std::vector<int> client_ranks;   // a server's clients: its actors, then every learner
   std::vector<proto::Role> roles;  // every rank's role, by rank
+  int64_t first_step = 0;          // an actor's: its stream's steps so far at its server (a restore's; else 0)
 };
 
 // The most bytes a schema may take on the wire (thousands of columns).

@@ -99,13 +99,19 @@ struct ServedSchemas {
   Schema adds;
   Schema samples;
   Schema items;  // may have no columns
+  // Step streams restored from a checkpoint: each stream's steps so far, by
+  // stream (a server's client index: its actors first); empty: all at 0.
+  // An actor's steps_appended starts at its stream's. Not part of ToString
+  // (servers agree on schemas, not on their streams).
+  std::vector<int64_t> stream_steps;
   std::string ToString() const;
 };
 // A server of transitions: it samples what it adds.
-inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}}; }
+inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}, {}}; }
 std::string SerializeServedSchemas(const ServedSchemas& served);
 // Decodes and validates (adds and samples as Schema::Validate; items too when
-// it has columns; transitions: samples equal to adds and no items).
+// it has columns; transitions: samples equal to adds, no items, no stream
+// steps; stream steps >= 0).
 Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas* served);
 
 // Copies `count` values of T from the front of a bulk region (which need not

@@ -31,8 +31,11 @@ constexpr uint32_t kMagic = 0x56525350;
 // 2: timeouts on adds and samples, dropped priorities; 3: shards (keys carry
 // their shard, shard samples, servers' alpha and capacity in the join); 4: an
 // add's columns may follow in their own message (AddRequest::columns_follow);
-// 5: a sample request says whether its reply is awaited (rows from the store).
-constexpr uint16_t kProtocolVersion = 6;
+// 5: a sample request says whether its reply is awaited (rows from the store);
+// 6: step streams (the join broadcasts ServedSchemas, AddRequest appends steps);
+// 7: the join's schemas carry a restored server's streams' step counts
+// (ServedSchemas::stream_steps).
+constexpr uint16_t kProtocolVersion = 7;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 // An add's columns sent apart: no frame, only the bytes (each column's count *

@@ -624,9 +624,9 @@ int main(int argc, char** argv) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
       const perserve::proto::ServedSchemas served =
-          workload.steps ? perserve::proto::ServedSchemas{true, workload.adds, workload.samples, workload.items}
+          workload.steps ? perserve::proto::ServedSchemas{true, workload.adds, workload.samples, workload.items, {}}
                          : perserve::proto::TransitionSchemas(workload.adds);
-      const perserve::mpi::ServerInfo info{served, 0.6, workload.capacity};
+      const perserve::mpi::ServerInfo info{served, 0.6, workload.capacity, {}};
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
                                                         perserve::service::MpiTransport::ClientRoles(joined));

@@ -30,7 +30,10 @@ Status ActorClient::Join(MPI_Comm comm, const ClientOptions& options, std::uniqu
 }
 
 ActorClient::ActorClient(std::unique_ptr<Connection> connection, ClientOptions options)
-    : connection_(std::move(connection)), options_(options) {}
+    : connection_(std::move(connection)),
+      options_(options),
+      steps_sent_(connection_->first_step()),
+      steps_acknowledged_(steps_sent_) {}
 
 ActorClient::~ActorClient() {
   OpenClients::CloseFromDestructor(this, "actor", [this] { return Close(); });

@@ -40,6 +40,9 @@ class Connection {
     static const Schema none;
     return none;
   }
+  // An actor's stream's steps so far (a restored server's; else 0): where its
+  // steps_appended starts.
+  virtual int64_t first_step() const { return 0; }
   uint64_t NextRequestId() { return next_request_id_++; }
 
   // A buffer to encode the next frame into (recycled where the transport can).
@@ -147,6 +150,7 @@ class MpiConnection final : public Connection {
   const Schema& sample_schema() const override { return join_.served.samples; }
   bool steps() const override { return join_.served.steps; }
   const Schema& item_schema() const override { return join_.served.items; }
+  int64_t first_step() const override { return join_.first_step; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(join_.servers.size()); }

@@ -108,6 +108,10 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
   // item whole (ending at `last` itself: `last` is in anyway).
   const int64_t last = n_step ? t + options_.n_step : t + options_.sequence_length - 1;
   for (int64_t i = t; i <= std::min(last, request.new_steps - 1); ++i) {
+    if (request.EpisodeStart(i) != episode_start) {  // only across a restore: its episode ended there
+      return refuse(fmt::format("step {} begins a new episode (the server was restored from a checkpoint there)",
+                                request.EpisodeStart(i)));
+    }
     if (request.Done(i) != 0) {
       *earliest_key = request.Key(earliest);
       return Status::Ok();
@@ -245,6 +249,48 @@ Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::sp
     head = key;
   }
   *first_item_key = first;
+  return Status::Ok();
+}
+
+Status StepReplay::StartRestore(uint64_t first_step_key, std::span<const int64_t> first_index,
+                                std::span<const int64_t> episode_start) {
+  if (steps_.next_key() != 0) {
+    return Status::FailedPrecondition(
+        fmt::format("a restore into a step replay that holds {} steps already", steps_.next_key()));
+  }
+  steps_.StartRestore(first_step_key, first_index, episode_start);
+  options_.streams = std::max(options_.streams, steps_.streams());
+  return Status::Ok();
+}
+
+Status StepReplay::RestoreItem(uint64_t item_key, double leaf) {
+  if (leaf == 0.0) return Status::Ok();
+  const int64_t item_slot = static_cast<int64_t>(item_key % static_cast<uint64_t>(items_->capacity()));
+  uint64_t step_key = 0;
+  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
+  if (step_key < steps_.oldest_key() || step_key >= steps_.next_key()) {
+    return Status::InvalidArgument(fmt::format("item key {}: its step key {} is not held (the ring holds {} .. {})",
+                                               item_key, step_key, steps_.oldest_key(),
+                                               static_cast<int64_t>(steps_.next_key()) - 1));
+  }
+  const store::StepInfo& info = steps_.Info(step_key);
+  const std::vector<uint8_t> no_done;
+  const std::vector<int64_t> no_start;
+  const RequestView held{steps_,
+                         info.stream,
+                         steps_.stream_oldest(info.stream),
+                         steps_.stream_steps(info.stream),
+                         steps_.stream_steps(info.stream),
+                         steps_.next_key(),
+                         steps_.oldest_key(),
+                         no_done,
+                         no_start};
+  uint64_t earliest = 0;
+  const Status checked = CheckItem(held, 0, info.index, &earliest);
+  if (!checked.ok()) return Status::InvalidArgument(fmt::format("item key {}: {}", item_key, checked.message()));
+  uint64_t& head = item_head_[static_cast<size_t>(steps_.SlotOf(earliest))];
+  item_next_[static_cast<size_t>(item_slot)] = head;
+  head = item_key;
   return Status::Ok();
 }
 

@@ -165,6 +165,24 @@ class StepReplay {
   // item.
   void Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const;
 
+  // Restoring from a checkpoint (service/step_checkpoint.h), into a StepReplay just created whose items' Replay
+  // already holds the checkpoint's items: StartRestore (FailedPrecondition once anything was appended; the
+  // arguments as store::StepStore::StartRestore's, streams grows to first_index.size()), RestoreSteps for the held
+  // steps oldest key first (runs of one stream, checked bytes), RestoreItem for every item the items' Replay
+  // holds, oldest key first, then EndRestore: every stream's next step begins a new episode (the episode in
+  // progress ended with the process that appended it; an item spanning the restore is refused). The eviction
+  // lists come out as Append built them.
+  Status StartRestore(uint64_t first_step_key, std::span<const int64_t> first_index,
+                      std::span<const int64_t> episode_start);
+  void RestoreSteps(int stream, int64_t steps, std::span<const std::byte> step_columns) {
+    steps_.Append(stream, steps, step_columns);
+  }
+  // An item whose leaf is 0 (removed: evicted with its steps) is kept as it is and may name steps long gone. Any
+  // other must be an item Append would accept now over the held steps (CheckItem's checks): InvalidArgument
+  // naming its key and the problem otherwise.
+  Status RestoreItem(uint64_t item_key, double leaf);
+  void EndRestore() { steps_.StartNewEpisodes(); }
+
  private:
   StepReplay(const StepOptions& options, Schema step_schema, StepLayout layout, Replay* items);
 

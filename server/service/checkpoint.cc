@@ -114,7 +114,8 @@ CheckpointWriter::~CheckpointWriter() {
   if (phase_ != Phase::kIdle) Abandon();
 }
 
-Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState state) {
+Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState state,
+                               const replay::StepReplay* steps) {
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
   began_ = std::chrono::steady_clock::now();
   std::error_code error;
@@ -149,6 +150,13 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   parts_.emplace_back("state.bin");
   parts_.emplace_back("leaves.bin");
   for (size_t c = 0; c < replay.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
+  steps_ = steps;
+  format_ = steps != nullptr ? kStepFormat : kCheckpointFormat;
+  step_parts_ = parts_.size();
+  if (steps != nullptr) {
+    parts_.emplace_back(kStepStateFile);
+    for (const std::string& name : StepRingWriter::RowPartNames(steps->step_schema())) parts_.emplace_back(name);
+  }
   for (Part& part : parts_) {
     const std::string file = (fs::path(partial_) / part.name).string();
     part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -176,6 +184,7 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   }
   // The small state goes first, whole.
   state.size = size_;
+  state.format = format_;
   std::ostringstream bytes;
   {
     cereal::BinaryOutputArchive archive(bytes);
@@ -183,6 +192,10 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   }
   const std::string encoded = bytes.str();
   if (status.ok()) status = Append(&parts_[0], std::as_bytes(std::span(encoded.data(), encoded.size())));
+  if (status.ok() && steps != nullptr) {
+    const std::string ring_state = ring_.Begin(*steps);
+    status = Append(&parts_[step_parts_], std::as_bytes(std::span(ring_state.data(), ring_state.size())));
+  }
   longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
   if (!status.ok()) Abandon();
   return status;
@@ -214,6 +227,24 @@ Status CheckpointWriter::WriteItems(const replay::Replay& replay, int64_t until)
   return Status::Ok();
 }
 
+StepRingWriter::Sink CheckpointWriter::StepSink() {
+  return [this](size_t part, std::span<const std::byte> bytes) { return Append(&parts_[step_parts_ + 1 + part], bytes); };
+}
+
+Status CheckpointWriter::BeforeAppend(const replay::Replay& replay, int64_t steps, int64_t items) {
+  if (steps_ != nullptr && (phase_ == Phase::kItems || phase_ == Phase::kSteps) && !ring_.done()) {
+    const auto start = std::chrono::steady_clock::now();
+    const Status status = ring_.BeforeAppend(steps_->steps(), steps, StepSink());
+    longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::steady_clock::now() - start));
+    if (!status.ok()) {
+      Abandon();
+      return status;
+    }
+  }
+  return BeforeAdd(replay, items);
+}
+
 Status CheckpointWriter::BeforeAdd(const replay::Replay& replay, int64_t count) {
   if (phase_ != Phase::kItems) return Status::Ok();
   // The add overwrites the items with keys next - capacity .. next + count - 1
@@ -237,7 +268,10 @@ Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microse
   do {
     if (phase_ == Phase::kItems) {
       status = WriteItems(replay, std::min(size_, written_ + RowsPerSlice(replay.store().schema())));
-      if (status.ok() && written_ == size_) phase_ = Phase::kLeaves;
+      if (status.ok() && written_ == size_) phase_ = steps_ != nullptr ? Phase::kSteps : Phase::kLeaves;
+    } else if (phase_ == Phase::kSteps) {
+      status = ring_.WriteSlice(steps_->steps(), StepSink());
+      if (status.ok() && ring_.done()) phase_ = Phase::kLeaves;
     } else if (phase_ == Phase::kLeaves) {
       const size_t count = std::min(static_cast<size_t>(size_) - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
       status = Append(&parts_[1], std::as_bytes(std::span(leaves_.data() + leaves_written_, count)));
@@ -271,7 +305,7 @@ Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microse
 
 Status CheckpointWriter::Finish() {
   std::ostringstream manifest;
-  manifest << "perserve-checkpoint " << kCheckpointFormat << "\n"
+  manifest << "perserve-checkpoint " << format_ << "\n"
            << "shard " << shard_ << " of " << shards_ << "\n";
   for (Part& part : parts_) {
     if (::fsync(part.fd) != 0) return Errno(fmt::format("fsync {}/{}", partial_, part.name));

@@ -7,6 +7,7 @@
 //                    counter, counters, rate limiter, episodes in progress
 //   leaves.bin       the held items' tree leaves, oldest key first (doubles)
 //   column-<c>.bin   column c of the held items, oldest key first
+//   (a replay of step streams adds its step ring's parts: step_checkpoint.h)
 //   MANIFEST         "perserve-checkpoint <format>", then "part <file>
 //                    <bytes> <hash>" for each file, then "end"
 // A checkpoint is written as checkpoint-<N>.partial, every file fsync'd, the
@@ -42,6 +43,7 @@
 #include "replay/episode_tracker.h"
 #include "replay/replay.h"
 #include "service/rate_limiter.h"
+#include "service/step_checkpoint.h"
 
 namespace perserve::replay {
 
@@ -54,7 +56,8 @@ void serialize(Archive& ar, EpisodeCarry& carry) {
 
 namespace perserve::service {
 
-inline constexpr int32_t kCheckpointFormat = 1;
+// What a checkpoint of transitions is written as (step streams: kStepFormat).
+inline constexpr int32_t kCheckpointFormat = checkpoint_layout::kTransitionFormat;
 
 // 64-bit FNV-1a over 8-byte little-endian words (bytes left over at the end
 // one by one): the same value however the data is split into Update calls.
@@ -71,7 +74,7 @@ class Hash64 {
 
 // Everything a checkpoint keeps beside the items and their leaves.
 struct CheckpointState {
-  int32_t format = kCheckpointFormat;
+  int32_t format = kCheckpointFormat;  // kStepFormat with a step ring (Begin sets it)
   std::string schema;  // Schema::ToString()
   int64_t capacity = 0;
   double alpha = 0.0;
@@ -109,9 +112,11 @@ class CheckpointWriter {
   // Where the one being written will be once complete.
   const std::string& path() const { return path_; }
 
-  // Starts a checkpoint of `replay` as it is now; `state` its other parts.
+  // Starts a checkpoint of `replay` as it is now; `state` its other parts;
+  // `steps` (the StepReplay whose items `replay` holds, or nullptr) its step
+  // ring too, read until the checkpoint is complete.
   // Errors (the directory cannot be made or written): nothing started.
-  Status Begin(const replay::Replay& replay, CheckpointState state);
+  Status Begin(const replay::Replay& replay, CheckpointState state, const replay::StepReplay* steps = nullptr);
 
   // Writes for about `budget` (at least one slice). *done once the
   // checkpoint is complete (durable and renamed); an error abandons it (the
@@ -121,6 +126,9 @@ class CheckpointWriter {
   // Before an add of `count` items to `replay`: writes every row it would
   // overwrite that is not written yet. An error abandons the checkpoint.
   Status BeforeAdd(const replay::Replay& replay, int64_t count);
+  // Before an append of `steps` steps and `items` items to the step ring and
+  // `replay`: BeforeAdd's, for the steps too.
+  Status BeforeAppend(const replay::Replay& replay, int64_t steps, int64_t items);
 
   // Waits until the helper thread's part of the checkpoint (fsyncs,
   // MANIFEST, rename) is done, if it runs, so the next Step completes it:
@@ -137,7 +145,7 @@ class CheckpointWriter {
   int64_t last_bytes() const { return last_bytes_; }
 
  private:
-  enum class Phase { kIdle, kItems, kLeaves, kFinishing };
+  enum class Phase { kIdle, kItems, kSteps, kLeaves, kFinishing };
   struct Part {
     explicit Part(std::string file) : name(std::move(file)) {}
     std::string name;
@@ -147,6 +155,8 @@ class CheckpointWriter {
   };
   // Writes items [written_, until) of the snapshot.
   Status WriteItems(const replay::Replay& replay, int64_t until);
+  // Where the step ring's rows go: its parts after steps.bin.
+  StepRingWriter::Sink StepSink();
   Status Append(Part* part, std::span<const std::byte> bytes);
   // Closes the files and removes the partial directory.
   void Abandon();
@@ -157,7 +167,11 @@ class CheckpointWriter {
   int shard_, shards_;
   Phase phase_ = Phase::kIdle;
   std::string partial_, path_, last_path_;
-  std::vector<Part> parts_;  // state, leaves, then one a column
+  std::vector<Part> parts_;  // state, leaves, one a column, then steps.bin and the step ring's rows
+  int32_t format_ = kCheckpointFormat;
+  const replay::StepReplay* steps_ = nullptr;
+  size_t step_parts_ = 0;  // steps.bin's index in parts_
+  StepRingWriter ring_;
   // The snapshot: what Begin saw.
   uint64_t oldest_key_ = 0, next_key_ = 0;
   int64_t size_ = 0, capacity_ = 0;
@@ -173,9 +187,11 @@ class CheckpointWriter {
 // Restores into `replay` (created with the flags, empty) from `path`: a
 // checkpoint directory, or a --checkpoint-dir whose shard-<s>-of-<K> holds
 // one (the newest complete). *state gets the other parts, *loaded the
-// checkpoint's directory. Errors name what does not match or is damaged;
-// the replay must then not be used.
+// checkpoint's directory. With `steps` (a StepReplay just created over
+// `replay`) the checkpoint must be of step streams, and its step ring is
+// restored into `steps` (LoadStepRing); without, of transitions. Errors name
+// what does not match or is damaged; the replays must then not be used.
 Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
-                      CheckpointState* state, std::string* loaded);
+                      CheckpointState* state, std::string* loaded, replay::StepReplay* steps = nullptr);
 
 }  // namespace perserve::service

@@ -3,8 +3,9 @@
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
-CheckpointDriver::CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks)
-    : replay_(replay), options_(std::move(options)), hooks_(std::move(hooks)) {
+CheckpointDriver::CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks,
+                                   const replay::StepReplay* steps)
+    : replay_(replay), steps_(steps), options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.dir.empty()) return;
   writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, replay_->capacity());
   if (options_.every_seconds > 0) {
@@ -53,11 +54,17 @@ void CheckpointDriver::BeforeAdd(int64_t count) {
   if (!kept.ok()) Ended(kept);
 }
 
+void CheckpointDriver::BeforeAppend(int64_t steps, int64_t items) {
+  if (writer_ == nullptr) return;
+  const Status kept = writer_->BeforeAppend(*replay_, steps, items);
+  if (!kept.ok()) Ended(kept);
+}
+
 void CheckpointDriver::Begin() {
   wanted_ = false;
   waiters_ = std::exchange(next_waiters_, {});
   const bool final = std::exchange(final_wanted_, false);
-  const Status begun = writer_->Begin(*replay_, hooks_.state());
+  const Status begun = writer_->Begin(*replay_, hooks_.state(), steps_);
   final_began_ |= final;
   if (!begun.ok()) {
     Ended(begun);

@@ -43,7 +43,10 @@ class CheckpointDriver {
     std::function<void()> final_begun;
   };
 
-  CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks);
+  // `steps`: the StepReplay whose items `replay` holds (its ring is in every
+  // checkpoint), or nullptr.
+  CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks,
+                   const replay::StepReplay* steps = nullptr);
 
   bool enabled() const { return writer_ != nullptr; }
   // FAILED_PRECONDITION, saying how to enable them, without a directory.
@@ -68,6 +71,9 @@ class CheckpointDriver {
   // Before an add of `count` items: a checkpoint being written first writes
   // the rows it overwrites (an error abandons the checkpoint, not the add).
   void BeforeAdd(int64_t count);
+  // Before an append of `steps` steps and `items` items: the same, for the
+  // steps the append overwrites too.
+  void BeforeAppend(int64_t steps, int64_t items);
   // `client` closed: its waiting requests are answered now with `closed`.
   void ForgetClient(int client, const Status& closed);
   // The service stops serving: nothing more is wanted; the requests waiting
@@ -79,6 +85,7 @@ class CheckpointDriver {
   void Ended(const Status& error);
 
   const replay::Replay* replay_;
+  const replay::StepReplay* steps_;
   CheckpointDriverOptions options_;
   Hooks hooks_;
   std::unique_ptr<CheckpointWriter> writer_;

@@ -5,9 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
 #include <string>
 
 #include "perserve/schema.h"
+#include "perserve/status.h"
 
 namespace perserve::service::checkpoint_layout {
 
@@ -28,5 +32,28 @@ std::string NewestComplete(const std::string& shard_dir);
 // Rows of `schema` in about kSliceBytes (at least one): what a slice writes
 // and a restore reads at a time.
 int64_t RowsPerSlice(const Schema& schema);
+
+// A checkpoint's formats (the MANIFEST's first line, state.bin's first
+// field): 1 a replay of transitions, 2 one of step streams (its items' replay
+// as format 1 holds it, and the step ring's parts: service/step_checkpoint.h).
+inline constexpr int32_t kTransitionFormat = 1;
+inline constexpr int32_t kStepFormat = 2;
+
+// Restoring: a MANIFEST's part lines, by name.
+struct ManifestPart {
+  int64_t bytes = 0;
+  uint64_t hash = 0;
+};
+using Manifest = std::map<std::string, ManifestPart, std::less<>>;
+
+// A part's manifest line, its file's size checked against it and, when
+// `expected` >= 0, against the bytes it must have.
+Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                ManifestPart* part);
+// Reads a part whole (of the size `expected`, when >= 0; at most `limit`)
+// and checks its hash.
+Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                int64_t limit, std::string* bytes);
+Status HashMismatch(const std::string& dir, const std::string& name);
 
 }  // namespace perserve::service::checkpoint_layout

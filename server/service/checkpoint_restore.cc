@@ -39,12 +39,6 @@ constexpr uintmax_t kMaxManifestBytes = uintmax_t{1} << 20;
 // client: far below this.
 constexpr int64_t kMaxStateBytes = int64_t{64} << 20;
 
-struct ManifestPart {
-  int64_t bytes = 0;
-  uint64_t hash = 0;
-};
-using Manifest = std::map<std::string, ManifestPart, std::less<>>;
-
 // The whole of `text` as an integer in `base`, or false (empty, a sign where
 // none may be, trailing characters, out of range).
 template <class Int>
@@ -67,12 +61,16 @@ std::vector<std::string_view> Words(std::string_view line) {
   }
 }
 
-// state.bin, leaves.bin and column-<c>.bin (any c: a checkpoint of another
+// state.bin, leaves.bin, column-<c>.bin, and a step ring's steps.bin,
+// step-info.bin and step-column-<c>.bin (any c: a checkpoint of another
 // schema gets the clearer error from its state).
 bool KnownPartName(std::string_view name) {
-  if (name == "state.bin" || name == "leaves.bin") return true;
-  constexpr std::string_view prefix = "column-", suffix = ".bin";
-  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return false;
+  if (name == "state.bin" || name == "leaves.bin" || name == kStepStateFile || name == kStepInfoFile) return true;
+  constexpr std::string_view suffix = ".bin";
+  const std::string_view prefix = name.starts_with("step-column-") ? "step-column-" : "column-";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix) || name.size() < prefix.size() + suffix.size()) {
+    return false;
+  }
   size_t column = 0;
   return ParseWhole(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), &column);
 }
@@ -94,7 +92,8 @@ Status ReadWhole(const fs::path& file, uintmax_t limit, std::string* bytes) {
   return Status::Ok();
 }
 
-Status ParseManifest(const std::string& dir, std::string_view text, int shard, int shards, Manifest* parts) {
+Status ParseManifest(const std::string& dir, std::string_view text, int shard, int shards, Manifest* parts,
+                     int32_t* format) {
   const std::string file = (fs::path(dir) / kManifest).string();
   size_t line_number = 0;
   auto bad = [&](std::string_view what) {
@@ -110,13 +109,13 @@ Status ParseManifest(const std::string& dir, std::string_view text, int shard, i
     const std::vector<std::string_view> words = Words(line);
     if (ended) return bad("a line after \"end\"");
     if (line_number == 1) {
-      int32_t format = 0;
-      if (words.size() != 2 || words[0] != "perserve-checkpoint" || !ParseWhole(words[1], &format)) {
+      if (words.size() != 2 || words[0] != "perserve-checkpoint" || !ParseWhole(words[1], format)) {
         return Status::InvalidArgument(fmt::format("{}: not a perserve checkpoint manifest", file));
       }
-      if (format != kCheckpointFormat) {
-        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads format {}",
-                                                      dir, format, kCheckpointFormat));
+      if (*format != kTransitionFormat && *format != kStepFormat) {
+        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads formats {} "
+                                                      "(transitions) and {} (step streams)",
+                                                      dir, *format, kTransitionFormat, kStepFormat));
       }
     } else if (line_number == 2) {
       int their_shard = -1, their_shards = -1;
@@ -150,59 +149,22 @@ Status ParseManifest(const std::string& dir, std::string_view text, int shard, i
   return Status::Ok();
 }
 
-Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* parts) {
+Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* parts, int32_t* format) {
   std::string text;
   const fs::path file = fs::path(dir) / kManifest;
   if (!fs::exists(file)) return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
   PERSERVE_RETURN_IF_ERROR(ReadWhole(file, kMaxManifestBytes, &text));
-  return ParseManifest(dir, text, shard, shards, parts);
-}
-
-// A part's manifest line; `expected` >= 0: the bytes it must have.
-Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                ManifestPart* part) {
-  const auto found = parts.find(name);
-  if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}/{}: the manifest lists no {}", dir, kManifest, name));
-  const fs::path file = fs::path(dir) / name;
-  std::error_code error;
-  const uintmax_t size = fs::file_size(file, error);
-  if (error || static_cast<int64_t>(size) != found->second.bytes ||
-      (expected >= 0 && found->second.bytes != expected)) {
-    return Status::InvalidArgument(
-        fmt::format("{}: {} bytes, the manifest says {}{} (truncated or damaged)", file.string(), error ? 0 : size,
-                    found->second.bytes, expected >= 0 ? fmt::format(" and its items need {}", expected) : ""));
-  }
-  *part = found->second;
-  return Status::Ok();
-}
-
-Status HashMismatch(const std::string& dir, const std::string& name) {
-  return Status::InvalidArgument(fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, name));
-}
-
-// Reads a part whole (of the size `expected`, when >= 0; at most `limit`)
-// and checks its hash.
-Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                int64_t limit, std::string* bytes) {
-  ManifestPart part;
-  PERSERVE_RETURN_IF_ERROR(FindPart(dir, name, parts, expected, &part));
-  PERSERVE_RETURN_IF_ERROR(ReadWhole(fs::path(dir) / name, static_cast<uintmax_t>(limit), bytes));
-  Hash64 hash;
-  hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
-  if (hash.Finish() != part.hash) return HashMismatch(dir, name);
-  return Status::Ok();
+  return ParseManifest(dir, text, shard, shards, parts, format);
 }
 
 // Every value of a decoded state.bin, against its range and this server.
 Status ValidateState(const std::string& dir, const CheckpointState& state, const replay::Replay& replay, int shard,
-                     int shards) {
+                     int shards, int32_t format) {
   const std::string file = (fs::path(dir) / "state.bin").string();
   auto bad = [&](std::string_view field, const std::string& what) {
     return Status::InvalidArgument(fmt::format("{}: {} {} (damaged)", file, field, what));
   };
-  if (state.format != kCheckpointFormat) {
-    return bad("format", fmt::format("is {}, the manifest's is {}", state.format, kCheckpointFormat));
-  }
+  if (state.format != format) return bad("format", fmt::format("is {}, the manifest's is {}", state.format, format));
   const Schema& schema = replay.store().schema();
   if (state.schema != schema.ToString() || state.capacity != replay.capacity()) {
     return Status::FailedPrecondition(fmt::format(
@@ -332,11 +294,20 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
 }
 
 Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::Replay* replay,
-                               CheckpointState* state, std::string* loaded) {
+                               replay::StepReplay* steps, CheckpointState* state, std::string* loaded) {
   std::string dir;
   PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
   Manifest parts;
-  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts));
+  int32_t format = 0;
+  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts, &format));
+  if ((format == kStepFormat) != (steps != nullptr)) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds a replay of {}; this server stores {} (--n-step or --sequence-length: restore with the flags it "
+        "was written with)",
+        dir, format == kStepFormat ? "step streams" : "transitions", steps != nullptr ? "step streams" : "transitions"));
+  }
+  StepCheckpointState step_state;
+  if (steps != nullptr) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, &step_state));
   std::string bytes;
   PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "state.bin", parts, -1, kMaxStateBytes, &bytes));
   try {
@@ -349,7 +320,7 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   } catch (const std::exception& e) {
     return Status::InvalidArgument(fmt::format("{}/state.bin does not decode: {}", dir, e.what()));
   }
-  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *replay, shard, shards));
+  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *replay, shard, shards, format));
 
   const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
   std::string leaf_bytes;
@@ -398,16 +369,53 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
     if (hashes[c].Finish() != expected_hashes[c]) return HashMismatch(dir, ColumnFile(c));
   }
   PERSERVE_RETURN_IF_ERROR(replay->RestoreState(state->replay));
+  if (steps != nullptr) PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, *replay, leaves, steps));
   *loaded = dir;
   return Status::Ok();
 }
 
 }  // namespace
 
+namespace checkpoint_layout {
+
+Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                ManifestPart* part) {
+  const auto found = parts.find(name);
+  if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}/{}: the manifest lists no {}", dir, kManifest, name));
+  const fs::path file = fs::path(dir) / name;
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (error || static_cast<int64_t>(size) != found->second.bytes ||
+      (expected >= 0 && found->second.bytes != expected)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes, the manifest says {}{} (truncated or damaged)", file.string(), error ? 0 : size,
+                    found->second.bytes, expected >= 0 ? fmt::format(" and its items need {}", expected) : ""));
+  }
+  *part = found->second;
+  return Status::Ok();
+}
+
+Status HashMismatch(const std::string& dir, const std::string& name) {
+  return Status::InvalidArgument(fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, name));
+}
+
+Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
+                int64_t limit, std::string* bytes) {
+  ManifestPart part;
+  PERSERVE_RETURN_IF_ERROR(FindPart(dir, name, parts, expected, &part));
+  PERSERVE_RETURN_IF_ERROR(ReadWhole(fs::path(dir) / name, static_cast<uintmax_t>(limit), bytes));
+  Hash64 hash;
+  hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
+  if (hash.Finish() != part.hash) return HashMismatch(dir, name);
+  return Status::Ok();
+}
+
+}  // namespace checkpoint_layout
+
 Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
-                      CheckpointState* state, std::string* loaded) {
+                      CheckpointState* state, std::string* loaded, replay::StepReplay* steps) {
   try {
-    return LoadCheckpointUnguarded(path, shard, shards, replay, state, loaded);
+    return LoadCheckpointUnguarded(path, shard, shards, replay, steps, state, loaded);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(fmt::format("out of memory restoring {}", path));
   } catch (const std::exception& e) {

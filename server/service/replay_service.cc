@@ -56,7 +56,8 @@ ReplayService::ReplayService(replay::Replay* replay, replay::StepReplay* steps, 
                          Reply(client, proto::MessageKind::kCheckpointReply, request_id,
                                proto::CheckpointReply{checkpoints_.writer()->last_path()});
                        },
-                       [this] { StopServing(); }}),
+                       [this] { StopServing(); }},
+                   steps),
       stats_(options.stats_interval_seconds),
       episodes_(steps != nullptr ? steps->step_schema() : replay->store().schema(), options_.reward_column,
                 options_.done_column, transport->client_count(), /*bootstrap_steps=*/steps != nullptr) {
@@ -66,7 +67,8 @@ ReplayService::ReplayService(replay::Replay* replay, replay::StepReplay* steps, 
 
 void ReplayService::Restore(const CheckpointState& state) {
   limiter_.Restore(state.limiter);
-  episodes_.RestoreCarries(state.episodes);
+  // A restored step stream begins a new episode: its episode in progress ended with the actor that appended it.
+  if (steps_ == nullptr) episodes_.RestoreCarries(state.episodes);
 }
 
 Status ReplayService::Run() {
@@ -348,6 +350,9 @@ void ReplayService::ApplyAppend(int client, const proto::Frame& frame, const pro
     std::vector<double> priorities;
     status = proto::TakeArray(&bulk, static_cast<size_t>(request.items), &item_steps);
     if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(priority_count), &priorities);
+    // A checkpoint being written keeps the steps and item rows this append
+    // overwrites: it writes them first (an error abandons the checkpoint).
+    if (status.ok()) checkpoints_.BeforeAppend(request.count, request.items);
     if (status.ok()) {
       status = steps_->Append(client, request.first_step, request.count, step_columns, item_steps, priorities, bulk,
                               &first_key);

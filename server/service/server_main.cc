@@ -196,7 +196,31 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   }
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  const perserve::mpi::ServerInfo info{served, flags.alpha, flags.capacity};
+  perserve::mpi::ServerInfo info{served, flags.alpha, flags.capacity, {}};
+  // Restored in the join, once the shard is known (clients wait in it
+  // meanwhile), so the join tells each actor its stream's steps. A
+  // checkpoint that does not fit or is damaged ends the job before anything
+  // is served.
+  perserve::service::CheckpointState restored;
+  if (!flags.restore.empty()) {
+    info.before_broadcast = [&](int shard, int shards, std::vector<int64_t>* stream_steps) {
+      std::string loaded;
+      const auto started = std::chrono::steady_clock::now();
+      const perserve::Status loaded_status = perserve::service::LoadCheckpoint(
+          flags.restore, shard, shards, replay.get(), &restored, &loaded, steps.get());
+      if (!loaded_status.ok()) Abort("--restore " + flags.restore + ": " + loaded_status.ToString());
+      spdlog::info("restored {}: {} items, next key {}{}, in {:.2f} s", loaded, replay->size(), replay->next_key(),
+                   steps == nullptr ? ""
+                                    : fmt::format("; {} steps held, next step key {}", steps->steps().next_key() -
+                                                                                        steps->steps().oldest_key(),
+                                                  steps->next_step_key()),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      if (steps != nullptr) {
+        for (int s = 0; s < steps->steps().streams(); ++s) stream_steps->push_back(steps->stream_steps(s));
+      }
+      return perserve::Status::Ok();
+    };
+  }
   status = perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined,
                                [](const std::string& message) { spdlog::warn("{}", message); });
   if (!status.ok()) Abort("join failed: " + status.ToString());
@@ -232,19 +256,6 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   service_options.shard = std::max(0, joined.shard);
   service_options.shards = static_cast<int>(joined.server_ranks.size());
   service_options.take_signal = [&pause] { return pause.TakeSignal(); };
-  // Restored after the join (the shard is known then); clients' requests
-  // wait in MPI meanwhile. A checkpoint that does not fit or is damaged ends
-  // the job before anything is served.
-  perserve::service::CheckpointState restored;
-  if (!flags.restore.empty()) {
-    std::string loaded;
-    const auto started = std::chrono::steady_clock::now();
-    status = perserve::service::LoadCheckpoint(flags.restore, service_options.shard, service_options.shards,
-                                               replay.get(), &restored, &loaded);
-    if (!status.ok()) Abort("--restore " + flags.restore + ": " + status.ToString());
-    spdlog::info("restored {}: {} items, next key {}, in {:.2f} s", loaded, replay->size(), replay->next_key(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  }
   perserve::service::ReplayService service(replay.get(), steps.get(), &transport, service_options);
   pause.Watch(&service);
   if (!flags.restore.empty()) service.Restore(restored);
@@ -367,10 +378,6 @@ static int Main(int argc, char** argv) {
   } else if (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.capacity) {
     Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
                       flags.service.min_size_to_sample, flags.capacity));
-  }
-  if (StoresSteps(flags) && (!flags.service.checkpoint_dir.empty() || !flags.restore.empty())) {
-    Abort("checkpoints of step streams are not written yet (--checkpoint-dir and --restore work with transitions; "
-          "docs/steps.md)");
   }
   if (flags.service.checkpoint_every_seconds > 0 && flags.service.checkpoint_dir.empty()) {
     Abort("--checkpoint-every needs --checkpoint-dir");

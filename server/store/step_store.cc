@@ -76,4 +76,16 @@ void StepStore::Append(int stream, int64_t steps, std::span<const std::byte> bul
   next_key_ += static_cast<uint64_t>(steps);
 }
 
+void StepStore::StartRestore(uint64_t first_key, std::span<const int64_t> first_index,
+                             std::span<const int64_t> episode_start) {
+  assert(next_key_ == 0 && first_index.size() == episode_start.size());
+  if (first_index.size() > streams_.size()) streams_.resize(first_index.size());
+  for (size_t s = 0; s < first_index.size(); ++s) {
+    streams_[s].steps = first_index[s];
+    streams_[s].next_episode_start = episode_start[s];
+  }
+  first_key_ = first_key;
+  next_key_ = first_key;
+}
+
 }  // namespace perserve::store

@@ -20,6 +20,7 @@
 // stream's index -> key map. Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -63,7 +64,7 @@ class StepStore {
   uint64_t OldestKeyAfter(int64_t steps) const {
     const uint64_t next = next_key_ + static_cast<uint64_t>(steps);
     const uint64_t capacity = static_cast<uint64_t>(columns_.capacity());
-    return next > capacity ? next - capacity : 0;
+    return std::max(first_key_, next > capacity ? next - capacity : 0);
   }
   int64_t SlotOf(uint64_t key) const { return static_cast<int64_t>(key % static_cast<uint64_t>(capacity())); }
 
@@ -85,6 +86,10 @@ class StepStore {
   // A held key's bookkeeping and column rows.
   const StepInfo& Info(uint64_t key) const { return info_[static_cast<size_t>(SlotOf(key))]; }
   const std::byte* Row(int column, uint64_t key) const { return columns_.Rows(column, SlotOf(key), 1).data(); }
+  // Column `column` of `count` held steps in consecutive slots from `first_slot` (no wrap): a checkpoint's rows.
+  std::span<const std::byte> Rows(int column, int64_t first_slot, int64_t count) const {
+    return columns_.Rows(column, first_slot, count);
+  }
 
   // A batch's done flag and reward of step j (bulk: `steps` steps, column
   // after column, checked by CheckBatch).
@@ -98,6 +103,21 @@ class StepStore {
   // keys next_key() .., indices stream_steps(stream) ..; the steps they
   // overwrite leave their streams. O(bytes + steps).
   void Append(int stream, int64_t steps, std::span<const std::byte> bulk);
+
+  // Restoring from a checkpoint, into a store just created (nothing appended
+  // yet): StartRestore says the oldest key held (keys below it were never
+  // held here) and, per stream, the index and episode start its first held
+  // step gets (for a stream holding none: its step count and next episode
+  // start); streams grows to first_index.size() when that is more. The held
+  // steps then go in with Append, oldest key first, one call per run of one
+  // stream's steps: every step's index, episode start, reward and done come
+  // out exactly as when they were first appended. StartNewEpisodes then
+  // begins a new episode at every stream's next step.
+  void StartRestore(uint64_t first_key, std::span<const int64_t> first_index,
+                    std::span<const int64_t> episode_start);
+  void StartNewEpisodes() {
+    for (Stream& s : streams_) s.next_episode_start = s.steps;
+  }
 
  private:
   struct Stream {
@@ -113,6 +133,7 @@ class StepStore {
   std::vector<StepInfo> info_;  // per slot
   std::vector<Stream> streams_;
   uint64_t next_key_ = 0;
+  uint64_t first_key_ = 0;  // keys below it were never held here (a restore's)
 };
 
 }  // namespace perserve::store

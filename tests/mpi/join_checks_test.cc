@@ -5,6 +5,8 @@
 // checks through a real join.)
 #include <cmath>
 #include <limits>
+#include <span>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -42,6 +44,26 @@ TEST(JoinChecksTest, MoreThan1024ServersAreRefused) {
   EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(status.message().find("1025 ranks joined as perserve servers; at most 1024"), std::string::npos)
       << status.message();
+}
+
+// A restored server's stream counts travel in its schemas: decoded as sent;
+// a negative count, or counts from a server of transitions, refused.
+TEST(JoinChecksTest, StreamStepCountsAreCheckedWhenDecoded) {
+  const Schema step{{{"obs", DType::kUInt8, {2}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
+  proto::ServedSchemas served{true, step, step, {}, {437, 0, 12}};
+  std::string bytes = proto::SerializeServedSchemas(served);
+  proto::ServedSchemas decoded;
+  ASSERT_TRUE(proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded).ok());
+  EXPECT_EQ(decoded.stream_steps, served.stream_steps);
+  served.stream_steps[1] = -1;
+  bytes = proto::SerializeServedSchemas(served);
+  Status status = proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded);
+  EXPECT_NE(status.message().find("stream 1 holds -1 steps"), std::string::npos) << status.ToString();
+  served = proto::TransitionSchemas(step);
+  served.stream_steps = {3};
+  bytes = proto::SerializeServedSchemas(served);
+  status = proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded);
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << status.ToString();
 }
 
 }  // namespace

@@ -206,7 +206,9 @@ class ActorClient {
   // acknowledged, once the rejection is reported). Copies, as Add.
   Status Append(const ColumnSpans& steps, const NewItems& items = {});
   // The steps this actor's stream holds so far, counting those sent: the
-  // next appended step's index.
+  // next appended step's index. After a server restored from a checkpoint
+  // it starts at the steps the stream held there (docs/steps.md), and the
+  // first step appended begins a new episode.
   int64_t steps_appended() const { return steps_sent_; }
   // Whether the server stores step streams, and its item columns.
   bool stores_steps() const;

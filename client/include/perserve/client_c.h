@@ -91,7 +91,8 @@ int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const*
 int perserve_actor_append(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                           int64_t items, const int64_t* item_steps, const double* priorities,
                           const void* const* item_columns, const int64_t* item_column_bytes);
-/* The steps this actor's stream holds so far (the next step's index); -1 on a NULL handle. */
+/* The steps this actor's stream holds so far (the next step's index; after a server's --restore it starts at
+   the stream's count at the checkpoint); -1 on a NULL handle. */
 int64_t perserve_actor_steps_appended(const perserve_actor* a);
 /* 1 when the server stores step streams, 0 when transitions, -1 on a NULL handle. */
 int perserve_actor_stores_steps(const perserve_actor* a);

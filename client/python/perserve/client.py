@@ -227,7 +227,9 @@ class Actor(_Client):
 
     @property
     def steps_appended(self) -> int:
-        """The steps this actor's stream holds so far: the next step's index."""
+        """The steps this actor's stream holds so far: the next step's index
+        (after a server's --restore, the stream's count at the checkpoint; the
+        first step appended then begins a new episode)."""
         return self._live().steps_appended
 
     def append(self, steps: Optional[Mapping[str, Any]] = None, items: Any = None, priorities: Any = None,

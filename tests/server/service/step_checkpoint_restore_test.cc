@@ -1,0 +1,205 @@
+// Restoring a damaged or mismatched step checkpoint: every step field is
+// checked before the replay serves, each failure a clear error naming the
+// file and the field (forged parts have their MANIFEST lines made to match,
+// so the checks behind the hashes are reached).
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <cereal/archives/binary.hpp>
+#include <gtest/gtest.h>
+
+#include "proto/bounded_input_archive.h"
+#include "server/service/step_checkpoint_test_util.h"
+
+namespace perserve::service {
+namespace {
+
+using namespace step_checkpoint_test;
+using checkpoint_test::CheckpointTest;
+using checkpoint_test::ForgePart;
+using checkpoint_test::ReadFile;
+namespace fs = std::filesystem;
+
+class StepCheckpointRestoreTest : public CheckpointTest {
+ protected:
+  void SetUp() override {
+    CheckpointTest::SetUp();
+    StepFixture original = MakeFixture(NStepOptions(40), StepSchema(), 30);
+    Driver driver(3);
+    for (int i = 0; i < 120; ++i) driver.Round(&original);
+    CheckpointWriter writer(dir_.string(), 0, 1, 30);
+    ASSERT_TRUE(WriteCheckpoint(&writer, &original).ok());
+    path_ = writer.last_path();
+  }
+
+  Status Load(const StepOptions& options = NStepOptions(40)) {
+    StepFixture fixture = MakeFixture(options, StepSchema(), 30);
+    return Restore(path_, &fixture);
+  }
+
+  // Asserts the restore fails with `code` and a message holding each of `parts`.
+  void ExpectRefused(Status::Code code, std::initializer_list<std::string> parts,
+                     const StepOptions& options = NStepOptions(40)) {
+    const Status status = Load(options);
+    ASSERT_EQ(status.code(), code) << status.ToString();
+    for (const std::string& part : parts) EXPECT_NE(status.message().find(part), std::string::npos) << status.ToString();
+  }
+
+  StepCheckpointState State() const {
+    const std::string bytes = ReadFile(fs::path(path_) / kStepStateFile);
+    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    StepCheckpointState state;
+    archive(state);
+    return state;
+  }
+  void ForgeState(const StepCheckpointState& state) {
+    std::ostringstream bytes;
+    {
+      cereal::BinaryOutputArchive archive(bytes);
+      archive(state);
+    }
+    ForgePart(path_, kStepStateFile, bytes.str());
+  }
+  // step-info.bin's int64 at `index` (3 a step: stream, index, episode start) set to `value`.
+  void ForgeInfo(size_t index, int64_t value) {
+    std::string bytes = ReadFile(fs::path(path_) / kStepInfoFile);
+    std::memcpy(bytes.data() + index * sizeof(int64_t), &value, sizeof(value));
+    ForgePart(path_, kStepInfoFile, bytes);
+  }
+  // The newest held step that is not its stream's first held one.
+  size_t LaterStep() const {
+    const size_t held = ReadFile(fs::path(path_) / kStepInfoFile).size() / kStepInfoBytes;
+    for (size_t i = held - 1; i > 0; --i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (Info(3 * j) == Info(3 * i)) return i;
+      }
+    }
+    ADD_FAILURE() << "no stream holds two steps";
+    return 0;
+  }
+  int64_t Info(size_t index) const {
+    const std::string bytes = ReadFile(fs::path(path_) / kStepInfoFile);
+    int64_t value = 0;
+    std::memcpy(&value, bytes.data() + index * sizeof(int64_t), sizeof(value));
+    return value;
+  }
+
+  std::string path_;
+};
+
+TEST_F(StepCheckpointRestoreTest, TheUndamagedCheckpointRestores) {
+  const Status status = Load();
+  EXPECT_TRUE(status.ok()) << status.ToString();
+}
+
+TEST_F(StepCheckpointRestoreTest, OtherStepFlagsAreRefusedNamingBothValues) {
+  StepOptions options = NStepOptions(40);
+  options.n_step = 2;
+  ExpectRefused(Status::Code::kFailedPrecondition, {"--n-step 3", "--n-step 2"}, options);
+  options = NStepOptions(40);
+  options.discount = 0.99;
+  ExpectRefused(Status::Code::kFailedPrecondition, {"--discount 0.9", "--discount 0.99"}, options);
+  options = NStepOptions(40);
+  options.stacks = {{"obs", 4}};
+  ExpectRefused(Status::Code::kFailedPrecondition, {"--stack obs:3", "--stack obs:4"}, options);
+  ExpectRefused(Status::Code::kFailedPrecondition, {"--n-step 3", "--n-step none"},
+                SequenceOptions(40));
+}
+
+TEST_F(StepCheckpointRestoreTest, AServerOfTransitionsRefusesIt) {
+  auto replay = checkpoint_test::MakeReplay(30);
+  CheckpointState state;
+  std::string loaded;
+  const Status status = LoadCheckpoint(path_, 0, 1, replay.get(), &state, &loaded);
+  EXPECT_EQ(status.code(), Status::Code::kFailedPrecondition) << status.ToString();
+  EXPECT_NE(status.message().find("holds a replay of step streams; this server stores transitions"),
+            std::string::npos)
+      << status.ToString();
+}
+
+TEST_F(StepCheckpointRestoreTest, StreamCountsThatDoNotSumToTheNextKeyAreRefused) {
+  StepCheckpointState state = State();
+  state.stream_steps[1] += 1;
+  ForgeState(state);
+  ExpectRefused(Status::Code::kInvalidArgument, {"steps.bin: streams", "sum to"});
+}
+
+TEST_F(StepCheckpointRestoreTest, AnEpisodeStartPastTheStreamIsRefused) {
+  StepCheckpointState state = State();
+  state.next_episode_start[0] = state.stream_steps[0] + 1;
+  ForgeState(state);
+  ExpectRefused(Status::Code::kInvalidArgument, {"steps.bin: streams", "stream 0"});
+}
+
+TEST_F(StepCheckpointRestoreTest, ANextEpisodeStartTheDoneFlagsContradictIsRefused) {
+  StepCheckpointState state = State();
+  state.next_episode_start[2] = state.next_episode_start[2] == 0 ? 1 : state.next_episode_start[2] - 1;
+  ForgeState(state);
+  ExpectRefused(Status::Code::kInvalidArgument, {"steps.bin", "stream 2's next episode starts"});
+}
+
+TEST_F(StepCheckpointRestoreTest, AStateThatDoesNotDecodeIsRefused) {
+  ForgePart(path_, kStepStateFile, std::string(5, '\x7f'));
+  ExpectRefused(Status::Code::kInvalidArgument, {"steps.bin does not decode"});
+}
+
+TEST_F(StepCheckpointRestoreTest, AStreamOutOfRangeIsRefused) {
+  ForgeInfo(3 * 5, 7);
+  ExpectRefused(Status::Code::kInvalidArgument, {"step-info.bin: step key", "stream 7 is outside [0, 3)"});
+}
+
+TEST_F(StepCheckpointRestoreTest, AWrongIndexIsRefused) {
+  const size_t step = LaterStep();
+  ForgeInfo(3 * step + 1, Info(3 * step + 1) + 1);
+  ExpectRefused(Status::Code::kInvalidArgument, {"step-info.bin: step key", "index"});
+}
+
+TEST_F(StepCheckpointRestoreTest, AnEpisodeStartTheDoneFlagsContradictIsRefused) {
+  const size_t step = LaterStep();
+  ForgeInfo(3 * step + 2, Info(3 * step + 2) + 1);
+  ExpectRefused(Status::Code::kInvalidArgument, {"step-info.bin: step key", "done flags give"});
+}
+
+TEST_F(StepCheckpointRestoreTest, ADoneFlagChangedUnderItsStepsIsRefused) {
+  // The done column of every held step flipped: the episode starts no longer follow.
+  std::string bytes = ReadFile(fs::path(path_) / StepColumnFile(2));
+  for (char& done : bytes) done = done == 0 ? 1 : 0;
+  ForgePart(path_, StepColumnFile(2), bytes);
+  ExpectRefused(Status::Code::kInvalidArgument, {"done flags give"});
+}
+
+TEST_F(StepCheckpointRestoreTest, ADoneValuePastTwoIsRefusedAsAnAppendsIs) {
+  std::string bytes = ReadFile(fs::path(path_) / StepColumnFile(2));
+  bytes[bytes.size() / 2] = 7;
+  ForgePart(path_, StepColumnFile(2), bytes);
+  ExpectRefused(Status::Code::kInvalidArgument, {"step-column-2.bin: held steps", "has done 7"});
+}
+
+TEST_F(StepCheckpointRestoreTest, ALiveItemOverAStepNotHeldIsRefused) {
+  const std::string leaves = ReadFile(fs::path(path_) / "leaves.bin");
+  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  size_t live = leaves.size() / sizeof(double);
+  for (size_t i = 0; i < leaves.size() / sizeof(double); ++i) {
+    double leaf = 0.0;
+    std::memcpy(&leaf, leaves.data() + i * sizeof(double), sizeof(leaf));
+    if (leaf != 0.0) live = i;
+  }
+  ASSERT_LT(live, leaves.size() / sizeof(double));
+  const uint64_t gone = 0;  // the ring wrapped: key 0 is long overwritten
+  std::memcpy(steps.data() + live * sizeof(uint64_t), &gone, sizeof(gone));
+  ForgePart(path_, "column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key", "step key 0 is not held"});
+}
+
+TEST_F(StepCheckpointRestoreTest, ADamagedStepColumnIsRefusedByItsHash) {
+  std::string bytes = ReadFile(fs::path(path_) / StepColumnFile(0));
+  bytes[7] = static_cast<char>(bytes[7] ^ 1);
+  std::ofstream(fs::path(path_) / StepColumnFile(0), std::ios::binary | std::ios::trunc) << bytes;
+  ExpectRefused(Status::Code::kInvalidArgument, {"step-column-0.bin: its hash does not match"});
+}
+
+}  // namespace
+}  // namespace perserve::service

@@ -1,0 +1,167 @@
+// Checkpoints of step streams (service/step_checkpoint.h): a step replay and
+// its items checkpointed and restored serve the same samples, bit for bit,
+// and evict the same items afterwards (n-step with a stack; sequences with an
+// item column; after the ring wrapped and evicted items); a checkpoint
+// written slice by slice while appends overwrite steps it has not written
+// yet is the replay as it was at Begin; restored streams begin new episodes.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "server/service/step_checkpoint_test_util.h"
+
+namespace perserve::service {
+namespace {
+
+using namespace step_checkpoint_test;
+using checkpoint_test::CheckpointTest;
+
+class StepCheckpointTest : public CheckpointTest {
+ protected:
+  // Drives `original` and `twin` alike for `rounds`, ends their episodes,
+  // checkpoints `original`, restores into a fresh fixture, and checks it
+  // serves as `twin` does, now and after both take the same later requests.
+  void RoundTrip(const StepOptions& options, const Schema& schema, int64_t item_capacity, int rounds) {
+    StepFixture original = MakeFixture(options, schema, item_capacity);
+    StepFixture twin = MakeFixture(options, schema, item_capacity);
+    Driver a(3), b(3);
+    for (int i = 0; i < rounds; ++i) {
+      a.Round(&original);
+      b.Round(&twin);
+    }
+    a.EndEpisodes(&original);
+    b.EndEpisodes(&twin);
+    // The ring wrapped, and items left with their steps.
+    ASSERT_GT(original.steps->next_step_key(), static_cast<uint64_t>(2 * options.step_capacity));
+    ASSERT_LT(original.items->live_size(), original.items->size());
+
+    CheckpointWriter writer(dir_.string(), 0, 1, item_capacity);
+    const Status written = WriteCheckpoint(&writer, &original);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    StepFixture restored = MakeFixture(options, schema, item_capacity);
+    const Status loaded = Restore(writer.last_path(), &restored);
+    ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+    for (uint64_t key = restored.steps->steps().oldest_key(); key < restored.steps->next_step_key(); ++key) {
+      const store::StepInfo& x = restored.steps->steps().Info(key);
+      const store::StepInfo& y = twin.steps->steps().Info(key);
+      ASSERT_TRUE(x.index == y.index && x.episode_start == y.episode_start && x.stream == y.stream &&
+                  x.done == y.done && x.reward == y.reward)
+          << "step key " << key;
+    }
+    ExpectSameServing(&restored, &twin);
+    // Later appends evict the same items (a list rebuilt wrong would leave an
+    // item drawable whose steps are gone, or drop one).
+    Driver c(9), d(9);
+    for (int i = 0; i < rounds; ++i) {
+      c.Round(&restored);
+      d.Round(&twin);
+      if (i % 25 == 0) ExpectSameServing(&restored, &twin, 2);
+    }
+    ExpectSameServing(&restored, &twin);
+  }
+};
+
+TEST_F(StepCheckpointTest, NStepWithStackRoundTripsAfterWrapAndEvictions) {
+  RoundTrip(NStepOptions(40), StepSchema(), 30, 200);
+}
+
+TEST_F(StepCheckpointTest, SequencesWithItemColumnsRoundTrip) {
+  RoundTrip(SequenceOptions(48), StepSchema(), 40, 200);
+}
+
+TEST_F(StepCheckpointTest, AnEmptyRingRoundTrips) {
+  StepFixture original = MakeFixture(NStepOptions(16), StepSchema(), 8);
+  CheckpointWriter writer(dir_.string(), 0, 1, 8);
+  ASSERT_TRUE(WriteCheckpoint(&writer, &original).ok());
+  StepFixture restored = MakeFixture(NStepOptions(16), StepSchema(), 8);
+  const Status loaded = Restore(writer.last_path(), &restored);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  EXPECT_EQ(restored.steps->next_step_key(), 0u);
+}
+
+// Steps of 8 KB: a slice writes 128 of them, so the appends between slices
+// overwrite steps of the ring (capacity 512) not written yet.
+TEST_F(StepCheckpointTest, AppendsDuringTheCheckpointWriteOverwrittenStepsFirst) {
+  const Schema schema = StepSchema(256);
+  const StepOptions options = NStepOptions(512);
+  StepFixture original = MakeFixture(options, schema, 200);
+  StepFixture twin = MakeFixture(options, schema, 200);
+  Driver a(5), b(5);
+  for (int i = 0; i < 600; ++i) {
+    a.Round(&original);
+    b.Round(&twin);
+  }
+  a.EndEpisodes(&original);
+  b.EndEpisodes(&twin);
+  const uint64_t began_at = original.steps->next_step_key();
+
+  CheckpointWriter writer(dir_.string(), 0, 1, 200);
+  Driver during(77);
+  const auto before = [&](int64_t steps, int64_t items) {
+    ASSERT_TRUE(writer.BeforeAppend(*original.items, steps, items).ok());
+  };
+  int slices = 0;
+  const Status written = WriteCheckpoint(&writer, &original, [&] {
+    ++slices;
+    for (int i = 0; i < 60; ++i) during.Round(&original, before);
+  });
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  // The appends overwrote every step the checkpoint began with.
+  ASSERT_GE(slices, 2);
+  ASSERT_GT(original.steps->steps().oldest_key(), began_at);
+
+  StepFixture restored = MakeFixture(options, schema, 200);
+  const Status loaded = Restore(writer.last_path(), &restored);
+  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+  ExpectSameServing(&restored, &twin);
+}
+
+TEST_F(StepCheckpointTest, RestoredStreamsContinueWithANewEpisode) {
+  const StepOptions options = NStepOptions(40);
+  StepFixture original = MakeFixture(options, StepSchema(), 30);
+  Driver a(4);
+  for (int i = 0; i < 30; ++i) a.Round(&original);
+  // Stream 0's last three steps do not end its episode.
+  const auto zero_dones = [](std::vector<std::byte>* bulk) {
+    const size_t done = static_cast<size_t>(3 * (StepSchema().columns[0].ItemBytes() + 4));  // obs, reward before
+    for (size_t j = 0; j < 3; ++j) (*bulk)[done + j] = std::byte{0};
+  };
+  uint64_t first = 0;
+  std::vector<std::byte> bulk = a.Steps(StepSchema(), 3, false);
+  zero_dones(&bulk);
+  ASSERT_TRUE(original.steps->Append(0, original.steps->stream_steps(0), 3, bulk, {}, {}, {}, &first).ok());
+  const int64_t steps = original.steps->stream_steps(0);
+  CheckpointWriter writer(dir_.string(), 0, 1, 30);
+  ASSERT_TRUE(WriteCheckpoint(&writer, &original).ok());
+
+  // More streams now than the checkpoint has: the new ones start at 0.
+  StepOptions more = options;
+  more.streams = 5;
+  StepFixture restored = MakeFixture(more, StepSchema(), 30);
+  ASSERT_TRUE(Restore(writer.last_path(), &restored).ok());
+  EXPECT_EQ(restored.steps->stream_steps(0), steps);
+  EXPECT_EQ(restored.steps->stream_steps(4), 0);
+  EXPECT_EQ(restored.steps->steps().next_episode_start(0), steps);
+  // An item over the last step before the restore and the first after it spans two episodes: refused.
+  bulk = a.Steps(StepSchema(), 3, false);
+  zero_dones(&bulk);
+  const int64_t t = steps - 1;
+  const double priority = 1.0;
+  const Status spanning = restored.steps->Append(0, steps, 3, bulk, std::span<const int64_t>(&t, 1),
+                                                 std::span<const double>(&priority, 1), {}, &first);
+  EXPECT_EQ(spanning.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(spanning.message().find("begins a new episode"), std::string::npos) << spanning.ToString();
+  // Appended alone, the new steps begin an episode at the restored count.
+  ASSERT_TRUE(restored.steps->Append(0, steps, 3, bulk, {}, {}, {}, &first).ok());
+  EXPECT_EQ(restored.steps->steps().Info(restored.steps->next_step_key() - 1).episode_start, steps);
+  // And fewer streams than the checkpoint: it keeps its streams (their steps stay sampleable).
+  StepOptions fewer = options;
+  fewer.streams = 1;
+  StepFixture narrow = MakeFixture(fewer, StepSchema(), 30);
+  ASSERT_TRUE(Restore(writer.last_path(), &narrow).ok());
+  EXPECT_EQ(narrow.steps->options().streams, 3);
+  EXPECT_EQ(narrow.steps->stream_steps(2), original.steps->stream_steps(2));
+}
+
+}  // namespace
+}  // namespace perserve::service
