@@ -93,7 +93,8 @@ TEST_F(SimulationTest, ManySeeds) {
   std::cout << "  step streams: " << step_totals.appends << " appends acknowledged, " << step_totals.refused
             << " refused for their flaws, " << step_totals.items << " items created, " << step_totals.drawn
             << " sampled items compared, " << step_totals.evicted_seen << " evicted items seen, " << step_totals.stale
-            << " stale updates\n";
+            << " stale updates, " << step_totals.restored << " restored items compared ("
+            << step_totals.restored_exact << " checkpoints restored as they began)\n";
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",
                          "step streams (1-3 shards)"};
   for (size_t kind = 0; kind < 4; ++kind) {

@@ -37,16 +37,12 @@ namespace fs = std::filesystem;
 constexpr int64_t kLivenessSteps = 2000;
 
 // Every configuration's draws: the first two streams' as before, then the
-// third's, then the fourth's (step streams; no checkpoints yet with them).
+// third's, then the fourth's (step streams).
 SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library,
                                  ScheduleRandom* steps) {
   SimulationConfig config = DrawConfig(random->generator(), later->generator());
   DrawLibraryConfig(library->generator(), &config);
   config.steps = DrawStepConfig(steps->generator(), &config.options.min_size_to_sample);
-  if (config.steps.on) {
-    config.checkpoints &= kStepCheckpoints;
-    config.disk_faults &= kStepCheckpoints;
-  }
   return config;
 }
 
@@ -117,6 +113,7 @@ class Simulator {
   const SimulationConfig config_;
   ReferenceModel model_;
   StepModel step_model_;  // used when config_.steps.on
+  StepCounts restored_counts_;  // what restoring its checkpoints checked
   std::vector<uint64_t> versions_;
   std::vector<ShardLink> links_;
   LibraryCounts counts_;
@@ -157,6 +154,7 @@ SimulationResult Simulator::Run() {
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
     result_.step_counts = step_model_.counts();
+    result_.step_counts.Add(restored_counts_);
     if (!library_.empty()) {
       Hash64 hash;
       hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
@@ -318,7 +316,7 @@ void Simulator::SimulatorActs() {
     if (!asked.ok()) throw SimulationFailure("RequestCheckpoint: " + asked.ToString());
     if (!was_writing && shard.service->checkpoints()->active() && !config_.disk_faults) {
       // Begun now, between steps: its restore must be the replay as it is.
-      shard.snapshot = TakeSnapshot(*shard.replay, shard.service->checkpoints()->path());
+      shard.snapshot = TakeSnapshot(*shard.replay, shard.steps.get(), shard.service->checkpoints()->path());
     }
   }
 }
@@ -394,7 +392,8 @@ void Simulator::CheckCheckpoint(int s) {
   const std::string& path = shard.service->checkpoints()->last_path();
   if (path.empty() || path == shard.last_checked_path) return;
   shard.last_checked_path = path;
-  CheckRestoredCheckpoint(config_, s, shard.replay_options, path, &model_, &shard.snapshot);
+  CheckRestoredCheckpoint(config_, s, shard.replay_options, shard.transport->client_count(), path, &model_,
+                          config_.steps.on ? &step_model_ : nullptr, &shard.snapshot, &restored_counts_);
 }
 
 std::string Simulator::DescribeWaits() const {

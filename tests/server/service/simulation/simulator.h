@@ -33,7 +33,11 @@ struct StepCounts {
   int64_t drawn = 0;         // sampled items whose bytes were compared
   int64_t evicted_seen = 0;  // held items found evicted (leaf 0) after a step, as the reference said
   int64_t stale = 0;         // update elements counted stale
+  int64_t restored = 0;      // live items of restored checkpoints assembled and compared
+  int64_t restored_exact = 0;  // checkpoints that restored the ring and items as they were when begun
   void Add(const StepCounts& o) {
+    restored += o.restored;
+    restored_exact += o.restored_exact;
     appends += o.appends;
     refused += o.refused;
     items += o.items;

@@ -24,11 +24,6 @@ namespace perserve::service::simulation {
 // The share of seeds whose services store step streams.
 inline constexpr double kStepConfigShare = 0.3;
 
-// Checkpoints of step streams are not written yet (the server refuses them):
-// step seeds draw none. The one place to turn them on once they are; the
-// restore check (checkpoint_checks.h) compares transition rows and would
-// need the step ring's too.
-inline constexpr bool kStepCheckpoints = false;
 
 struct StepStreamsConfig {
   bool on = false;
