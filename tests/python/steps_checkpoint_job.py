@@ -56,17 +56,7 @@ def check(learner, mode: dict, mode_name: str, batches: int) -> int:
     for b in range(batches):
         sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
         for i in range(sample.size):
-            newest = sample.columns["obs"][i]
-            newest = newest[0] if mode_name == "sequence" else newest
-            newest = newest[..., -1] if mode["stack"] > 1 else newest
-            actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
-            expected = (ref.expected_nstep(actor, t, mode) if mode_name == "nstep"
-                        else ref.expected_sequence(actor, t, mode))
-            for name, value in expected.items():
-                got = sample.columns[name][i]
-                if got.dtype != value.dtype or got.shape != value.shape or got.tobytes() != value.tobytes():
-                    raise AssertionError(f"batch {b} item {i} (actor {actor}, step {t}) column {name}: "
-                                         f"got {got!r}, expected {value!r}")
+            ref.check_item(sample, i, mode_name, mode, f"batch {b}")
             checked += 1
         learner.update_priorities(sample.keys, np.full(sample.size, 0.5 + b % 3))
     return checked

@@ -149,6 +149,21 @@ def item_steps(actor: int, appended: int, made: int, mode: dict) -> list:
     return ready
 
 
+def check_item(sample, i: int, mode_name: str, mode: dict, where: str) -> None:
+    """Sampled item i, bit for bit against the reference: its actor and step
+    decoded from its newest frame (a sequence's first step's)."""
+    newest = sample.columns["obs"][i]
+    newest = newest[0] if mode_name == "sequence" else newest
+    newest = newest[..., -1] if mode["stack"] > 1 else newest
+    actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
+    expected = expected_nstep(actor, t, mode) if mode_name == "nstep" else expected_sequence(actor, t, mode)
+    for name, value in expected.items():
+        got = sample.columns[name][i]
+        if got.dtype != value.dtype or got.shape != value.shape or got.tobytes() != value.tobytes():
+            raise AssertionError(f"{where} item {i} (actor {actor}, step {t}) column {name}: "
+                                 f"got {got!r}, expected {value!r}")
+
+
 def run_actor(actor: int, mode: dict) -> None:
     rng = np.random.default_rng(actor)
     with perserve.Actor(MPI.COMM_WORLD) as a:
@@ -187,17 +202,7 @@ def run_learner(mode: dict, mode_name: str) -> None:
         for b in range(BATCHES):
             sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
             for i in range(sample.size):
-                newest = sample.columns["obs"][i]
-                if mode_name == "sequence":
-                    newest = newest[0]
-                newest = newest[..., -1] if mode["stack"] > 1 else newest
-                actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
-                expected = expected_nstep(actor, t, mode) if mode_name == "nstep" else expected_sequence(actor, t, mode)
-                for name, value in expected.items():
-                    got = sample.columns[name][i]
-                    if got.dtype != value.dtype or got.shape != value.shape or got.tobytes() != value.tobytes():
-                        raise AssertionError(f"batch {b} item {i} (actor {actor}, step {t}) column {name}: "
-                                             f"got {got!r}, expected {value!r}")
+                check_item(sample, i, mode_name, mode, f"batch {b}")
                 checked += 1
             assert np.all(sample.weights > 0) and np.all(sample.weights <= 1)
             learner.update_priorities(sample.keys, np.full(sample.size, 0.5 + b % 3))

@@ -195,16 +195,6 @@ void ExpectRejectionReport(int client, const Status& status, const char* call, c
   counts->rejections_reported += count;
 }
 
-void LibraryActor::CheckCounts(const char* when) const {
-  const int64_t refused = static_cast<int64_t>(connection_->add_errors().size());
-  Expect(actor_->rejected_batches() == refused && reported_ == refused, [&] {
-    return fmt::format("client {}: after {}, {} adds refused by the server, rejected_batches() {}, {} reported",
-                       client_, when, refused, actor_->rejected_batches(), reported_);
-  });
-  Expect(actor_->items_acknowledged() == connection_->items_acknowledged(), [&] {
-    return fmt::format("client {}: after {}, items_acknowledged() {} but the replies acknowledged {}", client_, when,
-                       actor_->items_acknowledged(), connection_->items_acknowledged());
-  });
-}
+void LibraryActor::CheckCounts(const char* when) const { CheckActorCounts(*actor_, reported_, "adds", when); }
 
 }  // namespace perserve::service::simulation

@@ -76,4 +76,17 @@ void LibraryClient::Fingerprint(const Status& status) {
   connection_->Fingerprint(std::as_bytes(std::span(&code, 1)));
 }
 
+void LibraryClient::CheckActorCounts(const ActorClient& actor, int64_t reported, const char* requests,
+                                     const char* when) const {
+  const int64_t refused = static_cast<int64_t>(connection_->add_errors().size());
+  Expect(actor.rejected_batches() == refused && reported == refused, [&] {
+    return fmt::format("client {}: after {}, {} {} refused by the server, rejected_batches() {}, {} reported",
+                       client_, when, refused, requests, actor.rejected_batches(), reported);
+  });
+  Expect(actor.items_acknowledged() == connection_->items_acknowledged(), [&] {
+    return fmt::format("client {}: after {}, items_acknowledged() {} but the replies acknowledged {}", client_, when,
+                       actor.items_acknowledged(), connection_->items_acknowledged());
+  });
+}
+
 }  // namespace perserve::service::simulation

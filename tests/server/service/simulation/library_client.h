@@ -66,6 +66,9 @@ class LibraryClient {
   virtual const char* role() const = 0;
 
   void Fingerprint(const Status& status);
+  // An actor's counts against what its connection saw: every refused request
+  // ("adds", "appends") reported once, and the items acknowledged.
+  void CheckActorCounts(const ActorClient& actor, int64_t reported, const char* requests, const char* when) const;
 
   const int client_;
   LibraryWorld& world_;
