@@ -174,8 +174,11 @@ class StepReplay {
   // lists come out as Append built them.
   Status StartRestore(uint64_t first_step_key, std::span<const int64_t> first_index,
                       std::span<const int64_t> episode_start);
-  void RestoreSteps(int stream, int64_t steps, std::span<const std::byte> step_columns) {
+  // Checked as an append's steps are (StepStore::CheckBatch: byte counts, done values); nothing changes on an error.
+  Status RestoreSteps(int stream, int64_t steps, std::span<const std::byte> step_columns) {
+    PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(steps, step_columns));
     steps_.Append(stream, steps, step_columns);
+    return Status::Ok();
   }
   // An item whose leaf is 0 (removed: evicted with its steps) is kept as it is and may name steps long gone. Any
   // other must be an item Append would accept now over the held steps (CheckItem's checks): InvalidArgument

@@ -10,8 +10,11 @@
 #include <span>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "perserve/schema.h"
 #include "perserve/status.h"
+#include "proto/bounded_input_archive.h"
 
 namespace perserve::service::checkpoint_layout {
 
@@ -55,5 +58,26 @@ Status FindPart(const std::string& dir, const std::string& name, const Manifest&
 Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
                 int64_t limit, std::string* bytes);
 Status HashMismatch(const std::string& dir, const std::string& name);
+
+// Reads a cereal-encoded part (at most `limit` bytes; ReadPart) and decodes
+// it into *value, every byte of it: InvalidArgument naming the file when it
+// does not decode or has bytes past its end.
+template <class T>
+Status ReadEncodedPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t limit,
+                       T* value) {
+  std::string bytes;
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, name, parts, -1, limit, &bytes));
+  try {
+    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    archive(*value);
+    if (archive.bytes_left() > 0) {
+      return Status::InvalidArgument(
+          fmt::format("{}/{}: {} bytes past the state's end (damaged)", dir, name, archive.bytes_left()));
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}/{} does not decode: {}", dir, name, e.what()));
+  }
+  return Status::Ok();
+}
 
 }  // namespace perserve::service::checkpoint_layout

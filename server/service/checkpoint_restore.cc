@@ -308,18 +308,7 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   }
   StepCheckpointState step_state;
   if (steps != nullptr) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, &step_state));
-  std::string bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "state.bin", parts, -1, kMaxStateBytes, &bytes));
-  try {
-    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
-    archive(*state);
-    if (archive.bytes_left() > 0) {
-      return Status::InvalidArgument(
-          fmt::format("{}/state.bin: {} bytes past the state's end (damaged)", dir, archive.bytes_left()));
-    }
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}/state.bin does not decode: {}", dir, e.what()));
-  }
+  PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, "state.bin", parts, kMaxStateBytes, state));
   PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *replay, shard, shards, format));
 
   const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);

@@ -27,20 +27,6 @@ constexpr size_t kMaxStreams = size_t{1} << 20;
 // of stream counts stay clear of overflow.
 constexpr uint64_t kMaxStepKey = uint64_t{1} << 62;
 
-Status DecodeState(const std::string& dir, const std::string& bytes, StepCheckpointState* state) {
-  try {
-    proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
-    archive(*state);
-    if (archive.bytes_left() > 0) {
-      return Status::InvalidArgument(
-          fmt::format("{}/{}: {} bytes past the state's end (damaged)", dir, kStepStateFile, archive.bytes_left()));
-    }
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}/{} does not decode: {}", dir, kStepStateFile, e.what()));
-  }
-  return Status::Ok();
-}
-
 // The flags, the key and the streams' counts: against this server and each other.
 Status ValidateStepState(const std::string& dir, const StepCheckpointState& state, const replay::StepReplay& steps) {
   const std::string file = (fs::path(dir) / kStepStateFile).string();
@@ -170,9 +156,7 @@ Status StepRingWriter::BeforeAppend(const store::StepStore& ring, int64_t steps,
 
 Status ReadStepState(const std::string& dir, const Manifest& parts, const replay::StepReplay& steps,
                      StepCheckpointState* state) {
-  std::string bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, kStepStateFile, parts, -1, kMaxStepStateBytes, &bytes));
-  PERSERVE_RETURN_IF_ERROR(DecodeState(dir, bytes, state));
+  PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, kStepStateFile, parts, kMaxStepStateBytes, state));
   return ValidateStepState(dir, *state, steps);
 }
 
@@ -226,6 +210,8 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
     files[c].open(fs::path(dir) / StepColumnFile(c), std::ios::binary);
     if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}/{}", dir, StepColumnFile(c)));
   }
+  // A step the ring refuses as an append's is refused for its done value: the byte counts are the files'.
+  const std::string done_file = StepColumnFile(static_cast<size_t>(schema.ColumnIndex(steps->options().done_column)));
   const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<std::byte> chunk, run;
   for (int64_t row = 0; row < held; row += rows_per_chunk) {
@@ -252,14 +238,11 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
         to += (b - a) * row_bytes;
         column += rows * row_bytes;
       }
-      // Checked as an append's steps are (a done value past 2, say).
-      const Status checked = steps->steps().CheckBatch(b - a, run);
-      if (!checked.ok()) {
-        return Status::InvalidArgument(fmt::format("{}/{}: held steps {} .. {}: {} (damaged)", dir,
-                                                   StepColumnFile(static_cast<size_t>(schema.ColumnIndex(steps->options().done_column))),
-                                                   row + a, row + b - 1, checked.message()));
+      const Status restored = steps->RestoreSteps(static_cast<int>(stream), b - a, run);
+      if (!restored.ok()) {
+        return Status::InvalidArgument(fmt::format("{}/{}: held steps {} .. {}: {} (damaged)", dir, done_file,
+                                                   row + a, row + b - 1, restored.message()));
       }
-      steps->RestoreSteps(static_cast<int>(stream), b - a, run);
     }
   }
   for (size_t c = 0; c < columns; ++c) {

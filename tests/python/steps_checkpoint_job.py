@@ -76,15 +76,7 @@ def run_actor(actor: int, phase: int, mode: dict) -> None:
         for appends, size in enumerate(sizes(actor)[(phase - 1) * APPENDS:phase * APPENDS]):
             if appends % 4 == 3:
                 actors.Barrier()
-            first = a.steps_appended
-            rows = [ref.step(actor, i) for i in range(first, first + size)]
-            steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
-            ready = ref.item_steps(actor, first + size, made, mode)
-            made = ready[-1] + 1 if ready else made
-            priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
-            item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
-                            if mode["item_columns"] and ready else None)
-            a.append(steps, ready or None, priorities, item_columns)
+            made = ref.append_steps(a, actor, size, made, mode, rng)
         a.flush()
         peers.Barrier()  # the learner checkpoints after this
         peers.Barrier()

@@ -164,6 +164,21 @@ def check_item(sample, i: int, mode_name: str, mode: dict, where: str) -> None:
                                  f"got {got!r}, expected {value!r}")
 
 
+def append_steps(a, actor: int, count: int, made: int, mode: dict, rng) -> int:
+    """Appends the stream's next `count` steps with the items they make
+    whole (random priorities; the item column, when the mode has one, names
+    the item); returns the first stream index whose item is still to make."""
+    first = a.steps_appended
+    rows = [step(actor, i) for i in range(first, first + count)]
+    steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
+    ready = item_steps(actor, first + count, made, mode)
+    priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
+    item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
+                    if mode["item_columns"] and ready else None)
+    a.append(steps, ready or None, priorities, item_columns)
+    return ready[-1] + 1 if ready else made
+
+
 def run_actor(actor: int, mode: dict) -> None:
     rng = np.random.default_rng(actor)
     with perserve.Actor(MPI.COMM_WORLD) as a:
@@ -174,16 +189,7 @@ def run_actor(actor: int, mode: dict) -> None:
         for appends in range(APPENDS_PER_ACTOR):
             if appends % 4 == 3:
                 actors.Barrier()
-            first = a.steps_appended
-            n = int(rng.integers(1, 9))
-            rows = [step(actor, i) for i in range(first, first + n)]
-            steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
-            ready = item_steps(actor, first + n, made, mode)
-            made = ready[-1] + 1 if ready else made
-            priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
-            item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
-                            if mode["item_columns"] and ready else None)
-            a.append(steps, ready or None, priorities, item_columns)
+            made = append_steps(a, actor, int(rng.integers(1, 9)), made, mode, rng)
         a.flush()
         actors.Free()
         peers.Free()

@@ -66,14 +66,7 @@ void LibraryActor::Act() {
     return;
   }
   if (u < 0.08) return Flush("Flush");
-  if (u < 0.14) {
-    doing_ = "CanAdd";
-    bool ready = false;
-    const Status status = actor_->CanAdd(&ready);
-    Fingerprint(status);
-    Expect(status.ok(), [&] { return fmt::format("client {}: CanAdd returned {}", client_, status.ToString()); });
-    return;
-  }
+  if (u < 0.14) return CallCanAdd(*actor_);
   if (u < 0.17) {  // a batch the library refuses before sending: a column one byte short
     const Buffers& buffers = buffers_[next_buffers_];
     const ColumnSpans spans{

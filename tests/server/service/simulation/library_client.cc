@@ -76,6 +76,14 @@ void LibraryClient::Fingerprint(const Status& status) {
   connection_->Fingerprint(std::as_bytes(std::span(&code, 1)));
 }
 
+void LibraryClient::CallCanAdd(ActorClient& actor) {
+  doing_ = "CanAdd";
+  bool ready = false;
+  const Status status = actor.CanAdd(&ready);
+  Fingerprint(status);
+  Expect(status.ok(), [&] { return fmt::format("client {}: CanAdd returned {}", client_, status.ToString()); });
+}
+
 void LibraryClient::CheckActorCounts(const ActorClient& actor, int64_t reported, const char* requests,
                                      const char* when) const {
   const int64_t refused = static_cast<int64_t>(connection_->add_errors().size());

@@ -66,6 +66,8 @@ class LibraryClient {
   virtual const char* role() const = 0;
 
   void Fingerprint(const Status& status);
+  // A call of actor.CanAdd, which must succeed (whether it may add is the library's to say).
+  void CallCanAdd(ActorClient& actor);
   // An actor's counts against what its connection saw: every refused request
   // ("adds", "appends") reported once, and the items acknowledged.
   void CheckActorCounts(const ActorClient& actor, int64_t reported, const char* requests, const char* when) const;

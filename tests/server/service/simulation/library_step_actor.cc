@@ -42,14 +42,7 @@ void LibraryStepActor::Act() {
     return;
   }
   if (u < 0.08) return Flush();
-  if (u < 0.14) {
-    doing_ = "CanAdd";
-    bool ready = false;
-    const Status status = actor_->CanAdd(&ready);
-    Fingerprint(status);
-    Expect(status.ok(), [&] { return fmt::format("client {}: CanAdd returned {}", client_, status.ToString()); });
-    return;
-  }
+  if (u < 0.14) return CallCanAdd(*actor_);
   Append(/*outside=*/u < 0.17);
 }
 
