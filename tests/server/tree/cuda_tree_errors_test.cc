@@ -202,6 +202,10 @@ TEST_F(CudaTreeErrorsTest, AFailureAfterWorkWasQueuedLatches) {
   DisarmAfter disarm;
   std::unique_ptr<CudaPriorityTree> tree = MakeCudaTree(1024);
   ASSERT_NE(tree, nullptr);
+  // Not "auto": its first update calibrates on a scratch tree, whose
+  // SmallBatch launch would take the injected failure instead (seen on the
+  // first GPU run: the update succeeded and nothing latched).
+  tree->SetStrategy(UpdateStrategy::kSparse);
   const testing::Batch batch = Batch(100, 1024, 3);
   cuda::InjectFailure(cudaErrorLaunchFailure, "SmallBatch launch");
   const Status status = tree->Update(batch.indices, batch.values);
