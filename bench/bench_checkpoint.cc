@@ -24,7 +24,7 @@
 
 #include "bench_schemas.h"
 #include "replay/replay.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace {
 

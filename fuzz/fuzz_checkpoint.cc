@@ -34,7 +34,7 @@
 #include "fuzz/step_replay_fixture.h"
 #include "proto/messages.h"
 #include "replay/replay.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service {
 namespace {

@@ -37,7 +37,7 @@
 #include "proto/codec.h"
 #include "replay/replay.h"
 #include "fuzz/step_replay_fixture.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::fuzz {
 namespace {

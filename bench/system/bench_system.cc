@@ -70,7 +70,7 @@
 #include "perserve/client.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/mpi_transport.h"
+#include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
 #include "system/zmq_client.h"
 #include "system/zmq_transport.h"

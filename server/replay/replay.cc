@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -38,12 +39,6 @@ void Shuffle(uint64_t seed, uint64_t counter, std::span<int64_t> slots, std::spa
   }
 }
 
-Status NothingLive(int64_t size) {
-  if (size == 0) return Status::FailedPrecondition("the replay is empty");
-  return Status::FailedPrecondition(
-      fmt::format("the replay is empty: the {} items it holds are all removed (leaf 0)", size));
-}
-
 }  // namespace
 
 Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay) {
@@ -68,7 +63,8 @@ Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree
     : options_(options),
       store_(std::move(schema), options.capacity, options.prefault_store),
       tree_(std::move(tree)),
-      zero_leaf_(static_cast<size_t>(options.capacity), 0) {}
+      slot_key_(static_cast<size_t>(options.capacity), kNoKey),
+      index_(options.capacity, &slot_key_, kNoKey) {}
 
 bool Replay::IsBadPriority(double p) const {
   const double shifted = p + options_.priority_eps;
@@ -89,23 +85,35 @@ Status Replay::BadPriority(double p, size_t position) const {
                                              p, position, options_.priority_eps));
 }
 
-uint64_t Replay::KeyAtSlot(int64_t slot) const {
-  // The newest key k < next_key with k mod capacity == slot.
-  const uint64_t capacity = static_cast<uint64_t>(options_.capacity);
-  const uint64_t newest = next_key_ - 1;
-  return newest - (newest - static_cast<uint64_t>(slot) + capacity) % capacity;
+uint64_t Replay::oldest_key() const { return order_.empty() ? next_key_ : order_.front(); }
+
+void Replay::Unlink(uint64_t key, int64_t slot) {
+  index_.Erase(key);
+  slot_key_[static_cast<size_t>(slot)] = kNoKey;
+  free_.push_back(slot);
+  --size_;
+  ++removed_in_order_;
 }
 
-Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<const double> priorities,
-                   uint64_t* first_key) {
-  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
-  return AddInPlace(
-      count, priorities,
-      [columns](std::span<const std::span<std::byte>> regions) {
-        store::TransitionStore::CopyInto(columns, regions);
-        return Status::Ok();
-      },
-      first_key);
+int64_t Replay::TakeSlot() {
+  if (free_.empty()) return fresh_++;
+  const int64_t slot = free_.back();
+  free_.pop_back();
+  return slot;
+}
+
+void Replay::DropRemovedFromOrder() {
+  while (!order_.empty() && SlotOf(order_.front()) < 0) {
+    order_.pop_front();
+    --removed_in_order_;
+  }
+  // Removals from the middle (evicted steps) pile up behind held keys: once
+  // they outnumber the held ones, the order is rebuilt without them. O(1)
+  // amortized per removal.
+  if (removed_in_order_ > std::max<int64_t>(size_, 1024)) {
+    std::erase_if(order_, [this](uint64_t key) { return SlotOf(key) < 0; });
+    removed_in_order_ = 0;
+  }
 }
 
 Status Replay::CheckAddCount(int64_t count) const {
@@ -149,17 +157,56 @@ Status Replay::CheckAdd(int64_t count, std::span<const double> priorities) const
   }
   const double bound = tree_->Total() + static_cast<double>(count) * std::pow(largest, options_.alpha);
   if (bound <= tree::kMaxTreeTotal * 0.5) return Status::Ok();
-  std::vector<int64_t> slots(static_cast<size_t>(count));
+  std::vector<int64_t> slots;
+  PlanSlots({}, count, &slots);
   std::vector<double> shifted(static_cast<size_t>(count), largest);
-  for (int64_t j = 0; j < count; ++j) {
-    slots[j] = (next_slot() + j) % options_.capacity;
-    if (!priorities.empty()) shifted[j] = priorities[j] + options_.priority_eps;
-  }
+  for (int64_t j = 0; j < count && !priorities.empty(); ++j) shifted[j] = priorities[j] + options_.priority_eps;
   return tree::ValidateTotalStaysBounded(*tree_, slots, shifted, options_.alpha);
 }
 
-Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
+void Replay::PlanSlots(std::span<const uint64_t> removed, int64_t count, std::vector<int64_t>* slots,
+                       std::vector<int64_t>* pushed_out) const {
+  // As Add takes them: the removed items' slots are freed (in order), then
+  // the oldest held ones the FIFO remover takes; slots are taken from the
+  // last freed back, then from the earlier free list, then fresh.
+  plan_free_.clear();
+  for (const uint64_t key : removed) {
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) plan_free_.push_back(slot);
+  }
+  const size_t removed_slots = plan_free_.size();
+  int64_t over = size_ - static_cast<int64_t>(removed_slots) + count - options_.capacity;
+  if (over > 0) {
+    plan_sorted_.assign(plan_free_.begin(), plan_free_.end());
+    std::sort(plan_sorted_.begin(), plan_sorted_.end());
+    for (auto it = order_.begin(); over > 0 && it != order_.end(); ++it) {
+      const int64_t slot = SlotOf(*it);
+      if (slot < 0 || std::binary_search(plan_sorted_.begin(), plan_sorted_.end(), slot)) continue;
+      plan_free_.push_back(slot);
+      --over;
+    }
+  }
+  if (pushed_out != nullptr) {
+    pushed_out->assign(plan_free_.begin() + static_cast<std::ptrdiff_t>(removed_slots), plan_free_.end());
+  }
+  slots->clear();
+  size_t from_plan = plan_free_.size(), from_free = free_.size();
+  int64_t fresh = fresh_;
+  for (int64_t j = 0; j < count; ++j) {
+    if (from_plan > 0) {
+      slots->push_back(plan_free_[--from_plan]);
+    } else if (from_free > 0) {
+      slots->push_back(free_[--from_free]);
+    } else {
+      slots->push_back(fresh++);
+    }
+  }
+}
+
+Status Replay::Add(int64_t count, std::span<const std::byte> rows, std::span<const double> priorities,
+                   uint64_t* first_key, std::span<const uint64_t> removed) {
   PERSERVE_RETURN_IF_ERROR(CheckAdd(count, priorities));
+  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, rows));
   // What goes to the tree: each priority plus eps, or the running max (which
   // already includes eps) for a priority-less add.
   shifted_.resize(static_cast<size_t>(count));
@@ -168,28 +215,44 @@ Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, con
   } else {
     for (size_t j = 0; j < priorities.size(); ++j) shifted_[j] = priorities[j] + options_.priority_eps;
   }
-
-  const int64_t first_slot = next_slot();
+  // Out go the removed items, then the oldest while too many would be held;
+  // in come the new ones, into the slots freed last first.
+  zeroed_.clear();
+  for (const uint64_t key : removed) {
+    const int64_t slot = SlotOf(key);
+    if (slot < 0) continue;
+    Unlink(key, slot);
+    zeroed_.push_back(slot);
+  }
+  while (size_ + count > options_.capacity) {
+    DropRemovedFromOrder();
+    const uint64_t key = order_.front();
+    const int64_t slot = SlotOf(key);
+    Unlink(key, slot);
+    zeroed_.push_back(slot);
+  }
   slots_.resize(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and
-  // fails without a change on a priority whose power overflows.
+  for (int64_t j = 0; j < count; ++j) slots_[j] = TakeSlot();
+  // Only the freed slots no new item took need a 0: the new items took the
+  // last freed first, so those are zeroed_'s first ones.
+  zeroed_.resize(zeroed_.size() - std::min(zeroed_.size(), static_cast<size_t>(count)));
+  if (!zeroed_.empty()) {
+    leaves_.assign(zeroed_.size(), 0.0);
+    PERSERVE_RETURN_IF_ERROR(tree_->Update(zeroed_, leaves_));
+  }
+  // The tree computes the leaves (p + eps)^alpha (on the device where it
+  // lives); CheckAdd made sure the powers and the total fit.
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
-  for (const int64_t slot : slots_) {  // removed items overwritten now: no longer counted
-    zero_leaves_ -= zero_leaf_[slot];
-    zero_leaf_[slot] = 0;
-  }
-  store_.Regions(first_slot, count, &regions_);
-  const Status filled = fill(regions_);
+  store_.Scatter(slots_, rows);
   *first_key = next_key_;
-  next_key_ += static_cast<uint64_t>(count);
-  if (!filled.ok()) {
-    shifted_.assign(static_cast<size_t>(count), 0.0);
-    (void)tree_->Update(slots_, shifted_);  // half-written rows are never drawn
-    for (const int64_t slot : slots_) zero_leaf_[slot] = 1;
-    zero_leaves_ += count;
-    return filled;
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t key = next_key_++;
+    slot_key_[static_cast<size_t>(slots_[j])] = key;
+    index_.Insert(key, slots_[j]);
+    order_.push_back(key);
   }
+  size_ += count;
+  DropRemovedFromOrder();
   if (options_.max_priority_from_adds) {
     max_priority_ = std::max(max_priority_, *std::max_element(shifted_.begin(), shifted_.end()));
   }
@@ -202,7 +265,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   if (!std::isfinite(beta) || !(beta >= 0.0)) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
-  if (live_size() == 0) return NothingLive(size());
+  if (size_ == 0) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));
@@ -222,7 +285,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   result->weights.resize(static_cast<size_t>(batch_size));
   result->probabilities.resize(static_cast<size_t>(batch_size));
   for (int64_t i = 0; i < batch_size; ++i) {
-    result->keys[i] = KeyAtSlot(result->slots[i]);
+    result->keys[i] = KeyAt(result->slots[i]);
     result->probabilities[i] = leaves_[i] / total;
     result->weights[i] = ImportanceWeight(leaves_[i], min_leaf, beta);
   }
@@ -234,23 +297,42 @@ ReplayState Replay::State() const {
   return ReplayState{next_key_, max_priority_, options_.seed, samples_drawn_, counters_};
 }
 
-Status Replay::RestoreItems(uint64_t first_key, int64_t count, std::span<const std::byte> columns,
-                            std::span<const double> leaves) {
-  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
-  if (leaves.size() != static_cast<size_t>(count)) {
-    return Status::InvalidArgument(fmt::format("{} items but {} leaves", count, leaves.size()));
+Status Replay::RestoreItems(std::span<const uint64_t> keys, std::span<const int64_t> slots,
+                            std::span<const std::byte> rows, std::span<const double> leaves) {
+  const int64_t count = static_cast<int64_t>(keys.size());
+  if (count == 0) return Status::Ok();
+  if (slots.size() != keys.size() || leaves.size() != keys.size()) {
+    return Status::InvalidArgument(fmt::format("{} keys, {} slots and {} leaves", keys.size(), slots.size(),
+                                               leaves.size()));
   }
-  const uint64_t capacity = static_cast<uint64_t>(options_.capacity);
-  const int64_t first_slot = static_cast<int64_t>(first_key % capacity);
-  slots_.resize(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves));
+  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, rows));
   for (int64_t j = 0; j < count; ++j) {
-    const uint8_t zero = leaves[j] == 0.0 ? 1 : 0;
-    zero_leaves_ += zero - zero_leaf_[slots_[j]];
-    zero_leaf_[slots_[j]] = zero;
+    const int64_t slot = slots[j];
+    if (slot < 0 || slot >= options_.capacity) {
+      return Status::InvalidArgument(fmt::format("key {}: slot {} is outside [0, capacity {})", keys[j], slot,
+                                                 options_.capacity));
+    }
+    // Each leaf a held item can have: finite, at least the smallest normal
+    // double (a priority's leaf is clamped up to it: tree/tree_algorithm.h).
+    if (!std::isfinite(leaves[j]) || !(leaves[j] >= std::numeric_limits<double>::min())) {
+      return Status::InvalidArgument(fmt::format("key {}: a leaf of {} is no held item's", keys[j], leaves[j]));
+    }
+    if (keys[j] == kNoKey || SlotOf(keys[j]) >= 0) {
+      return Status::InvalidArgument(fmt::format("key {} is held twice", keys[j]));
+    }
+    if (slot_key_[static_cast<size_t>(slot)] != kNoKey) {
+      return Status::InvalidArgument(fmt::format("keys {} and {} both in slot {}",
+                                                 slot_key_[static_cast<size_t>(slot)], keys[j], slot));
+    }
+    // Claimed now, so a repeat later in this call is caught as well.
+    slot_key_[static_cast<size_t>(slot)] = keys[j];
+    index_.Insert(keys[j], slot);
   }
-  store_.Write(first_slot, count, columns);
+  const Status updated = tree_->Update(slots, leaves);
+  if (!updated.ok()) return updated;
+  store_.Scatter(slots, rows);
+  for (int64_t j = 0; j < count; ++j) fresh_ = std::max(fresh_, slots[j] + 1);
+  size_ += count;
   return Status::Ok();
 }
 
@@ -258,6 +340,22 @@ Status Replay::RestoreState(const ReplayState& state) {
   if (!(state.max_priority > 0.0) || !std::isfinite(state.max_priority)) {
     return Status::InvalidArgument(fmt::format("a max priority of {}", state.max_priority));
   }
+  // The held keys in order, and the slots never restored free (the lowest taken first).
+  order_.clear();
+  free_.clear();
+  for (int64_t slot = fresh_ - 1; slot >= 0; --slot) {
+    const uint64_t key = slot_key_[static_cast<size_t>(slot)];
+    if (key == kNoKey) {
+      free_.push_back(slot);
+      continue;
+    }
+    if (key >= state.next_key) {
+      return Status::InvalidArgument(fmt::format("key {} is held, but the next key is {}", key, state.next_key));
+    }
+    order_.push_back(key);
+  }
+  std::sort(order_.begin(), order_.end());
+  removed_in_order_ = 0;
   next_key_ = state.next_key;
   max_priority_ = state.max_priority;
   options_.seed = state.seed;
@@ -278,7 +376,7 @@ Status CheckFractions(std::span<const double> fractions) {
 
 Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
   PERSERVE_RETURN_IF_ERROR(CheckFractions(fractions));
-  if (live_size() == 0 && !fractions.empty()) return NothingLive(size());
+  if (size_ == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
   const size_t count = fractions.size();
   leaves_.resize(count);
@@ -291,7 +389,7 @@ Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result)
   result->probabilities.resize(count);
   result->weights.clear();
   for (size_t i = 0; i < count; ++i) {
-    result->keys[i] = KeyAtSlot(result->slots[i]);
+    result->keys[i] = KeyAt(result->slots[i]);
     result->probabilities[i] = result->leaves[i] / total;
   }
   counters_.items_sampled += static_cast<int64_t>(count);
@@ -300,22 +398,18 @@ Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result)
 
 Status Replay::Remove(std::span<const uint64_t> keys) {
   slots_.clear();
-  const uint64_t oldest = oldest_key();
   for (const uint64_t key : keys) {
-    if (key < oldest || key >= next_key_) continue;
-    const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(options_.capacity));
-    if (zero_leaf_[slot] != 0) continue;  // already 0 (or a repeat)
-    zero_leaf_[slot] = 1;
-    slots_.push_back(slot);
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) slots_.push_back(slot);  // a repeat twice: the same 0
   }
   if (slots_.empty()) return Status::Ok();
-  shifted_.assign(slots_.size(), 0.0);
-  const Status updated = tree_->Update(slots_, shifted_);
-  if (!updated.ok()) {
-    for (const int64_t slot : slots_) zero_leaf_[slot] = 0;
-    return updated;
+  leaves_.assign(slots_.size(), 0.0);
+  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves_));
+  for (const uint64_t key : keys) {
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) Unlink(key, slot);
   }
-  zero_leaves_ += static_cast<int64_t>(slots_.size());
+  DropRemovedFromOrder();
   return Status::Ok();
 }
 
@@ -335,10 +429,6 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
     }
   }
-  // Keys older than the newest `capacity` have been overwritten: drop them.
-  const uint64_t oldest_live = next_key_ > static_cast<uint64_t>(options_.capacity)
-                                   ? next_key_ - static_cast<uint64_t>(options_.capacity)
-                                   : 0;
   UpdateCounts result;
   slots_.clear();
   shifted_.clear();
@@ -348,8 +438,8 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       ++result.dropped;
       continue;
     }
-    const int64_t slot = static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity));
-    if (keys[j] < oldest_live || zero_leaf_[slot] != 0) {  // overwritten, or removed: applying would revive it
+    const int64_t slot = SlotOf(keys[j]);
+    if (slot < 0) {  // no longer held
       ++result.stale;
       continue;
     }

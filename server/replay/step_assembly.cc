@@ -1,5 +1,5 @@
 // StepReplay::Assemble: a sample's items in sample_schema's layout, read
-// straight from the step ring.
+// straight from the step ring (a transition's row is its step's: a gather).
 //
 // What the stacking costs: every output byte is written once, and each frame
 // is read once per stack it appears in (obs and next_obs of an n-step item
@@ -94,7 +94,7 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
     }
     item.n_step_return = ret;
     item.discount = ended ? 0.0 : g;
-  } else {
+  } else if (options_.kind == StepOptions::Kind::kSequence) {
     item.valid = options_.sequence_length;
     for (int64_t j = 0; j < options_.sequence_length; ++j) {
       if (steps_.Info(steps_.KeyOf(item.stream, item.t + j)).done != 0) {
@@ -145,7 +145,7 @@ void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, i
   using Source = SampleColumn::Source;
   switch (column.source) {
     case Source::kStep:
-      if (options_.kind == StepOptions::Kind::kNStep) {
+      if (options_.kind != StepOptions::Kind::kSequence) {
         WriteStacked(column.column, column.depth, item.stream, item.t, item.episode_start, out);
       } else {
         const int64_t row = column.bytes / options_.sequence_length;
@@ -176,6 +176,12 @@ void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, i
 
 void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const {
   assert(out.size() == item_slots.size() * static_cast<size_t>(SampleItemBytes()));
+  if (RowsAreSteps()) {  // a transition: its step's row as stored
+    std::vector<int64_t> step_slots;
+    StepSlots(item_slots, &step_slots);
+    steps_.columns().Gather(step_slots, out);
+    return;
+  }
   std::vector<ItemView> items(item_slots.size());
   for (size_t i = 0; i < item_slots.size(); ++i) items[i] = ViewItem(item_slots[i]);
   std::byte* target = out.data();

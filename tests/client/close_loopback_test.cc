@@ -12,7 +12,7 @@
 #include "client/src/connection.h"
 #include "perserve/client.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::client_internal {

@@ -19,7 +19,7 @@
 #include "perserve/client.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::client_internal {

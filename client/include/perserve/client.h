@@ -251,6 +251,14 @@ class ActorClient {
   void CloseAtFinalize();
   // Add and AddBorrowed: `borrow` sends columns apart from the caller's memory.
   Status Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow);
+  // Every add and append: steps (size 0: none), then the items over this
+  // append's steps one each (item_per_step) or over `item_steps`.
+  Status SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
+                    std::span<const double> priorities, std::span<const std::span<const std::byte>> item_columns,
+                    bool borrow);
+  // After a refused append: once nothing is in flight, the stream goes on
+  // from the steps the server acknowledged.
+  void RewindIfDrained();
   // Takes the oldest batch's acknowledgement: waits for it, or with `wait`
   // false sets *collected false when it has not arrived. A borrowed batch's
   // columns are then sent for good (their memory is the caller's again).

@@ -14,7 +14,7 @@
 #include "replay/replay.h"
 #include "server/replay/replay_test_util.h"
 #include "server/service/service_test_util.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "tree/priority_tree.h"
 

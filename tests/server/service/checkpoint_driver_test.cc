@@ -1,5 +1,5 @@
 // CheckpointDriver: when checkpoints begin, who hears of them, and SIGTERM's.
-#include "service/checkpoint_driver.h"
+#include "service/checkpoint/checkpoint_driver.h"
 
 #include <functional>
 #include <thread>

@@ -17,7 +17,7 @@
 
 #include "proto/bounded_input_archive.h"
 #include "proto/codec.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "server/service/checkpoint_test_util.h"
 

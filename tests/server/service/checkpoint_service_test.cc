@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "server/service/service_test_util.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service {
 namespace {

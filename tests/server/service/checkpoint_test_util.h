@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "replay/replay.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::checkpoint_test {
 

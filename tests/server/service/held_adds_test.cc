@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 
 namespace perserve::service {
 namespace {

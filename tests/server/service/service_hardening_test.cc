@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/codec.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "service/resident_memory.h"
 #include "server/service/service_test_util.h"

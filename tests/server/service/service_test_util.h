@@ -13,7 +13,7 @@
 
 #include "proto/codec.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::service_test {

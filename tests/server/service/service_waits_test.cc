@@ -12,7 +12,7 @@
 
 #include "proto/codec.h"
 #include "server/service/service_test_util.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/rate_limiter.h"
 #include "service/replay_service.h"
 

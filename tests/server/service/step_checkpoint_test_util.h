@@ -15,7 +15,7 @@
 
 #include "server/replay/step_test_util.h"
 #include "server/service/checkpoint_test_util.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::step_checkpoint_test {
 

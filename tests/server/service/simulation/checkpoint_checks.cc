@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "server/service/simulation/self_checking_rows.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 

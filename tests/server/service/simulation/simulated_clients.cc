@@ -8,7 +8,7 @@
 #include "proto/codec.h"
 #include "server/service/service_test_util.h"
 #include "server/service/simulation/self_checking_rows.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 namespace {

@@ -21,7 +21,7 @@
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_stream.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 
 namespace perserve::service::simulation {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "proto/codec.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 namespace {

@@ -24,7 +24,7 @@
 #include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_model.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::simulation {

@@ -37,10 +37,15 @@ std::string NewestComplete(const std::string& shard_dir);
 int64_t RowsPerSlice(const Schema& schema);
 
 // A checkpoint's formats (the MANIFEST's first line, state.bin's first
-// field): 1 a replay of transitions, 2 one of step streams (its items' replay
-// as format 1 holds it, and the step ring's parts: service/step_checkpoint.h).
+// field): 3 the one item model's (checkpoint.h); written before it, 1 a
+// replay of transitions (their keys oldest..next-1 in slots key mod
+// capacity) and 2 one of step streams (its items' replay as format 1 holds
+// it, and the step ring's parts: step_checkpoint.h). Formats 1 and 2 are
+// still restored.
 inline constexpr int32_t kTransitionFormat = 1;
 inline constexpr int32_t kStepFormat = 2;
+inline constexpr int32_t kOneModelFormat = 3;
+inline constexpr const char* kItemSlotsFile = "item-slots.bin";
 
 // Restoring: a MANIFEST's part lines, by name.
 struct ManifestPart {

@@ -2,7 +2,8 @@
 // hears of them. It owns the CheckpointWriter, the requests waiting for the
 // checkpoint being written and for the next one, the periodic timer and
 // SIGTERM's final checkpoint; the service calls it between operations (Step,
-// Request) and before each add (BeforeAdd), and hears back through Hooks.
+// Request) and before each append writes (BeforeWrite), and hears back
+// through Hooks.
 //
 // A checkpoint is the replay as it was when it began (the writer keeps the
 // rows an add would overwrite). One being written when another is asked for:
@@ -13,13 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "perserve/status.h"
-#include "replay/replay.h"
-#include "service/checkpoint.h"
+#include "replay/step_replay.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service {
 
@@ -43,10 +45,8 @@ class CheckpointDriver {
     std::function<void()> final_begun;
   };
 
-  // `steps`: the StepReplay whose items `replay` holds (its ring is in every
-  // checkpoint), or nullptr.
-  CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks,
-                   const replay::StepReplay* steps = nullptr);
+  // Checkpoints of `replay` (not owned).
+  CheckpointDriver(const replay::StepReplay* replay, CheckpointDriverOptions options, Hooks hooks);
 
   bool enabled() const { return writer_ != nullptr; }
   // FAILED_PRECONDITION, saying how to enable them, without a directory.
@@ -68,12 +68,10 @@ class CheckpointDriver {
   // Between operations, each pass: begins a wanted checkpoint, keeps the
   // periodic timer (not once `stopping`), writes a slice.
   void Step(bool stopping);
-  // Before an add of `count` items: a checkpoint being written first writes
-  // the rows it overwrites (an error abandons the checkpoint, not the add).
-  void BeforeAdd(int64_t count);
-  // Before an append of `steps` steps and `items` items: the same, for the
-  // steps the append overwrites too.
-  void BeforeAppend(int64_t steps, int64_t items);
+  // Before `steps` steps go into the ring's next slots and items' rows into
+  // `item_slots`: a checkpoint being written first writes what it still
+  // needs there (an error abandons the checkpoint, not the append).
+  void BeforeWrite(int64_t steps, std::span<const int64_t> item_slots);
   // `client` closed: its waiting requests are answered now with `closed`.
   void ForgetClient(int client, const Status& closed);
   // The service stops serving: nothing more is wanted; the requests waiting
@@ -84,8 +82,7 @@ class CheckpointDriver {
   void Begin();
   void Ended(const Status& error);
 
-  const replay::Replay* replay_;
-  const replay::StepReplay* steps_;
+  const replay::StepReplay* replay_;
   CheckpointDriverOptions options_;
   Hooks hooks_;
   std::unique_ptr<CheckpointWriter> writer_;

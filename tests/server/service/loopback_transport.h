@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "proto/messages.h"
-#include "service/transport.h"
+#include "service/transport/transport.h"
 
 namespace perserve::service {
 

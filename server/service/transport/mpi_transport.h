@@ -13,7 +13,7 @@
 #include "mpi/byte_blocks.h"
 #include "mpi/join.h"
 #include "mpi/send_queue.h"
-#include "service/transport.h"
+#include "service/transport/transport.h"
 
 namespace perserve::service {
 

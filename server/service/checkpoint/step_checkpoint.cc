@@ -1,4 +1,4 @@
-#include "service/step_checkpoint.h"
+#include "service/checkpoint/step_checkpoint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "proto/bounded_input_archive.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service {
 namespace {
@@ -28,12 +28,13 @@ constexpr size_t kMaxStreams = size_t{1} << 20;
 constexpr uint64_t kMaxStepKey = uint64_t{1} << 62;
 
 // The flags, the key and the streams' counts: against this server and each other.
-Status ValidateStepState(const std::string& dir, const StepCheckpointState& state, const replay::StepReplay& steps) {
+Status ValidateStepState(const std::string& dir, const StepCheckpointState& state, const replay::StepReplay& steps,
+                         int32_t format) {
   const std::string file = (fs::path(dir) / kStepStateFile).string();
   auto bad = [&](std::string_view field, const std::string& what) {
     return Status::InvalidArgument(fmt::format("{}: {} {} (damaged)", file, field, what));
   };
-  const auto flags = StepFlags(steps);
+  const auto flags = StepFlags(steps, format);
   if (state.flags.size() != flags.size()) {
     return bad("flags", fmt::format("lists {} step flags; a step checkpoint lists {}", state.flags.size(), flags.size()));
   }
@@ -74,22 +75,28 @@ Status ValidateStepState(const std::string& dir, const StepCheckpointState& stat
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps) {
+std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps, int32_t format) {
+  using Kind = replay::StepOptions::Kind;
   const replay::StepOptions& o = steps.options();
-  const bool n_step = o.kind == replay::StepOptions::Kind::kNStep;
+  const bool n_step = o.kind == Kind::kNStep, sequence = o.kind == Kind::kSequence;
   std::vector<std::string> stacks;
   for (const auto& [name, depth] : o.stacks) stacks.push_back(fmt::format("{}:{}", name, depth));
   const std::string none = "none";
-  return {{"--column", steps.step_schema().ToString()},
-          {"--capacity", fmt::format("{}", o.step_capacity)},
-          {"--n-step", n_step ? fmt::format("{}", o.n_step) : none},
-          {"--discount", n_step ? fmt::format("{}", o.discount) : none},  // shortest round trip: equal text, equal bits
-          {"--sequence-length", n_step ? none : fmt::format("{}", o.sequence_length)},
-          {"--sequence-period", n_step ? none : fmt::format("{}", o.sequence_period)},
-          {"--stack", stacks.empty() ? none : fmt::format("{}", fmt::join(stacks, " "))},
-          {"--reward-column", o.reward_column},
-          {"--done-column", o.done_column},
-          {"--item-column", o.item_columns.empty() ? none : Schema{o.item_columns}.ToString()}};
+  std::vector<std::pair<std::string, std::string>> flags{
+      {"--column", steps.step_schema().ToString()},
+      {"--capacity", fmt::format("{}", o.step_capacity)},
+      {"--n-step", n_step ? fmt::format("{}", o.n_step) : none},
+      {"--discount", n_step ? fmt::format("{}", o.discount) : none},  // shortest round trip: equal text, equal bits
+      {"--sequence-length", sequence ? fmt::format("{}", o.sequence_length) : none},
+      {"--sequence-period", sequence ? fmt::format("{}", o.sequence_period) : none},
+      {"--stack", stacks.empty() ? none : fmt::format("{}", fmt::join(stacks, " "))},
+      {"--reward-column", n_step || sequence ? o.reward_column : none},
+      {"--done-column", n_step || sequence ? o.done_column : none},
+      {"--item-column", o.item_columns.empty() ? none : Schema{o.item_columns}.ToString()}};
+  if (format >= checkpoint_layout::kOneModelFormat) {
+    flags.emplace_back("--max-items", fmt::format("{}", steps.items().capacity()));
+  }
+  return flags;
 }
 
 std::string StepColumnFile(size_t column) { return fmt::format("step-column-{}.bin", column); }
@@ -106,7 +113,7 @@ std::string StepRingWriter::Begin(const replay::StepReplay& steps) {
   held_ = static_cast<int64_t>(ring.next_key() - first_key_);
   written_ = 0;
   StepCheckpointState state;
-  state.flags = StepFlags(steps);
+  state.flags = StepFlags(steps, checkpoint_layout::kOneModelFormat);
   state.next_key = ring.next_key();
   for (int s = 0; s < ring.streams(); ++s) {
     state.stream_steps.push_back(ring.stream_steps(s));
@@ -146,22 +153,22 @@ Status StepRingWriter::WriteSlice(const store::StepStore& ring, const Sink& sink
   return Write(ring, std::min(held_, written_ + RowsPerSlice(ring.schema())), sink);
 }
 
-Status StepRingWriter::BeforeAppend(const store::StepStore& ring, int64_t steps, const Sink& sink) {
-  // The append overwrites keys next - capacity .. next + steps - 1 - capacity.
-  const int64_t overwritten_end = static_cast<int64_t>(ring.next_key()) + steps - ring.capacity() -
-                                  static_cast<int64_t>(first_key_);
+Status StepRingWriter::BeforeWrite(const store::StepStore& ring, int64_t steps, const Sink& sink) {
+  uint64_t first = 0, end = 0;
+  ring.OverwrittenKeys(steps, &first, &end);
+  const int64_t overwritten_end = static_cast<int64_t>(end) - static_cast<int64_t>(first_key_);
   if (overwritten_end <= written_) return Status::Ok();
   return Write(ring, std::min(overwritten_end, held_), sink);
 }
 
 Status ReadStepState(const std::string& dir, const Manifest& parts, const replay::StepReplay& steps,
-                     StepCheckpointState* state) {
+                     int32_t format, StepCheckpointState* state) {
   PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, kStepStateFile, parts, kMaxStepStateBytes, state));
-  return ValidateStepState(dir, *state, steps);
+  return ValidateStepState(dir, *state, steps, format);
 }
 
 Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepCheckpointState& state,
-                    const replay::Replay& items, std::span<const double> leaves, replay::StepReplay* steps) {
+                    replay::StepReplay* steps) {
   std::string bytes;
   const std::string info_file = (fs::path(dir) / kStepInfoFile).string();
   const int64_t held = static_cast<int64_t>(std::min<uint64_t>(state.next_key, steps->options().step_capacity));
@@ -211,7 +218,8 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
     if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}/{}", dir, StepColumnFile(c)));
   }
   // A step the ring refuses as an append's is refused for its done value: the byte counts are the files'.
-  const std::string done_file = StepColumnFile(static_cast<size_t>(schema.ColumnIndex(steps->options().done_column)));
+  const int done_column = steps->steps().episodic() ? schema.ColumnIndex(steps->options().done_column) : 0;
+  const std::string done_file = StepColumnFile(static_cast<size_t>(std::max(0, done_column)));
   const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<std::byte> chunk, run;
   for (int64_t row = 0; row < held; row += rows_per_chunk) {
@@ -270,15 +278,6 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
     }
   }
 
-  // Every live item must be one an append would create now; each joins the
-  // eviction list of its earliest step, oldest key first as appends did.
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const Status linked = steps->RestoreItem(items.oldest_key() + i, leaves[i]);
-    if (!linked.ok()) {
-      return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, ColumnFile(0), linked.message()));
-    }
-  }
-  steps->EndRestore();
   return Status::Ok();
 }
 

@@ -1,4 +1,4 @@
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <cereal/archives/binary.hpp>
 #include <fmt/format.h>
 
-#include "service/checkpoint_layout.h"
+#include "service/checkpoint/checkpoint_layout.h"
 
 namespace perserve::service {
 namespace fs = std::filesystem;
@@ -102,20 +102,31 @@ std::string ShardDirectory(const std::string& dir, int shard, int shards) {
   return (fs::path(dir) / fmt::format("shard-{}-of-{}", shard, shards)).string();
 }
 
-CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, int64_t capacity)
+CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, int64_t item_capacity)
     : shard_dir_(ShardDirectory(dir, shard, shards)),
       shard_(shard),
       shards_(shards),
       last_path_(NewestComplete(shard_dir_)),
-      leaves_(static_cast<size_t>(std::max<int64_t>(0, capacity))) {}
+      keys_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))),
+      leaves_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))),
+      pending_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))) {}
 
 CheckpointWriter::~CheckpointWriter() {
   if (finishing_.valid()) finishing_.wait();
   if (phase_ != Phase::kIdle) Abandon();
 }
 
-Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState state,
-                               const replay::StepReplay* steps) {
+template <class Write>
+Status CheckpointWriter::Timed(Write&& write) {
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = write();
+  longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - start));
+  if (!status.ok()) Abandon();
+  return status;
+}
+
+Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState state) {
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
   began_ = std::chrono::steady_clock::now();
   std::error_code error;
@@ -148,15 +159,14 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   phase_ = Phase::kItems;
   parts_.clear();
   parts_.emplace_back("state.bin");
+  ring_parts_ = parts_.size();
+  parts_.emplace_back(kStepStateFile);
+  for (const std::string& name : StepRingWriter::RowPartNames(replay.step_schema())) parts_.emplace_back(name);
+  item_parts_ = parts_.size();
+  parts_.emplace_back(kItemSlotsFile);
   parts_.emplace_back("leaves.bin");
-  for (size_t c = 0; c < replay.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
-  steps_ = steps;
-  format_ = steps != nullptr ? kStepFormat : kCheckpointFormat;
-  step_parts_ = parts_.size();
-  if (steps != nullptr) {
-    parts_.emplace_back(kStepStateFile);
-    for (const std::string& name : StepRingWriter::RowPartNames(steps->step_schema())) parts_.emplace_back(name);
-  }
+  const replay::Replay& items = replay.items();
+  for (size_t c = 0; c < items.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
   for (Part& part : parts_) {
     const std::string file = (fs::path(partial_) / part.name).string();
     part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -166,25 +176,27 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
       return status;
     }
   }
-  oldest_key_ = replay.oldest_key();
-  next_key_ = replay.next_key();
-  size_ = replay.size();
-  capacity_ = replay.capacity();
-  written_ = 0;
-  leaves_written_ = 0;
-  // The leaves as they are now (priority updates change them, not the rows),
-  // oldest key first: at most two runs of slots.
-  const int64_t first_slot = static_cast<int64_t>(oldest_key_ % static_cast<uint64_t>(capacity_));
-  const int64_t first_run = std::min(size_, capacity_ - first_slot);
-  if (leaves_.size() < static_cast<size_t>(size_)) leaves_.resize(static_cast<size_t>(capacity_));
-  const std::span<double> leaves = std::span(leaves_).first(static_cast<size_t>(size_));
-  Status status = replay.tree().ReadLeaves(first_slot, leaves.first(static_cast<size_t>(first_run)));
-  if (status.ok() && first_run < size_) {
-    status = replay.tree().ReadLeaves(0, leaves.subspan(static_cast<size_t>(first_run)));
+  // The snapshot: which slot holds which key, and the leaves as they are now
+  // (priority updates change them, not the rows).
+  slots_ = items.slots_used();
+  cursor_ = 0;
+  if (static_cast<int64_t>(keys_.size()) < slots_) {
+    keys_.resize(static_cast<size_t>(items.capacity()));
+    leaves_.resize(static_cast<size_t>(items.capacity()));
+    pending_.resize(static_cast<size_t>(items.capacity()));
   }
+  for (int64_t slot = 0; slot < slots_; ++slot) {
+    keys_[slot] = items.KeyAt(slot);
+    pending_[slot] = keys_[slot] != replay::Replay::kNoKey ? 1 : 0;
+  }
+  Status status = items.tree().ReadLeaves(0, std::span(leaves_).first(static_cast<size_t>(slots_)));
   // The small state goes first, whole.
-  state.size = size_;
-  state.format = format_;
+  state.format = kCheckpointFormat;
+  state.schema = replay.step_schema().ToString();
+  state.capacity = replay.options().step_capacity;
+  state.alpha = items.alpha();
+  state.size = items.size();
+  state.replay = items.State();
   std::ostringstream bytes;
   {
     cereal::BinaryOutputArchive archive(bytes);
@@ -192,9 +204,9 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
   }
   const std::string encoded = bytes.str();
   if (status.ok()) status = Append(&parts_[0], std::as_bytes(std::span(encoded.data(), encoded.size())));
-  if (status.ok() && steps != nullptr) {
-    const std::string ring_state = ring_.Begin(*steps);
-    status = Append(&parts_[step_parts_], std::as_bytes(std::span(ring_state.data(), ring_state.size())));
+  if (status.ok()) {
+    const std::string ring_state = ring_.Begin(replay);
+    status = Append(&parts_[ring_parts_], std::as_bytes(std::span(ring_state.data(), ring_state.size())));
   }
   longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
   if (!status.ok()) Abandon();
@@ -204,6 +216,11 @@ Status CheckpointWriter::Begin(const replay::Replay& replay, CheckpointState sta
 Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
   part->hash.Update(bytes);
   part->bytes += static_cast<int64_t>(bytes.size());
+  if (part->buffer.size() + bytes.size() <= static_cast<size_t>(kSliceBytes)) {
+    part->buffer.insert(part->buffer.end(), bytes.begin(), bytes.end());
+    return Status::Ok();
+  }
+  PERSERVE_RETURN_IF_ERROR(Flush(part));
   while (!bytes.empty()) {
     const ssize_t wrote = ::write(part->fd, bytes.data(), bytes.size());
     if (wrote < 0 && errno == EINTR) continue;
@@ -213,99 +230,96 @@ Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
   return Status::Ok();
 }
 
-Status CheckpointWriter::WriteItems(const replay::Replay& replay, int64_t until) {
-  const store::TransitionStore& store = replay.store();
-  const int64_t rows_per_slice = RowsPerSlice(store.schema());
-  while (written_ < until) {
-    const int64_t slot = static_cast<int64_t>((oldest_key_ + written_) % capacity_);
-    const int64_t rows = std::min({until - written_, rows_per_slice, capacity_ - slot});  // no wrap in a slice
-    for (size_t c = 0; c < store.schema().columns.size(); ++c) {
-      PERSERVE_RETURN_IF_ERROR(Append(&parts_[2 + c], store.Rows(static_cast<int>(c), slot, rows)));
-    }
-    written_ += rows;
+Status CheckpointWriter::Flush(Part* part) {
+  std::span<const std::byte> bytes = part->buffer;
+  while (!bytes.empty()) {
+    const ssize_t wrote = ::write(part->fd, bytes.data(), bytes.size());
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return Errno(fmt::format("write {}/{}", partial_, part->name));
+    bytes = bytes.subspan(static_cast<size_t>(wrote));
+  }
+  part->buffer.clear();
+  return Status::Ok();
+}
+
+Status CheckpointWriter::WriteItem(const replay::Replay& items, int64_t slot) {
+  pending_[slot] = 0;
+  const struct {
+    uint64_t key;
+    int64_t slot;
+  } record{keys_[slot], slot};
+  static_assert(sizeof(record) == 16);
+  PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_], std::as_bytes(std::span(&record, 1))));
+  PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_ + 1], std::as_bytes(std::span(&leaves_[slot], 1))));
+  for (size_t c = 0; c < items.store().schema().columns.size(); ++c) {
+    PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_ + 2 + c], items.store().Rows(static_cast<int>(c), slot, 1)));
+  }
+  return Status::Ok();
+}
+
+Status CheckpointWriter::WriteItems(const replay::StepReplay& replay, int64_t until) {
+  for (; cursor_ < until; ++cursor_) {
+    if (pending_[cursor_] != 0) PERSERVE_RETURN_IF_ERROR(WriteItem(replay.items(), cursor_));
   }
   return Status::Ok();
 }
 
 StepRingWriter::Sink CheckpointWriter::StepSink() {
-  return [this](size_t part, std::span<const std::byte> bytes) { return Append(&parts_[step_parts_ + 1 + part], bytes); };
+  return [this](size_t part, std::span<const std::byte> bytes) { return Append(&parts_[ring_parts_ + 1 + part], bytes); };
 }
 
-Status CheckpointWriter::BeforeAppend(const replay::Replay& replay, int64_t steps, int64_t items) {
-  if (steps_ != nullptr && (phase_ == Phase::kItems || phase_ == Phase::kSteps) && !ring_.done()) {
-    const auto start = std::chrono::steady_clock::now();
-    const Status status = ring_.BeforeAppend(steps_->steps(), steps, StepSink());
-    longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
-                                                std::chrono::steady_clock::now() - start));
-    if (!status.ok()) {
-      Abandon();
-      return status;
+Status CheckpointWriter::BeforeWrite(const replay::StepReplay& replay, int64_t steps,
+                                     std::span<const int64_t> item_slots) {
+  if (phase_ != Phase::kItems && phase_ != Phase::kSteps) return Status::Ok();
+  return Timed([&] {
+    if (steps > 0 && !ring_.done()) PERSERVE_RETURN_IF_ERROR(ring_.BeforeWrite(replay.steps(), steps, StepSink()));
+    for (const int64_t slot : item_slots) {
+      if (slot < slots_ && pending_[slot] != 0) PERSERVE_RETURN_IF_ERROR(WriteItem(replay.items(), slot));
     }
-  }
-  return BeforeAdd(replay, items);
+    return Status::Ok();
+  });
 }
 
-Status CheckpointWriter::BeforeAdd(const replay::Replay& replay, int64_t count) {
-  if (phase_ != Phase::kItems) return Status::Ok();
-  // The add overwrites the items with keys next - capacity .. next + count - 1
-  // - capacity (those below the snapshot's oldest were never in it).
-  const int64_t overwritten_end = static_cast<int64_t>(replay.next_key() + static_cast<uint64_t>(count)) - capacity_ -
-                                  static_cast<int64_t>(oldest_key_);
-  if (overwritten_end <= written_) return Status::Ok();
-  const auto start = std::chrono::steady_clock::now();
-  const Status status = WriteItems(replay, std::min(overwritten_end, size_));
-  longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::chrono::steady_clock::now() - start));
-  if (!status.ok()) Abandon();
-  return status;
-}
-
-Status CheckpointWriter::Step(const replay::Replay& replay, std::chrono::microseconds budget, bool* done) {
+Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::microseconds budget, bool* done) {
   *done = false;
   if (phase_ == Phase::kIdle) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
-  Status status;
-  do {
-    if (phase_ == Phase::kItems) {
-      status = WriteItems(replay, std::min(size_, written_ + RowsPerSlice(replay.store().schema())));
-      if (status.ok() && written_ == size_) phase_ = steps_ != nullptr ? Phase::kSteps : Phase::kLeaves;
-    } else if (phase_ == Phase::kSteps) {
-      status = ring_.WriteSlice(steps_->steps(), StepSink());
-      if (status.ok() && ring_.done()) phase_ = Phase::kLeaves;
-    } else if (phase_ == Phase::kLeaves) {
-      const size_t count = std::min(static_cast<size_t>(size_) - leaves_written_, static_cast<size_t>(kSliceBytes / 8));
-      status = Append(&parts_[1], std::as_bytes(std::span(leaves_.data() + leaves_written_, count)));
-      leaves_written_ += count;
-      if (status.ok() && leaves_written_ == static_cast<size_t>(size_)) {
-        phase_ = Phase::kFinishing;
-        finishing_ = std::async(std::launch::async, [this] { return Finish(); });
-      }
-    } else if (finishing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      status = finishing_.get();
-      if (status.ok()) {
+  const int64_t items_per_slice =
+      std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, replay.items().store().schema().ItemBytes() + 24));
+  return Timed([&] {
+    do {
+      if (phase_ == Phase::kItems) {
+        PERSERVE_RETURN_IF_ERROR(WriteItems(replay, std::min(slots_, cursor_ + items_per_slice)));
+        if (cursor_ == slots_) phase_ = Phase::kSteps;
+      } else if (phase_ == Phase::kSteps) {
+        PERSERVE_RETURN_IF_ERROR(ring_.WriteSlice(replay.steps(), StepSink()));
+        if (ring_.done()) {
+          for (Part& part : parts_) PERSERVE_RETURN_IF_ERROR(Flush(&part));
+          phase_ = Phase::kFinishing;
+          finishing_ = std::async(std::launch::async, [this] { return Finish(); });
+        }
+      } else if (finishing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        PERSERVE_RETURN_IF_ERROR(finishing_.get());
         last_path_ = path_;
-        last_duration_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                               began_);
+        last_duration_ =
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
         last_bytes_ = 0;
         for (const Part& part : parts_) last_bytes_ += part.bytes;
         parts_.clear();
         phase_ = Phase::kIdle;
         *done = true;
+        break;
+      } else {
+        break;  // the helper thread still syncs
       }
-      break;
-    } else {
-      break;  // the helper thread still syncs
-    }
-  } while (status.ok() && std::chrono::steady_clock::now() - start < budget);
-  longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::chrono::steady_clock::now() - start));
-  if (!status.ok()) Abandon();
-  return status;
+    } while (std::chrono::steady_clock::now() - start < budget);
+    return Status::Ok();
+  });
 }
 
 Status CheckpointWriter::Finish() {
   std::ostringstream manifest;
-  manifest << "perserve-checkpoint " << format_ << "\n"
+  manifest << "perserve-checkpoint " << kCheckpointFormat << "\n"
            << "shard " << shard_ << " of " << shards_ << "\n";
   for (Part& part : parts_) {
     if (::fsync(part.fd) != 0) return Errno(fmt::format("fsync {}/{}", partial_, part.name));

@@ -1,11 +1,10 @@
-// Checkpoints of step streams (docs/checkpoints.md, format 2): what a
-// checkpoint keeps of a StepReplay beside its items' Replay, written while
-// the service appends, and restored exactly.
+// A checkpoint's step ring (docs/checkpoints.md): what a checkpoint keeps
+// of a StepReplay's StepStore, written while the service appends, and
+// restored exactly. (Formats 2 and 3 alike; format 2 lists one flag fewer.)
 //
-// Parts, beside the items' (state.bin, leaves.bin, column-<c>.bin of the
-// items' stored schema: the step key and the item columns):
-//   steps.bin            StepCheckpointState (cereal): the step flags that
-//                        must match, the next step key, every stream's step
+// Parts:
+//   steps.bin            StepCheckpointState (cereal): the flags that must
+//                        match, the next step key, every stream's step
 //                        count and next episode start
 //   step-info.bin        per held step, oldest key first: its stream, its
 //                        index in the stream, its episode's first index
@@ -17,15 +16,14 @@
 //
 // Writing (StepRingWriter, driven by CheckpointWriter): Begin captures the
 // small state and which keys are held; the steps are then written in slices
-// between passes, oldest key first, straight from the ring. Appends
-// overwrite the oldest steps first, so before one would overwrite steps not
-// yet written, BeforeAppend writes them first: the checkpoint is the ring as
-// it was at Begin.
+// between passes, oldest key first, straight from the ring. Before an append
+// writes the ring's next slots (which held steps long gone, or ones the ring
+// dropped since Begin), BeforeWrite writes the steps there not yet written:
+// the checkpoint is the ring as it was at Begin.
 //
 // Restoring (LoadStepRing): every field is checked before it is used, and
 // the steps go back through StepReplay's restore, which derives each step's
-// bookkeeping as the append did; the checkpoint's must agree. Then every live
-// item is checked as an append checks a new one and linked for eviction.
+// bookkeeping as the append did; the checkpoint's must agree.
 #pragma once
 
 #include <cstdint>
@@ -42,14 +40,15 @@
 #include "perserve/status.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/checkpoint_layout.h"
+#include "service/checkpoint/checkpoint_layout.h"
 
 namespace perserve::service {
 
-// The step flags a restore must share with the checkpoint, as (flag, value):
+// The flags a restore must share with the checkpoint, as (flag, value):
 // --column, --capacity, --n-step, --discount, --sequence-length,
-// --sequence-period, --stack, --reward-column, --done-column, --item-column.
-std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps);
+// --sequence-period, --stack, --reward-column, --done-column, --item-column,
+// and (format 3) --max-items.
+std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps, int32_t format);
 
 struct StepCheckpointState {
   std::vector<std::pair<std::string, std::string>> flags;
@@ -82,8 +81,9 @@ class StepRingWriter {
   bool done() const { return written_ == held_; }
   // Writes one slice (about checkpoint_layout::kSliceBytes) of the steps not written yet.
   Status WriteSlice(const store::StepStore& ring, const Sink& sink);
-  // Before an append of `steps` steps: writes the held steps it overwrites not written yet.
-  Status BeforeAppend(const store::StepStore& ring, int64_t steps, const Sink& sink);
+  // Before `steps` steps are written into the ring's next slots: writes the
+  // held steps there not written yet.
+  Status BeforeWrite(const store::StepStore& ring, int64_t steps, const Sink& sink);
 
  private:
   Status Write(const store::StepStore& ring, int64_t until, const Sink& sink);
@@ -93,18 +93,16 @@ class StepRingWriter {
   std::vector<int64_t> info_;  // scratch: a slice's step-info records
 };
 
-// Reads and checks steps.bin of a format 2 checkpoint in `dir` (its
-// MANIFEST's `parts`) against `steps`: FailedPrecondition for step flags
-// that differ (naming both values), checked before anything else of the
+// Reads and checks steps.bin of a format 2 or 3 checkpoint in `dir` (its
+// MANIFEST's `parts`) against `steps`: FailedPrecondition for flags that
+// differ (naming both values), checked before anything else of the
 // checkpoint so that the error names the flag.
 Status ReadStepState(const std::string& dir, const checkpoint_layout::Manifest& parts,
-                     const replay::StepReplay& steps, StepCheckpointState* state);
-// Restores the step ring `state` describes into `steps` (just created), then
-// checks and links every item `items` holds (restored from the same
-// checkpoint; `leaves` its leaves, oldest key first). Errors name the file
-// and the field.
+                     const replay::StepReplay& steps, int32_t format, StepCheckpointState* state);
+// Restores the step ring `state` describes into `steps` (just created): its
+// held steps, each checked, and its streams. Errors name the file and the
+// field. The items come after (StepReplay::RestoreItems, then EndRestore).
 Status LoadStepRing(const std::string& dir, const checkpoint_layout::Manifest& parts,
-                    const StepCheckpointState& state, const replay::Replay& items, std::span<const double> leaves,
-                    replay::StepReplay* steps);
+                    const StepCheckpointState& state, replay::StepReplay* steps);
 
 }  // namespace perserve::service

@@ -24,8 +24,8 @@
 
 #include "proto/bounded_input_archive.h"
 #include "proto/messages.h"
-#include "service/checkpoint.h"
-#include "service/checkpoint_layout.h"
+#include "service/checkpoint/checkpoint.h"
+#include "service/checkpoint/checkpoint_layout.h"
 
 namespace perserve::service {
 namespace {
@@ -65,7 +65,10 @@ std::vector<std::string_view> Words(std::string_view line) {
 // step-info.bin and step-column-<c>.bin (any c: a checkpoint of another
 // schema gets the clearer error from its state).
 bool KnownPartName(std::string_view name) {
-  if (name == "state.bin" || name == "leaves.bin" || name == kStepStateFile || name == kStepInfoFile) return true;
+  if (name == "state.bin" || name == "leaves.bin" || name == kStepStateFile || name == kStepInfoFile ||
+      name == kItemSlotsFile) {
+    return true;
+  }
   constexpr std::string_view suffix = ".bin";
   const std::string_view prefix = name.starts_with("step-column-") ? "step-column-" : "column-";
   if (!name.starts_with(prefix) || !name.ends_with(suffix) || name.size() < prefix.size() + suffix.size()) {
@@ -112,10 +115,11 @@ Status ParseManifest(const std::string& dir, std::string_view text, int shard, i
       if (words.size() != 2 || words[0] != "perserve-checkpoint" || !ParseWhole(words[1], format)) {
         return Status::InvalidArgument(fmt::format("{}: not a perserve checkpoint manifest", file));
       }
-      if (*format != kTransitionFormat && *format != kStepFormat) {
-        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads formats {} "
-                                                      "(transitions) and {} (step streams)",
-                                                      dir, *format, kTransitionFormat, kStepFormat));
+      if (*format != kTransitionFormat && *format != kStepFormat && *format != kOneModelFormat) {
+        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads formats {}, {} "
+                                                      "and {}",
+                                                      dir, *format, kTransitionFormat, kStepFormat,
+                                                      kOneModelFormat));
       }
     } else if (line_number == 2) {
       int their_shard = -1, their_shards = -1;
@@ -158,19 +162,28 @@ Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* par
 }
 
 // Every value of a decoded state.bin, against its range and this server.
-Status ValidateState(const std::string& dir, const CheckpointState& state, const replay::Replay& replay, int shard,
-                     int shards, int32_t format) {
+Status ValidateState(const std::string& dir, const CheckpointState& state, const replay::StepReplay& steps,
+                     int shard, int shards, int32_t format) {
   const std::string file = (fs::path(dir) / "state.bin").string();
   auto bad = [&](std::string_view field, const std::string& what) {
     return Status::InvalidArgument(fmt::format("{}: {} {} (damaged)", file, field, what));
   };
   if (state.format != format) return bad("format", fmt::format("is {}, the manifest's is {}", state.format, format));
-  const Schema& schema = replay.store().schema();
-  if (state.schema != schema.ToString() || state.capacity != replay.capacity()) {
+  const replay::Replay& replay = steps.items();
+  // What the state names: format 2 the items' stored schema, the others the steps'.
+  const Schema& schema = format == kStepFormat ? replay.store().schema() : steps.step_schema();
+  const int64_t capacity = steps.options().step_capacity;
+  if (state.schema != schema.ToString() || state.capacity != capacity) {
     return Status::FailedPrecondition(fmt::format(
         "{} holds a replay of schema {} and capacity {}; this server has schema {} and capacity {} (--column, "
         "--capacity)",
-        dir, state.schema, state.capacity, schema.ToString(), replay.capacity()));
+        dir, state.schema, state.capacity, schema.ToString(), capacity));
+  }
+  // Formats 1 and 2 kept item k in slot k mod capacity.
+  if (format != kOneModelFormat && replay.capacity() < capacity) {
+    return Status::FailedPrecondition(fmt::format("{} (format {}) holds up to {} items; this server's table holds "
+                                                  "{} (--max-items): restore it with --max-items {} or more",
+                                                  dir, format, capacity, replay.capacity(), capacity));
   }
   const double alpha = replay.alpha();
   if (std::memcmp(&state.alpha, &alpha, sizeof(alpha)) != 0) {
@@ -182,13 +195,14 @@ Status ValidateState(const std::string& dir, const CheckpointState& state, const
   if (state.shard != shard || state.shards != shards) {
     return bad("shard", fmt::format("is {} of {}, its manifest's {} of {}", state.shard, state.shards, shard, shards));
   }
-  if (state.size < 0 || state.size > state.capacity) {
-    return bad("size", fmt::format("{} is outside [0, capacity {}]", state.size, state.capacity));
+  const int64_t most = format == kOneModelFormat ? replay.capacity() : state.capacity;
+  if (state.size < 0 || state.size > most) {
+    return bad("size", fmt::format("{} is outside [0, capacity {}]", state.size, most));
   }
   const replay::ReplayState& r = state.replay;
   if (r.next_key < static_cast<uint64_t>(state.size)) {
-    return bad("next key", fmt::format("{} is below the {} items held (keys are next key - size .. next key - 1)",
-                                       r.next_key, state.size));
+    return bad("next key", fmt::format("{} is below the {} items held (their keys are below it)", r.next_key,
+                                       state.size));
   }
   // Keys carry their shard in the top bits (proto::ShardKey): a next key past
   // the local key space would issue keys that name another shard.
@@ -293,72 +307,186 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
   return Status::NotFound(fmt::format("no complete checkpoint in {}", path));
 }
 
-Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::Replay* replay,
-                               replay::StepReplay* steps, CheckpointState* state, std::string* loaded) {
+// The items a checkpoint holds, read in chunks: each part's size checked
+// first, its hash as it is read (the replay is used only if every hash
+// matches). Formats 1 and 2 list the keys oldest..next-1 (slot: key mod
+// capacity), format 3 each item's key and slot.
+class ItemParts {
+ public:
+  ItemParts(std::string dir, const Manifest& parts, const Schema& schema, const CheckpointState& state, int32_t format)
+      : dir_(std::move(dir)), parts_(parts), schema_(schema), state_(state), format_(format) {}
+
+  Status Open() {
+    const size_t columns = schema_.columns.size();
+    for (size_t c = 0; c < columns; ++c) {
+      PERSERVE_RETURN_IF_ERROR(Add(ColumnFile(c), state_.size * schema_.columns[c].ItemBytes()));
+    }
+    PERSERVE_RETURN_IF_ERROR(Add("leaves.bin", state_.size * static_cast<int64_t>(sizeof(double))));
+    if (format_ == kOneModelFormat) PERSERVE_RETURN_IF_ERROR(Add(kItemSlotsFile, state_.size * 16));
+    return Status::Ok();
+  }
+
+  // The next `rows` items: their keys, slots, leaves and rows (column after column).
+  Status Read(int64_t first, int64_t rows, std::vector<uint64_t>* keys, std::vector<int64_t>* slots,
+              std::vector<double>* leaves, std::vector<std::byte>* chunk) {
+    chunk->resize(static_cast<size_t>(rows * schema_.ItemBytes()));
+    std::byte* out = chunk->data();
+    const size_t columns = schema_.columns.size();
+    for (size_t c = 0; c < columns; ++c) {
+      const int64_t length = rows * schema_.columns[c].ItemBytes();
+      PERSERVE_RETURN_IF_ERROR(ReadInto(c, std::span(out, static_cast<size_t>(length))));
+      out += length;
+    }
+    leaves->resize(static_cast<size_t>(rows));
+    PERSERVE_RETURN_IF_ERROR(ReadInto(columns, std::as_writable_bytes(std::span(*leaves))));
+    keys->resize(static_cast<size_t>(rows));
+    slots->resize(static_cast<size_t>(rows));
+    if (format_ == kOneModelFormat) {
+      std::vector<int64_t> records(static_cast<size_t>(2 * rows));
+      PERSERVE_RETURN_IF_ERROR(ReadInto(columns + 1, std::as_writable_bytes(std::span(records))));
+      for (int64_t i = 0; i < rows; ++i) {
+        (*keys)[i] = static_cast<uint64_t>(records[2 * i]);
+        (*slots)[i] = records[2 * i + 1];
+      }
+      return Status::Ok();
+    }
+    const uint64_t oldest = state_.replay.next_key - static_cast<uint64_t>(state_.size);
+    for (int64_t i = 0; i < rows; ++i) {
+      (*keys)[i] = oldest + static_cast<uint64_t>(first + i);
+      (*slots)[i] = static_cast<int64_t>((*keys)[i] % static_cast<uint64_t>(state_.capacity));
+    }
+    return ValidateLeaves(dir_, *leaves, oldest + static_cast<uint64_t>(first));
+  }
+
+  Status Close() {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (hashes_[i].Finish() != expected_[i]) return HashMismatch(dir_, names_[i]);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status Add(const std::string& name, int64_t bytes) {
+    ManifestPart part;
+    PERSERVE_RETURN_IF_ERROR(FindPart(dir_, name, parts_, bytes, &part));
+    names_.push_back(name);
+    expected_.push_back(part.hash);
+    hashes_.emplace_back();
+    files_.emplace_back(fs::path(dir_) / name, std::ios::binary);
+    if (!files_.back()) return Status::Unavailable(fmt::format("cannot read {}/{}", dir_, name));
+    return Status::Ok();
+  }
+  Status ReadInto(size_t part, std::span<std::byte> out) {
+    if (!files_[part].read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()))) {
+      return Status::Unavailable(fmt::format("cannot read {}/{}", dir_, names_[part]));
+    }
+    hashes_[part].Update(out);
+    return Status::Ok();
+  }
+
+  std::string dir_;
+  const Manifest& parts_;
+  const Schema& schema_;
+  const CheckpointState& state_;
+  int32_t format_;
+  std::vector<std::string> names_;
+  std::vector<uint64_t> expected_;
+  std::vector<Hash64> hashes_;
+  std::vector<std::ifstream> files_;
+};
+
+Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::StepReplay* steps,
+                               CheckpointState* state, std::string* loaded) {
   std::string dir;
   PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
   Manifest parts;
   int32_t format = 0;
   PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts, &format));
-  if ((format == kStepFormat) != (steps != nullptr)) {
+  const bool transitions = steps->RowsAreSteps();
+  if ((format == kTransitionFormat && !transitions) || (format == kStepFormat && transitions)) {
     return Status::FailedPrecondition(fmt::format(
         "{} holds a replay of {}; this server stores {} (--n-step or --sequence-length: restore with the flags it "
         "was written with)",
-        dir, format == kStepFormat ? "step streams" : "transitions", steps != nullptr ? "step streams" : "transitions"));
+        dir, format == kStepFormat ? "step streams" : "transitions", transitions ? "transitions" : "step streams"));
   }
   StepCheckpointState step_state;
-  if (steps != nullptr) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, &step_state));
+  if (format != kTransitionFormat) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, format, &step_state));
   PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, "state.bin", parts, kMaxStateBytes, state));
-  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *replay, shard, shards, format));
+  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *steps, shard, shards, format));
 
+  // The steps first: a format 1 checkpoint's transitions are its steps (of
+  // stream 0, which appended every key), the others keep their ring.
   const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
-  std::string leaf_bytes;
-  const int64_t leaves_size = state->size * static_cast<int64_t>(sizeof(double));
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, "leaves.bin", parts, leaves_size, leaves_size, &leaf_bytes));
-  std::vector<double> leaves(static_cast<size_t>(state->size));
-  if (!leaves.empty()) std::memcpy(leaves.data(), leaf_bytes.data(), leaf_bytes.size());
-  PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir, leaves, oldest));
-
-  // The columns, in chunks of rows: each file's size checked first, its hash
-  // as it is read, and the replay is used only if every hash matches.
-  const Schema& schema = replay->store().schema();
-  const size_t columns = schema.columns.size();
-  std::vector<std::ifstream> files(columns);
-  std::vector<Hash64> hashes(columns);
-  std::vector<uint64_t> expected_hashes(columns);
-  for (size_t c = 0; c < columns; ++c) {
-    ManifestPart part;
-    PERSERVE_RETURN_IF_ERROR(FindPart(dir, ColumnFile(c), parts, state->size * schema.columns[c].ItemBytes(), &part));
-    expected_hashes[c] = part.hash;
-    files[c].open(fs::path(dir) / ColumnFile(c), std::ios::binary);
-    if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
+  if (format == kTransitionFormat) {
+    const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)};
+    PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, first_index));
+  } else {
+    PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, steps));
   }
+  // Then the items, in chunks.
+  replay::Replay& items = steps->mutable_items();
+  const Schema& schema = format == kTransitionFormat ? steps->step_schema() : items.store().schema();
+  ItemParts reader(dir, parts, schema, *state, format);
+  PERSERVE_RETURN_IF_ERROR(reader.Open());
   const int64_t rows_per_chunk = RowsPerSlice(schema);
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> slots;
+  std::vector<double> leaves;
   std::vector<std::byte> chunk;
   for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
     const int64_t rows = std::min(rows_per_chunk, state->size - row);
-    chunk.resize(static_cast<size_t>(rows * schema.ItemBytes()));
-    std::byte* out = chunk.data();
-    for (size_t c = 0; c < columns; ++c) {
-      const std::streamsize length = static_cast<std::streamsize>(rows * schema.columns[c].ItemBytes());
-      if (!files[c].read(reinterpret_cast<char*>(out), length)) {
-        return Status::Unavailable(fmt::format("cannot read {}/{}", dir, ColumnFile(c)));
+    PERSERVE_RETURN_IF_ERROR(reader.Read(row, rows, &keys, &slots, &leaves, &chunk));
+    std::span<const std::byte> stored = chunk;
+    if (format == kTransitionFormat) {
+      const Status restored = steps->RestoreSteps(0, rows, chunk);
+      if (!restored.ok()) {
+        return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, ColumnFile(0), restored.message()));
       }
-      hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
-      out += length;
+      stored = std::as_bytes(std::span(keys));  // a transition's row in the table: its step's key, its own
     }
-    const Status restored = replay->RestoreItems(oldest + static_cast<uint64_t>(row), rows, chunk,
-                                                 std::span(leaves).subspan(static_cast<size_t>(row),
-                                                                           static_cast<size_t>(rows)));
+    // Formats 1 and 2 held evicted items too (leaf 0): they are gone.
+    if (format != kOneModelFormat) {
+      std::vector<uint64_t> live_keys;
+      std::vector<int64_t> live_slots;
+      std::vector<double> live_leaves;
+      std::vector<std::byte> live_rows;
+      for (int64_t i = 0; i < rows; ++i) {
+        if (leaves[i] == 0.0) continue;
+        live_keys.push_back(keys[i]);
+        live_slots.push_back(slots[i]);
+        live_leaves.push_back(leaves[i]);
+      }
+      // Rows are column after column: gather the live items' rows of each.
+      int64_t offset = 0;
+      for (const Column& column : items.store().schema().columns) {
+        const int64_t bytes = column.ItemBytes();
+        for (int64_t i = 0; i < rows; ++i) {
+          if (leaves[i] == 0.0) continue;
+          const std::byte* from = stored.data() + offset + i * bytes;
+          live_rows.insert(live_rows.end(), from, from + bytes);
+        }
+        offset += rows * bytes;
+      }
+      const Status restored = items.RestoreItems(live_keys, live_slots, live_rows, live_leaves);
+      if (!restored.ok()) {
+        return Status::InvalidArgument(fmt::format("{}/leaves.bin: {} (damaged)", dir, restored.message()));
+      }
+      continue;
+    }
+    const Status restored = items.RestoreItems(keys, slots, stored, leaves);
     if (!restored.ok()) {
-      return Status::InvalidArgument(fmt::format("{}/leaves.bin: {} (damaged)", dir, restored.message()));
+      return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, kItemSlotsFile, restored.message()));
     }
   }
-  for (size_t c = 0; c < columns; ++c) {
-    if (hashes[c].Finish() != expected_hashes[c]) return HashMismatch(dir, ColumnFile(c));
+  PERSERVE_RETURN_IF_ERROR(reader.Close());
+  const Status state_restored = items.RestoreState(state->replay);
+  if (!state_restored.ok()) {
+    return Status::InvalidArgument(fmt::format("{}/state.bin: {} (damaged)", dir, state_restored.message()));
   }
-  PERSERVE_RETURN_IF_ERROR(replay->RestoreState(state->replay));
-  if (steps != nullptr) PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, *replay, leaves, steps));
+  // Every item must be one an append would create now over the held steps.
+  const Status linked = steps->RestoreItems();
+  if (!linked.ok()) return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, ColumnFile(0), linked.message()));
+  steps->EndRestore();
   *loaded = dir;
   return Status::Ok();
 }
@@ -401,10 +529,10 @@ Status ReadPart(const std::string& dir, const std::string& name, const Manifest&
 
 }  // namespace checkpoint_layout
 
-Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::Replay* replay,
-                      CheckpointState* state, std::string* loaded, replay::StepReplay* steps) {
+Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::StepReplay* replay,
+                      CheckpointState* state, std::string* loaded) {
   try {
-    return LoadCheckpointUnguarded(path, shard, shards, replay, steps, state, loaded);
+    return LoadCheckpointUnguarded(path, shard, shards, replay, state, loaded);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(fmt::format("out of memory restoring {}", path));
   } catch (const std::exception& e) {

@@ -1,13 +1,13 @@
-#include "service/checkpoint_driver.h"
+#include "service/checkpoint/checkpoint_driver.h"
 
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
-CheckpointDriver::CheckpointDriver(const replay::Replay* replay, CheckpointDriverOptions options, Hooks hooks,
-                                   const replay::StepReplay* steps)
-    : replay_(replay), steps_(steps), options_(std::move(options)), hooks_(std::move(hooks)) {
+CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointDriverOptions options, Hooks hooks)
+    : replay_(replay), options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.dir.empty()) return;
-  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, replay_->capacity());
+  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards,
+                                               replay_->items().capacity());
   if (options_.every_seconds > 0) {
     next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(options_.every_seconds));
@@ -31,9 +31,9 @@ Status CheckpointDriver::Request(const std::string& reason, bool final) {
 void CheckpointDriver::Step(bool stopping) {
   if (writer_ == nullptr) return;
   // The next checkpoint begins here, between operations: one can end inside
-  // an add (BeforeAdd failed), where a snapshot begun would miss the rows
-  // that add overwrites next, and SIGTERM's, stopping the service, would
-  // empty the held adds being served. After one begun before SIGTERM comes
+  // an append (BeforeWrite failed), where a snapshot begun would miss the
+  // rows that append overwrites next, and SIGTERM's, stopping the service,
+  // would empty the held appends being served. After one begun before SIGTERM comes
   // SIGTERM's own (the first lacks the adds acknowledged since).
   if (wanted_ && !writer_->active()) Begin();
   if (!stopping && Clock::now() >= next_periodic_) {
@@ -48,15 +48,9 @@ void CheckpointDriver::Step(bool stopping) {
   if (done) Ended(Status::Ok());
 }
 
-void CheckpointDriver::BeforeAdd(int64_t count) {
+void CheckpointDriver::BeforeWrite(int64_t steps, std::span<const int64_t> item_slots) {
   if (writer_ == nullptr) return;
-  const Status kept = writer_->BeforeAdd(*replay_, count);
-  if (!kept.ok()) Ended(kept);
-}
-
-void CheckpointDriver::BeforeAppend(int64_t steps, int64_t items) {
-  if (writer_ == nullptr) return;
-  const Status kept = writer_->BeforeAppend(*replay_, steps, items);
+  const Status kept = writer_->BeforeWrite(*replay_, steps, item_slots);
   if (!kept.ok()) Ended(kept);
 }
 
@@ -64,13 +58,13 @@ void CheckpointDriver::Begin() {
   wanted_ = false;
   waiters_ = std::exchange(next_waiters_, {});
   const bool final = std::exchange(final_wanted_, false);
-  const Status begun = writer_->Begin(*replay_, hooks_.state(), steps_);
+  const Status begun = writer_->Begin(*replay_, hooks_.state());
   final_began_ |= final;
   if (!begun.ok()) {
     Ended(begun);
   } else {
     spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added)", writer_->path(), reason_,
-                 replay_->size(), replay_->counters().items_added);
+                 replay_->items().size(), replay_->items().counters().items_added);
   }
   // SIGTERM's checkpoint holds what was acknowledged before this Begin: from
   // now on adds and updates are answered UNAVAILABLE, not acknowledged.

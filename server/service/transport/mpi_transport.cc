@@ -1,4 +1,4 @@
-#include "service/mpi_transport.h"
+#include "service/transport/mpi_transport.h"
 
 #include <algorithm>
 #include <cstring>

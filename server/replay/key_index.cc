@@ -1,0 +1,36 @@
+#include "replay/key_index.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace perserve::replay {
+
+KeyIndex::KeyIndex(int64_t capacity, const std::vector<uint64_t>* slot_keys, uint64_t no_key)
+    : places_(std::bit_ceil(static_cast<size_t>(std::max<int64_t>(2, 2 * capacity))), -1),
+      mask_(places_.size() - 1),
+      slot_keys_(slot_keys),
+      no_key_(no_key) {}
+
+void KeyIndex::Insert(uint64_t key, int64_t slot) {
+  while (true) {
+    int64_t& place = places_[static_cast<size_t>(key & mask_)];
+    const bool taken = place >= 0 && place != slot && (*slot_keys_)[static_cast<size_t>(place)] != no_key_ &&
+                       ((*slot_keys_)[static_cast<size_t>(place)] & mask_) == (key & mask_);
+    if (!taken) {
+      place = slot;
+      return;
+    }
+    Grow();
+  }
+}
+
+void KeyIndex::Grow() {
+  places_.assign(places_.size() * 2, -1);
+  mask_ = places_.size() - 1;
+  const std::vector<uint64_t>& keys = *slot_keys_;
+  for (size_t slot = 0; slot < keys.size(); ++slot) {
+    if (keys[slot] != no_key_) places_[static_cast<size_t>(keys[slot] & mask_)] = static_cast<int64_t>(slot);
+  }
+}
+
+}  // namespace perserve::replay
