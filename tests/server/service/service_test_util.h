@@ -26,6 +26,27 @@ std::vector<std::byte> Frame(proto::MessageKind kind, uint64_t request_id, const
   return frame;
 }
 
+// An append request's frame: `count` steps (bulk: the wire layout, each
+// column's rows; empty with columns_follow) from index `first_step` of the
+// sender's stream, each its own item (a transition add), with priorities
+// (empty: none).
+inline std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_step, int64_t count,
+                                       std::span<const std::byte> columns, std::span<const double> priorities = {},
+                                       double timeout_seconds = 0.0, bool columns_follow = false) {
+  proto::AppendMeta meta;
+  meta.first_step = first_step;
+  meta.steps = count;
+  meta.item_per_step = true;
+  meta.has_priorities = !priorities.empty();
+  meta.columns_follow = columns_follow;
+  meta.timeout_seconds = timeout_seconds;
+  const std::span<const std::byte> one[] = {columns};
+  std::vector<std::byte> frame;
+  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : one, {},
+                      priorities, {}, &frame);
+  return frame;
+}
+
 // Pops `client`'s oldest reply into `kept` (the decoded frame points into it)
 // and checks its kind and request id; an empty frame when there is none.
 inline proto::Frame PopReply(LoopbackTransport& transport, int client, proto::MessageKind kind, uint64_t request_id,
@@ -42,8 +63,8 @@ inline proto::Frame PopReply(LoopbackTransport& transport, int client, proto::Me
   return frame;
 }
 
-// A replay (CPU tree, alpha 1) behind a ReplayService on a LoopbackTransport,
-// and the steps and replies a test needs.
+// A replay of transitions (CPU tree, alpha 1) behind a ReplayService on a
+// LoopbackTransport, and the steps and replies a test needs.
 class ServiceFixture : public ::testing::Test {
  protected:
   // roles: what each client joined as (empty: unknown, counted as both).
@@ -51,11 +72,26 @@ class ServiceFixture : public ::testing::Test {
              const std::vector<ClientRole>& roles = {}) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
     for (size_t client = 0; client < roles.size(); ++client) transport_->SetRole(static_cast<int>(client), roles[client]);
-    const Status created =
-        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 11}, schema, &replay_);
+    replay::step_test::StepFixture fixture;
+    const Status created = replay::step_test::MakeTransitionReplay(schema, capacity, clients, &fixture);
     ASSERT_TRUE(created.ok()) << created.ToString();
+    replay_ = std::move(fixture.steps);
     service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+    sent_steps_.assign(static_cast<size_t>(clients), 0);
   }
+
+  // The table's items.
+  replay::Replay& items() { return replay_->mutable_items(); }
+
+  // An add of `count` transitions from `client`, pushed into its inbox; its
+  // stream goes on after them (RefusedSteps: not, when the server refuses it).
+  void PushAdd(int client, uint64_t request_id, int64_t count, std::span<const std::byte> columns,
+               std::span<const double> priorities = {}, double timeout_seconds = 0.0) {
+    transport_->Push(client, AddFrame(request_id, sent_steps_[client], count, columns, priorities, timeout_seconds));
+    sent_steps_[client] += count;
+  }
+  // `client`'s add of `count` steps was refused: its stream stays where it was.
+  void RefusedSteps(int client, int64_t count) { sent_steps_[client] -= count; }
 
   // Default options but for the minimum size, and no stats lines.
   static ServiceOptions Options(int64_t min_size) {
@@ -82,8 +118,9 @@ class ServiceFixture : public ::testing::Test {
   }
 
   std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<ReplayService> service_;
+  std::vector<int64_t> sent_steps_;  // per client: the steps its pushed adds carried
   std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
 

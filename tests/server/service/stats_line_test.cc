@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint_test_util.h"
+#include "server/service/checkpoint/checkpoint_test_util.h"
 
 namespace perserve::service {
 namespace {

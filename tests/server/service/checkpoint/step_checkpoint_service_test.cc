@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "server/service/service_test_util.h"
-#include "server/service/step_checkpoint_test_util.h"
+#include "server/service/checkpoint/step_checkpoint_test_util.h"
 
 namespace perserve::service {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/service/step_checkpoint_test_util.h"
+#include "server/service/checkpoint/step_checkpoint_test_util.h"
 
 namespace perserve::service {
 namespace {

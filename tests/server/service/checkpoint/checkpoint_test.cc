@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "server/service/checkpoint_test_util.h"
+#include "server/service/checkpoint/checkpoint_test_util.h"
 
 namespace perserve::service {
 namespace {

@@ -15,7 +15,7 @@
 #include "proto/codec.h"
 #include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
-#include "server/service/checkpoint_test_util.h"
+#include "server/service/checkpoint/checkpoint_test_util.h"
 #include "server/service/service_test_util.h"
 
 namespace perserve::service {

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "server/replay/step_test_util.h"
-#include "server/service/checkpoint_test_util.h"
+#include "server/service/checkpoint/checkpoint_test_util.h"
 #include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::step_checkpoint_test {
