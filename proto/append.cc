@@ -13,7 +13,11 @@ Status DecodeAppend(const Frame& frame, int64_t step_bytes, int64_t item_bytes, 
     return Status::InvalidArgument(fmt::format("an append of {} steps and {} items{} is malformed", m.steps, m.items,
                                                m.item_per_step ? " (an item per step)" : ""));
   }
-  if (m.first_step < 0) return Status::InvalidArgument(fmt::format("an append from step {}: negative", m.first_step));
+  if (m.first_step < 0 && !(m.first_step == AppendMeta::kAtEnd && m.item_per_step)) {
+    return Status::InvalidArgument(fmt::format("an append from step {}: negative (only an add of an item per step may "
+                                               "go at the stream's end, {})",
+                                               m.first_step, AppendMeta::kAtEnd));
+  }
   if (!(m.timeout_seconds >= 0.0)) {
     return Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", m.timeout_seconds));
   }

@@ -25,7 +25,12 @@
 namespace perserve::proto {
 
 struct AppendMeta {
-  int64_t first_step = 0;  // the stream index of the first step (the stream's steps so far)
+  // The stream index of the first step (the stream's steps so far: a lost or
+  // repeated request is refused), or, for an add (item_per_step), kAtEnd:
+  // after whatever the stream holds (adds stand alone: one refused does not
+  // refuse those sent after it).
+  static constexpr int64_t kAtEnd = -1;
+  int64_t first_step = 0;
   int64_t steps = 0;
   int64_t items = 0;  // items over listed steps; with item_per_step, 0 (the steps are the items)
   bool item_per_step = false;

@@ -151,7 +151,7 @@ Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std
                      column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
   const bool lent = apart && borrow;  // the columns go from the caller's memory, not copied
   proto::AppendMeta meta;
-  meta.first_step = steps_sent_;
+  meta.first_step = item_per_step ? proto::AppendMeta::kAtEnd : steps_sent_;
   meta.steps = count;
   meta.items = item_per_step ? 0 : static_cast<int64_t>(item_steps.size());
   meta.item_per_step = item_per_step;
@@ -179,7 +179,7 @@ Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std
     }
     PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
   }
-  in_flight_.push_back(SentAdd{id, columns_send, count});
+  in_flight_.push_back(SentAdd{id, columns_send, count, /*anchored=*/!item_per_step});
   steps_sent_ += count;
   return Status::Ok();
 }
@@ -214,7 +214,14 @@ Status ActorClient::CollectOldest(bool wait, bool* collected) {
     RewindIfDrained();
     return Status::Ok();
   }
-  if (oldest.steps > 0) stream_rejected_ = true;
+  // A refused add's steps are not in the stream (the adds after it stand
+  // alone); a refused append refuses the appends after it (their first step
+  // is past the server's), and the stream goes on from what was acknowledged.
+  if (!oldest.anchored) {
+    steps_sent_ -= oldest.steps;
+  } else if (oldest.steps > 0) {
+    stream_rejected_ = true;
+  }
   ++rejected_batches_;
   if (unreported_rejections_++ == 0) first_rejection_ = status;
   RewindIfDrained();

@@ -219,7 +219,7 @@ Status StepReplay::Prepare(const AppendRequest& request) {
   }
   const int64_t steps = request.steps.steps;
   const int64_t old_steps = steps_.stream_steps(stream);
-  if (request.first_step != old_steps) {
+  if (request.first_step != old_steps && !(request.first_step == AppendRequest::kAtEnd && request.item_per_step)) {
     return Status::FailedPrecondition(fmt::format(
         "stream {} sends steps from index {}, but its next step is {}: a request was lost or repeated", stream,
         request.first_step, old_steps));

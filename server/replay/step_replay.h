@@ -124,12 +124,14 @@ Status StepSchemas(const StepOptions& options, const Schema& step_schema, Schema
                    Schema* stored_schema);
 
 // One append, as the service decoded it: `steps` (possibly none) for the
-// stream's next indices from first_step, then items over the stream's steps,
+// stream's next indices from first_step (kAtEnd, for an add: whatever they
+// are), then items over the stream's steps,
 // these included: one per step of this append (item_per_step, an add), or
 // one per entry of item_steps (stream indices). Priorities empty (the max
 // priority, as Replay::Add) or one per item; item_columns: each item
 // column's rows, column after column.
 struct AppendRequest {
+  static constexpr int64_t kAtEnd = -1;  // first_step of an add: after whatever the stream holds
   int stream = 0;
   int64_t first_step = 0;
   store::StepBatch steps;

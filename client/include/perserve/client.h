@@ -272,6 +272,7 @@ class ActorClient {
     uint64_t request_id;
     uint64_t columns_send;  // the borrowed columns' send (Connection::AwaitSent), else 0
     int64_t steps = 0;      // an append's steps
+    bool anchored = false;  // it names its first step (an append; an add goes at the stream's end)
   };
   int64_t steps_sent_ = 0;          // the stream's steps sent (the next first_step)
   int64_t steps_acknowledged_ = 0;  // of those, acknowledged
