@@ -93,12 +93,11 @@ int main(int argc, char** argv) {
   options.step_capacity = capacity;
   const int64_t rss_before = ResidentBytes();
 
-  Schema sample_schema, stored_schema;
-  Check(perserve::replay::StepSchemas(options, step_schema, &sample_schema, &stored_schema), "schemas");
-  std::unique_ptr<Replay> items;
-  Check(Replay::Create({capacity, 0.6, perserve::tree::Device::kCpu, 1}, stored_schema, &items), "items");
   std::unique_ptr<StepReplay> steps;
-  Check(StepReplay::Create(options, step_schema, items.get(), &steps), "step replay");
+  Check(StepReplay::Create(options, {capacity, 0.6, perserve::tree::Device::kCpu, 1}, step_schema, &steps),
+        "step replay");
+  Replay* items = &steps->mutable_items();
+  const Schema& sample_schema = steps->sample_schema();
 
   // Requests of 64 steps; an item at t goes with the request that makes it
   // creatable (t+3 appended, or its episode ended by t+2).
@@ -137,7 +136,7 @@ int main(int argc, char** argv) {
   }
   const double fill_seconds = Seconds(Clock::now() - fill_start);
   const int64_t rss_after = ResidentBytes();
-  const int64_t transitions = items->live_size();
+  const int64_t transitions = items->size();
   const double frame_bytes = static_cast<double>(capacity) * kFrameBytes;
 
   // Today: a Replay of whole transitions, obs and next_obs 84x84x4 stacks

@@ -41,11 +41,11 @@
 // steps every 40, obs unstacked, each item carrying state:float32:1024 (an
 // LSTM's h and c, 512 units each); the learner samples 64. Each server's ring
 // holds 2^18 steps (1.85 GB), its tree as many items. The ring's pages are not
-// prefaulted (StepReplay has no such option), so the actors first append
-// until it has wrapped, untimed; the rates count from the end of that fill,
-// and the servers' CPU from the moment the ring wrapped. Phase 1's intake
-// messages have an append's size (with its average items) and its replies a
-// sample reply's.
+// prefaulted, so the actors first append until it has wrapped, untimed; the
+// rates count from the end of that fill, and the servers' CPU from the
+// moment the ring wrapped. (A ring of transitions is prefaulted and its runs
+// count from the start.) Phase 1's intake messages have an append's size
+// (with its average items) and its replies a sample reply's.
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -115,9 +115,9 @@ struct Report {
 struct Workload {
   Schema adds;     // a row of an add: a transition, or a step
   Schema samples;  // an item as a sample returns it
-  Schema stored;   // an item as the servers' Replay stores it
   Schema items;    // step streams: the columns an actor sends with each item
-  std::optional<replay::StepOptions> steps;
+  replay::StepOptions table;  // the servers' table (transitions: each step its own item)
+  std::optional<replay::StepOptions> steps;  // step streams: the same
   int64_t sample_batch = kSampleBatch;
   double items_per_append = kIntakeBatch;  // items an add creates, on average
   int64_t capacity = 0;                    // transitions; or steps in the ring and items at most
@@ -136,7 +136,10 @@ Workload WorkloadFor(const std::string& size) {
     workload.capacity /= 2;
   }
   if (!steps) {
-    workload.samples = workload.stored = workload.adds;
+    workload.samples = workload.adds;
+    workload.table.kind = replay::StepOptions::Kind::kTransition;
+    workload.table.step_capacity = workload.capacity;
+    workload.table.prefault = true;
     return workload;
   }
   replay::StepOptions options;
@@ -160,8 +163,10 @@ Workload WorkloadFor(const std::string& size) {
     workload.items_per_append = kIntakeBatch * sequences / episode_steps;
   }
   options.step_capacity = workload.capacity;
-  Check(replay::StepSchemas(options, workload.adds, &workload.samples, &workload.stored), "step schemas");
+  Schema stored;
+  Check(replay::StepSchemas(options, workload.adds, &workload.samples, &stored), "step schemas");
   workload.items = Schema{options.item_columns};
+  workload.table = options;
   workload.steps = options;
   return workload;
 }
@@ -181,7 +186,7 @@ struct Sizes {
 Sizes SizesFor(const Workload& workload) {
   const int64_t header = static_cast<int64_t>(proto::kFrameHeaderBytes);
   const auto meta = [](const auto& m) { return static_cast<int64_t>(proto::SerializeMeta(m).size()); };
-  const int64_t add_head = header + meta(proto::AddRequest{});
+  const int64_t add_head = header + meta(proto::AppendMeta{});
   const int64_t batch = workload.sample_batch;
   return Sizes{add_head,
                add_head + kIntakeBatch * workload.adds.ItemBytes() +
@@ -464,28 +469,22 @@ void MpiLearner(double seconds, int64_t sample_batch, MPI_Comm clients, Report* 
 // `streams`: the joined clients (step streams: a stream each).
 void Serve(service::Transport* transport, const Workload& workload, int streams, int shard,
            int64_t zero_copy_min_row_bytes, Report* report) {
-  std::unique_ptr<replay::Replay> replay;
-  // Prefaulted: the run measures the steady state of a filled ring, not the
-  // kernel zeroing fresh pages while it fills for the first time.
-  Check(replay::Replay::Create(replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
-                               workload.stored, &replay),
+  // A ring of transitions is prefaulted: the run measures the steady state
+  // of a filled ring, not the kernel zeroing fresh pages while it fills for
+  // the first time (a ring of steps is filled first, untimed).
+  replay::StepOptions table = workload.table;
+  table.streams = std::max(1, streams);
+  std::unique_ptr<replay::StepReplay> replay;
+  Check(replay::StepReplay::Create(table, replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
+                                   workload.adds, &replay),
         "replay");
-  std::unique_ptr<replay::StepReplay> steps;
-  if (workload.steps) {
-    replay::StepOptions step_options = *workload.steps;
-    step_options.streams = std::max(1, streams);
-    Check(replay::StepReplay::Create(step_options, workload.adds, replay.get(), &steps), "step replay");
-  }
   service::ServiceOptions options;
   options.stats_interval_seconds = 0;
   options.shard = shard;
   options.zero_copy_min_row_bytes = zero_copy_min_row_bytes;
   std::optional<service::ReplayService> service;
-  if (steps) {
-    service.emplace(replay.get(), steps.get(), transport, options);
-  } else {
-    service.emplace(replay.get(), transport, options);
-  }
+  service.emplace(replay.get(), transport, options);
+  const bool steps = workload.steps.has_value();
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
@@ -501,7 +500,7 @@ void Serve(service::Transport* transport, const Workload& workload, int streams,
       bool handled = false;
       Check(service->Step(&handled), "service");
       Check(transport->Progress(), "service progress");
-      if (!wrapped_cpu && steps->next_step_key() >= static_cast<uint64_t>(workload.capacity)) {
+      if (!wrapped_cpu && replay->next_step_key() >= static_cast<uint64_t>(workload.capacity)) {
         wrapped_cpu = CpuSeconds();
       }
       idle_passes = handled ? 0 : idle_passes + 1;
@@ -510,7 +509,7 @@ void Serve(service::Transport* transport, const Workload& workload, int streams,
     Check(transport->Drain(), "service drain");
     report->cpu_seconds = CpuSeconds() - wrapped_cpu.value_or(cpu_start);
   }
-  report->items = static_cast<double>(replay->counters().items_added);
+  report->items = static_cast<double>(replay->items().counters().items_added);
   report->seconds = SecondsSince(start);
 }
 
