@@ -26,8 +26,9 @@ Status DecodeAppend(const Frame& frame, int64_t step_bytes, int64_t item_bytes, 
   // Counts bounded by the bulk first, so the products below cannot overflow.
   const uint64_t items = static_cast<uint64_t>(m.item_count());
   const uint64_t per_item = (m.item_per_step ? 0 : 8) + (m.has_priorities ? 8 : 0) + static_cast<uint64_t>(item_bytes);
-  const bool fits = static_cast<uint64_t>(m.steps) <= size / std::max<uint64_t>(1, static_cast<uint64_t>(step_bytes)) &&
-                    (per_item == 0 || items <= size / per_item);
+  const bool steps_fit = m.columns_follow || static_cast<uint64_t>(m.steps) <=
+                                                   size / std::max<uint64_t>(1, static_cast<uint64_t>(step_bytes));
+  const bool fits = steps_fit && (per_item == 0 || items <= size / per_item);
   const uint64_t step_part = m.columns_follow ? 0 : static_cast<uint64_t>(m.steps) * static_cast<uint64_t>(step_bytes);
   const uint64_t expected = fits ? step_part + items * per_item : 0;
   if (!fits || size != expected) {

@@ -14,9 +14,9 @@ constexpr int64_t kNoItem = -1;
 
 }  // namespace
 
-int64_t StepSlack(const Schema& step_schema) {
+int64_t StepSlack(const Schema& step_schema, int64_t step_capacity) {
   const int64_t bytes = std::max<int64_t>(1, step_schema.ItemBytes());
-  return std::clamp<int64_t>((int64_t{32} << 20) / bytes, 256, int64_t{1} << 16);
+  return std::min(step_capacity, std::clamp<int64_t>((int64_t{32} << 20) / bytes, 256, int64_t{1} << 16));
 }
 
 // The stream's steps as they will be once a request is in: those held now
@@ -59,7 +59,8 @@ StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayou
                        std::unique_ptr<Replay> items)
     : options_(options),
       layout_(std::move(layout)),
-      steps_(step_schema, options.step_capacity, StepSlack(step_schema), options.streams, layout_.reward_column,
+      steps_(step_schema, options.step_capacity, StepSlack(step_schema, options.step_capacity), options.streams,
+             layout_.reward_column,
              layout_.done_column, options.prefault),
       items_(std::move(items)),
       item_head_(static_cast<size_t>(steps_.slots()), kNoItem),
@@ -196,7 +197,13 @@ int64_t StepReplay::ItemOver(uint64_t step_key) const {
   return key == step_key ? item : kNoItem;
 }
 
-Status StepReplay::CheckCounts(int64_t steps, int64_t items) const {
+Status StepReplay::CheckCounts(int64_t steps, int64_t items, bool item_per_step) const {
+  if (item_per_step) {  // an add: its items are its steps
+    const int64_t capacity = std::min(options_.step_capacity, items_->capacity());
+    if (steps >= 1 && steps <= capacity) return Status::Ok();
+    return Status::InvalidArgument(
+        fmt::format("an add of {} items: the count must be in [1, capacity {}]", steps, capacity));
+  }
   if (steps < 0 || steps > options_.step_capacity) {
     return Status::InvalidArgument(
         fmt::format("an append of {} steps: the count must be in [0, step capacity {}]", steps,
@@ -230,7 +237,7 @@ Status StepReplay::Prepare(const AppendRequest& request) {
         "steps and name the steps items start at (Append; docs/steps.md), rather than adding transitions");
   }
   const int64_t count = request.item_count();
-  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count));
+  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count, request.item_per_step));
   if (steps > 0) {
     PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(request.steps));
   } else if (!request.steps.bulk.empty()) {

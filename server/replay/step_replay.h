@@ -111,8 +111,8 @@ struct StepOptions {
 
 // The ring's free slots past its newest step (StepStore's slack), where an
 // append of up to this many steps is received before it is checked: about
-// 32 MiB of steps, 256 to 65536 of them.
-int64_t StepSlack(const Schema& step_schema);
+// 32 MiB of steps, 256 to 65536 of them, and no more than the ring holds.
+int64_t StepSlack(const Schema& step_schema, int64_t step_capacity);
 
 // Checks options against the step schema and gives the schema a sample returns
 // (the item layout above) and the schema of what the items' Replay stores per
@@ -167,7 +167,7 @@ class StepReplay {
   // The counts one append may carry: steps in [0, step capacity], items in
   // [0, the items' capacity], not both 0 (Prepare checks them first; the
   // service before it holds a request).
-  Status CheckCounts(int64_t steps, int64_t items) const;
+  Status CheckCounts(int64_t steps, int64_t items, bool item_per_step = false) const;
   int64_t stream_steps(int stream) const { return steps_.stream_steps(stream); }
   uint64_t next_step_key() const { return steps_.next_key(); }
   // The step ring, for tests, stats and checkpoints.
@@ -234,7 +234,10 @@ class StepReplay {
   // Every held item must be one Append would accept now over the held steps (CheckItem's checks), and no two
   // over one step: InvalidArgument naming its key and the problem otherwise.
   Status RestoreItems();
-  void EndRestore() { steps_.StartNewEpisodes(); }
+  // (Transitions have no episodes: nothing to begin.)
+  void EndRestore() {
+    if (steps_.episodic()) steps_.StartNewEpisodes();
+  }
 
  private:
   StepReplay(const StepOptions& options, Schema step_schema, StepLayout layout, std::unique_ptr<Replay> items);

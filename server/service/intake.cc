@@ -21,7 +21,7 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
   proto::DecodedAppend append;
   Status status = proto::DecodeAppend(frame, step_bytes_, item_bytes_, &append);
   const proto::AppendMeta& meta = append.meta;
-  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, meta.item_count());
+  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, meta.item_count(), meta.item_per_step);
   if (status.ok() && meta.columns_follow && !parts_.transport->TakesColumnsApart()) {
     status = Status::Unimplemented("this server's transport takes an append's columns in its request");
   }

@@ -386,9 +386,9 @@ static int Main(int argc, char** argv) {
   flags.min_size_given = app.count("--min-size-to-sample") > 0;
   if (flags.min_size_given &&
       (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.max_items)) {
-    Abort(fmt::format("--min-size-to-sample {} must be in [1, {}] (the items the table holds at most: --max-items, "
-                      "or --capacity): no sample could ever be served",
-                      flags.service.min_size_to_sample, flags.max_items));
+    Abort(fmt::format("--min-size-to-sample {} must be in [1, {}]: the table holds at most {} items (--max-items, "
+                      "else --capacity); no sample could ever be served",
+                      flags.service.min_size_to_sample, flags.max_items, flags.max_items));
   }
   // The layout's flags without a layout: refused rather than ignored.
   if (flags.n_step == 0 && flags.sequence_length == 0) {
