@@ -403,8 +403,16 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
   }
   StepSchedule schedule(*workload.steps, static_cast<uint64_t>(rank));
   std::vector<int64_t> items;
+  // The step columns are lent (AppendBorrowed: sent from here straight into
+  // the server's ring), so an append's must not change until it is
+  // acknowledged: the frames never do, and each append in flight has a done
+  // column of its own (max_in_flight + 1 of them, in turn).
+  std::vector<std::vector<std::byte>> done_columns(kInFlight + 1, columns[static_cast<size_t>(done_column)]);
+  size_t next_done = 0;
   const auto append = [&] {
-    schedule.Next(kIntakeBatch, columns[static_cast<size_t>(done_column)], &items);
+    std::vector<std::byte>& done = done_columns[next_done++ % done_columns.size()];
+    steps.columns[static_cast<size_t>(done_column)] = std::span(done);
+    schedule.Next(kIntakeBatch, done, &items);
     if (items.size() > max_items) Die("an append completes more items than the benchmark's buffers hold");
     NewItems created{items, std::span(priorities).first(items.size()), {}};
     if (!items.empty() && !item_columns.empty()) {
@@ -414,7 +422,7 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
         created.columns.columns.push_back(std::span<const std::byte>(item_columns[c]).first(bytes));
       }
     }
-    Check(actor->Append(steps, created), "append");  // copies: the done column is the next append's to change
+    Check(actor->AppendBorrowed(steps, created), "append");
   };
   MPI_Barrier(MPI_COMM_WORLD);
   const auto fill_start = Clock::now();

@@ -85,6 +85,14 @@ bool ActorClient::stores_steps() const { return connection_->steps(); }
 const Schema& ActorClient::item_schema() const { return connection_->item_schema(); }
 
 Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, items, /*borrow=*/false);
+}
+
+Status ActorClient::AppendBorrowed(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, items, /*borrow=*/true);
+}
+
+Status ActorClient::SendSteps(const ColumnSpans& steps, const NewItems& items, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
   // No steps: size 0, with no columns or only empty ones.
   const bool no_steps = steps.size == 0 && std::all_of(steps.columns.begin(), steps.columns.end(),
@@ -119,8 +127,7 @@ Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
   }
   const ColumnSpans no_columns{0, {}};
   return SendAppend(no_steps ? no_columns : steps, /*item_per_step=*/false, items.steps, items.priorities,
-                    item_count > 0 ? items.columns.columns : std::vector<std::span<const std::byte>>{},
-                    /*borrow=*/false);
+                    item_count > 0 ? items.columns.columns : std::vector<std::span<const std::byte>>{}, borrow);
 }
 
 Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
