@@ -50,7 +50,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
                        [this] { StopServing(); }}),
       stats_(options_.stats_interval_seconds),
       episodes_(replay->step_schema(), options_.reward_column, options_.done_column, transport->client_count(),
-                /*bootstrap_steps=*/!replay->RowsAreSteps()),
+                /*bootstrap_steps=*/replay->steps().episodic()),
       admission_(*replay, clients_, limiter_, pins_, held_, *transport,
                  ReplyAllowance{options_.max_unread_sample_replies, options_.max_unread_reply_bytes}),
       intake_(Intake::Parts{replay, transport, &replies_, &admission_, &checkpoints_, &limiter_, &episodes_,
@@ -78,9 +78,10 @@ CheckpointState ReplayService::SaveState() const {
 
 void ReplayService::Restore(const CheckpointState& state) {
   limiter_.Restore(state.limiter);
-  // A restored stream of steps begins a new episode (its episode in progress
-  // ended with the actor that appended it); transitions carry theirs on.
-  if (replay_->RowsAreSteps()) episodes_.RestoreCarries(state.episodes);
+  // Where the ring keeps episodes, a restored stream begins a new one (its
+  // episode in progress ended with the actor that appended it); else the
+  // statistics' episodes in progress carry on.
+  if (!replay_->steps().episodic()) episodes_.RestoreCarries(state.episodes);
 }
 
 std::string ReplayService::Summary() const {
