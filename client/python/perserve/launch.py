@@ -193,7 +193,7 @@ class Supervisor:
             self.process.send_signal(signal.SIGUSR2)
         if self.done_at is None and self.watch.all_done():
             self.done_at = now
-            say(f"final checkpoints {now - self.stopped_at:.1f} s after the stop: {self.watch.summary()}; "
+            say(f"servers done {now - self.stopped_at:.1f} s after the stop: {self.watch.summary()}; "
                 "waiting for the ranks to end")
         if self.done_at is not None and now - self.done_at > self.stop_wait:
             self.force(f"ranks still running {self.stop_wait:.0f} s after the final checkpoints (clients end when "
@@ -260,10 +260,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     except LaunchError as error:
         say(str(error))
         return 2
-    checkpoint = (f"final checkpoint ~{plan.checkpoint_bytes / 1e9:.2f} GB a server, ~{plan.checkpoint_seconds:.0f} s"
-                  if plan.checkpoint_bytes else "no --checkpoint-dir")
+    if plan.checkpoint_bytes:
+        checkpoint = (f"final checkpoint ~{plan.checkpoint_bytes / 1e9:.2f} GB a server, ~{plan.checkpoint_seconds:.0f} s; "
+                      f"SIGKILL grace {plan.grace_seconds} s. Ctrl-C: the final checkpoint, then the job ends")
+    else:
+        checkpoint = (f"no --checkpoint-dir; SIGKILL grace {plan.grace_seconds} s. Ctrl-C: the servers stop, then "
+                      "the job ends")
     say(f"{plan.launcher}, {plan.ranks} ranks ({plan.servers} server); {'; '.join(plan.notes)}; {checkpoint}; "
-        f"SIGKILL grace {plan.grace_seconds} s. Ctrl-C: final checkpoint, then the job ends; twice: at once")
+        "twice: at once")
     if args.dry_run:
         print(" ".join(f"{k}={v}" for k, v in sorted(plan.env.items())), " ".join(plan.argv))
         if plan.multi_prog:
