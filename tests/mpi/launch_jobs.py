@@ -46,32 +46,24 @@ def launch(client_args, *server_flags):
                env=env, new_session=True)
 
 
-def session_of_mpirun(launcher_pid):
-    """mpirun's pid: the launcher's child (the session mpirun leads)."""
+def processes():
+    """(pid, the fields of /proc/PID/stat after its name: state, ppid, pgrp, session, ...)."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                    yield int(entry), f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == launcher_pid:
-                return int(entry)
-    return None
+
+
+def session_of_mpirun(launcher_pid):
+    """mpirun's pid: the launcher's child (the session mpirun leads)."""
+    return next((pid for pid, fields in processes() if int(fields[1]) == launcher_pid), None)
 
 
 def alive_in_session(session):
-    alive = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                alive.append(int(entry))
-    return alive
+    return [pid for pid, fields in processes() if int(fields[3]) == session and fields[0] != "Z"]
 
 
 def check_settings(name, job, mpirun):

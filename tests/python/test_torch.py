@@ -45,6 +45,8 @@ def test_tensors_view_the_message_and_keep_it(client, role):
     assert np.shares_memory(batch.weights.numpy(), sample.weights)
     assert np.shares_memory(batch.probabilities.numpy(), sample.probabilities)
     assert batch.device == torch.device("cpu") and batch.keys.dtype == np.uint64 and len(batch) == 64
+    assert repr(batch).startswith("perserve.torch.TensorSample(size=64, device=cpu, id: torch.int64[64]")
+    assert repr(sample).startswith("perserve.Sample(size=64, id: int64[64]")
     assert torch.equal(batch.weights, torch.from_numpy(sample.weights))
     del sample  # the tensors alone keep the message: later samples cannot take its buffer
     for _ in range(6):

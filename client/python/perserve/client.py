@@ -321,7 +321,25 @@ class Actor(_Client):
         return f"perserve.Actor(schema=[{'; '.join(map(str, self._schema))}], {state})"
 
 
-class Sample:
+class _Batch:
+    """What a sample is, in any form (this Sample, perserve.torch's
+    TensorSample): ``keys`` and ``columns`` by name, a size, and a repr."""
+
+    __slots__ = ()
+
+    @property
+    def size(self) -> int:
+        return int(self.keys.shape[0])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _describe(self, name: str, *more: str) -> str:
+        shapes = ", ".join(f"{column}: {a.dtype}{list(a.shape)}" for column, a in self.columns.items())
+        return f"{name}(size={self.size}, {', '.join(more + (shapes,))})"
+
+
+class Sample(_Batch):
     """One prioritized sample. ``columns`` maps each column name to an array
     of shape ``(size,) + column.shape`` with the column's dtype; those arrays,
     ``keys``, ``weights`` and ``probabilities`` are views of the received
@@ -333,16 +351,8 @@ class Sample:
         self.keys, self.weights, self.probabilities, self.message, arrays = raw
         self.columns = {column.name: array for column, array in zip(schema, arrays)}
 
-    @property
-    def size(self) -> int:
-        return int(self.keys.shape[0])
-
-    def __len__(self) -> int:
-        return self.size
-
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{name}: {a.dtype}{list(a.shape)}" for name, a in self.columns.items())
-        return f"perserve.Sample(size={self.size}, {shapes})"
+        return self._describe("perserve.Sample")
 
 
 class Learner(_Client):

@@ -25,6 +25,7 @@ checkpoint (docs/launch.md).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import shutil
@@ -144,8 +145,12 @@ class Supervisor:
         # Its own session: the terminal's Ctrl-C reaches this process only,
         # which decides what mpirun gets. No stdin: a background process
         # group that read the terminal would be stopped.
+        # Outside this process group, mpirun would outlive a launcher killed
+        # outright (SIGKILL, `timeout -k`): it gets SIGTERM then, Open MPI's
+        # own end of a job (the grace set here for the checkpoint).
         self.process = subprocess.Popen(argv, env={**os.environ, **self.plan.env}, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                        preexec_fn=_terminate_with_parent)
         pumps = [threading.Thread(target=self.pump, args=(pipe, out), daemon=True)
                  for pipe, out in ((self.process.stdout, sys.stdout), (self.process.stderr, sys.stderr))]
         for pump in pumps:
@@ -230,6 +235,12 @@ class Supervisor:
         if self.forced:
             return self.forced_code
         return code if code >= 0 else 128 - code  # mpirun killed by a signal: as a shell says it
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM when the launcher dies (Linux's PR_SET_PDEATHSIG)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def session_members(session: int) -> list[int]:

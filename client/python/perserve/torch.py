@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from .client import Learner, Sample, _update_arrays
+from .client import Learner, Sample, _Batch, _update_arrays
 from .errors import FailedPreconditionError, InvalidArgumentError
 
 
-class TensorSample:
+class TensorSample(_Batch):
     """A sample whose ``weights``, ``probabilities`` and ``columns`` are
     torch tensors (on ``device``); ``keys`` the NumPy uint64 keys."""
 
@@ -46,16 +46,8 @@ class TensorSample:
         self.keys, self.weights, self.probabilities, self.columns, self.device = (keys, weights, probabilities,
                                                                                   columns, device)
 
-    @property
-    def size(self) -> int:
-        return int(self.keys.shape[0])
-
-    def __len__(self) -> int:
-        return self.size
-
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{name}: {t.dtype}{list(t.shape)}" for name, t in self.columns.items())
-        return f"perserve.torch.TensorSample(size={self.size}, device={self.device}, {shapes})"
+        return self._describe("perserve.torch.TensorSample", f"device={self.device}")
 
 
 def _check_device(device: Any, pin_memory: Optional[bool]) -> tuple[torch.device, bool]:
