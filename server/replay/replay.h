@@ -1,5 +1,5 @@
 // Replay: a table's items and their priorities (prioritized experience
-// replay, Schaul et al. 2016, as DESIGN.md's math contract states it), over
+// replay, Schaul et al. 2016, as docs/design.md's math states it), over
 // a PriorityTree and a TransitionStore of the items' own rows (in a server:
 // each item's step key and item columns; the steps live in the StepStore).
 //

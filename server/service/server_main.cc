@@ -72,11 +72,14 @@ uint64_t ShardSeed(uint64_t seed, int world_rank) {
 // The last SIGUSR1 or SIGTERM, taken by the service loop each pass; and
 // whether SIGTERM ever came (the transport stops waiting for a dead sender).
 // SIGINT is taken as SIGTERM: srun forwards a double Ctrl-C to every task
-// as SIGINT, and a server started by hand is stopped with Ctrl-C.
+// as SIGINT, and a server started by hand is stopped with Ctrl-C. SIGUSR2
+// too: perserve-launch's stop, which mpirun and srun forward to every rank
+// at once (SIGTERM they do not forward: mpirun sends it only after its
+// grace), while the clients it starts ignore it (docs/launch.md).
 std::atomic<int> pending_signal{0};
 std::atomic<bool> terminating{false};
 void OnSignal(int signal) {
-  if (signal == SIGINT) signal = SIGTERM;
+  if (signal == SIGINT || signal == SIGUSR2) signal = SIGTERM;
   if (signal == SIGTERM) terminating.store(true);
   pending_signal.store(signal);
 }
@@ -266,12 +269,23 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   if (!flags.restore.empty()) service.Restore(restored);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
+  // After SIGTERM the transport gives up on receives it was making (a live
+  // client's add columns straight into the ring, under perserve-launch,
+  // whose clients outlive the stop): MPI may still complete them, into the
+  // ring, until MPI_Finalize. So the ring is not freed before it; the
+  // process's exit frees it. (Freed here, MPI_Finalize wrote into freed
+  // rows and crashed the server.)
+  if (terminating.load()) (void)replay.release();
   return 0;
 }
 
 }  // namespace
 
 static int Main(int argc, char** argv) {
+  // perserve-launch's stop may come while the server starts (a large
+  // --prefault-store takes seconds): taken from the first line, acted on at
+  // the loop's first pass, as SIGTERM during the start-up is.
+  std::signal(SIGUSR2, OnSignal);
   CLI::App app{"perserve-server: a prioritized experience replay rank"};
   Flags flags;
   app.set_config("--config", "", "TOML/INI file with any of these options (column = [\"obs:uint8:84,84,4\", ...])");
@@ -347,8 +361,8 @@ static int Main(int argc, char** argv) {
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-dir", flags.service.checkpoint_dir,
-                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM or SIGINT, "
-                 "and with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
+                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM, SIGINT "
+                 "or SIGUSR2, and with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
   app.add_option("--checkpoint-every", flags.service.checkpoint_every_seconds,
                  "seconds between checkpoints (0: only when asked); needs --checkpoint-dir")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -4,7 +4,7 @@
 // CPU backend calls it in loops and the CUDA kernels call it once per thread:
 // one algorithm, two machines, and the CPU tests exercise the GPU's logic.
 //
-// Layout (DESIGN.md, tree contract): a flat implicit tree of 2 * capacity
+// Layout (docs/design.md, the tree's contract): a flat implicit tree of 2 * capacity
 // TreeNode slots, root at 1, leaf i at capacity + i, slot 0 unused. Sum and min
 // are interleaved as one 16-byte node, so the sibling pair (2p, 2p + 1) that a
 // recompute or a descent step reads is one 32-byte, cache-line-aligned block:
@@ -97,7 +97,7 @@ PERSERVE_HOST_DEVICE inline void PropagateToRoot(TreeNode* nodes, int64_t capaci
 }
 
 // The descent's rule at internal node `node` with children sums `left` and
-// `right`: DESIGN.md's "go left if left_sum > mass, else mass -= left_sum and go
+// `right`: docs/design.md's "go left if left_sum > mass, else mass -= left_sum and go
 // right", plus one guard. Rounding in the subtractions can leave a mass that
 // reaches past its subtree's sum (or a caller's mass can reach the total); the
 // plain rule then walks right into a subtree whose sum is 0 and returns an
@@ -217,7 +217,7 @@ PERSERVE_HOST_DEVICE inline double LeafFromPriority(double priority, double alph
   return power < kSmallestLeaf ? kSmallestLeaf : power;
 }
 
-// Stratified sampling (DESIGN.md): the total split into `batch` equal segments,
+// Stratified sampling (docs/design.md): the total split into `batch` equal segments,
 // draw i at fraction `unit` (in (0, 1]) of segment i.
 PERSERVE_HOST_DEVICE inline double StratifiedMass(int64_t i, double unit, double total, int64_t batch) {
   return (static_cast<double>(i) + unit) * total / static_cast<double>(batch);

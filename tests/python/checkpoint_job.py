@@ -38,7 +38,11 @@ if comm.rank == learner_rank:
         elif mode == "read":
             expected = int(sys.argv[3])
             info = learner.info()
-            assert info.items_added == expected and info.size == min(expected, info.size), info
+            # An add refused half-way (its columns' receive given up at SIGTERM
+            # while its actor still sent: perserve-launch's clients outlive the
+            # stop) keeps its slots, with leaf 0, never drawn, and they count in
+            # size (docs/operations.md, priorities): a batch an actor at most.
+            assert info.items_added == expected and info.size <= expected + 100 * actors, info
             for _ in range(20):
                 batch = learner.sample(256, beta=0.4, timeout=30.0)
                 ids = batch.columns["id"]

@@ -1,4 +1,4 @@
-// The deterministic simulation of the replay rank (DESIGN.md, "How we know it
+// The deterministic simulation of the replay rank (docs/design.md, "How we know it
 // is right"; issue 24). One seed drives everything: a configuration
 // (simulation_config.h), then a schedule in which actors and learners make
 // requests through LoopbackTransports, read their replies or stop reading
