@@ -157,6 +157,11 @@ class StepStore {
   void StartNewEpisodes() {
     for (Stream& s : streams_) s.next_episode_start = s.steps;
   }
+  // The same for one stream (a restore's: where a held step began a new episode so).
+  void StartNewEpisode(int stream) {
+    Stream& s = streams_[static_cast<size_t>(stream)];
+    s.next_episode_start = s.steps;
+  }
   // Streams grow to `streams` (never shrink).
   void GrowStreams(int streams) {
     if (streams > this->streams()) streams_.resize(static_cast<size_t>(streams));

@@ -26,6 +26,7 @@
 #include "proto/messages.h"
 #include "service/checkpoint/checkpoint.h"
 #include "service/checkpoint/checkpoint_layout.h"
+#include "tree/tree_validation.h"
 
 namespace perserve::service {
 namespace {
@@ -250,16 +251,20 @@ Status ValidateState(const std::string& dir, const CheckpointState& state, const
   return Status::Ok();
 }
 
-// Each leaf a stored item can have: finite, and 0 (an add whose columns
-// failed: never drawn) or at least the smallest normal double (a priority's
-// leaf is clamped up to it: tree/tree_algorithm.h). The tree refuses the rest
-// (negative, and a total past its limit) when the leaves go in.
-Status ValidateLeaves(const std::string& dir, std::span<const double> leaves, uint64_t oldest_key) {
+// Each leaf a stored item can have: finite, and at least the smallest normal
+// double (a priority's leaf is clamped up to it: tree/tree_algorithm.h), or
+// (formats 1 and 2, `zero_allowed`) 0: an item evicted, or an add whose
+// columns failed, never drawn. The tree refuses the rest (a total past its
+// limit) when the leaves go in.
+Status ValidateLeaves(const std::string& dir, std::span<const double> leaves, std::span<const uint64_t> keys,
+                      bool zero_allowed) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     const double leaf = leaves[i];
-    if (std::isfinite(leaf) && (leaf == 0.0 || leaf >= std::numeric_limits<double>::min())) continue;
+    if (std::isfinite(leaf) && ((zero_allowed && leaf == 0.0) || leaf >= std::numeric_limits<double>::min())) {
+      continue;
+    }
     return Status::InvalidArgument(fmt::format("{}/leaves.bin: the leaf of key {} is {}: no stored item's (damaged)",
-                                               dir, oldest_key + i, leaf));
+                                               dir, keys[i], leaf));
   }
   return Status::Ok();
 }
@@ -348,6 +353,13 @@ class ItemParts {
         (*keys)[i] = static_cast<uint64_t>(records[2 * i]);
         (*slots)[i] = records[2 * i + 1];
       }
+      PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir_, *leaves, *keys, /*zero_allowed=*/false));
+      for (const double leaf : *leaves) total_ += leaf;
+      if (total_ > tree::kMaxTreeTotal) {
+        return Status::InvalidArgument(fmt::format("{}/leaves.bin: the leaves sum to {} or more, past the {} a tree "
+                                                   "keeps (damaged)",
+                                                   dir_, total_, tree::kMaxTreeTotal));
+      }
       return Status::Ok();
     }
     const uint64_t oldest = state_.replay.next_key - static_cast<uint64_t>(state_.size);
@@ -355,7 +367,7 @@ class ItemParts {
       (*keys)[i] = oldest + static_cast<uint64_t>(first + i);
       (*slots)[i] = static_cast<int64_t>((*keys)[i] % static_cast<uint64_t>(state_.capacity));
     }
-    return ValidateLeaves(dir_, *leaves, oldest + static_cast<uint64_t>(first));
+    return ValidateLeaves(dir_, *leaves, *keys, /*zero_allowed=*/true);
   }
 
   Status Close() {
@@ -393,6 +405,7 @@ class ItemParts {
   std::vector<uint64_t> expected_;
   std::vector<Hash64> hashes_;
   std::vector<std::ifstream> files_;
+  double total_ = 0.0;  // of the leaves read so far
 };
 
 Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::StepReplay* steps,
@@ -415,11 +428,12 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *steps, shard, shards, format));
 
   // The steps first: a format 1 checkpoint's transitions are its steps (of
-  // stream 0, which appended every key), the others keep their ring.
+  // stream 0, which appended every key: one long episode, as transitions
+  // are), the others keep their ring.
   const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
   if (format == kTransitionFormat) {
-    const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)};
-    PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, first_index));
+    const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)}, episode_start{0};
+    PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, episode_start));
   } else {
     PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, steps));
   }

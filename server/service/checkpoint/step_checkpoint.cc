@@ -132,7 +132,7 @@ Status StepRingWriter::Write(const store::StepStore& ring, int64_t until, const 
   while (written_ < until) {
     const uint64_t key = first_key_ + static_cast<uint64_t>(written_);
     const int64_t slot = ring.SlotOf(key);
-    const int64_t rows = std::min({until - written_, rows_per_slice, ring.capacity() - slot});  // no wrap
+    const int64_t rows = std::min({until - written_, rows_per_slice, ring.slots() - slot});  // no wrap
     info_.resize(static_cast<size_t>(3 * rows));
     for (int64_t j = 0; j < rows; ++j) {
       const store::StepInfo& info = ring.Info(key + static_cast<uint64_t>(j));
@@ -234,9 +234,15 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
       hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
       out += length;
     }
+    // A held step that begins an episode (its episode start its own index)
+    // the step before it did not end (done 0) was the first its stream
+    // appended after a restore (StepReplay::EndRestore): it goes in after the
+    // stream begins a new episode, as it did then. Runs split there.
+    const auto begins_episode = [&](int64_t i) { return info[3 * i + 2] == info[3 * i + 1]; };
     for (int64_t a = 0, b = 0; a < rows; a = b) {
       const int64_t stream = info[3 * (row + a)];
-      for (b = a + 1; b < rows && info[3 * (row + b)] == stream;) ++b;
+      for (b = a + 1; b < rows && info[3 * (row + b)] == stream && !begins_episode(row + b);) ++b;
+      if (begins_episode(row + a)) steps->mutable_steps().StartNewEpisode(static_cast<int>(stream));
       run.resize(static_cast<size_t>((b - a) * schema.ItemBytes()));
       std::byte* to = run.data();
       const std::byte* column = chunk.data();
@@ -270,8 +276,10 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
           info_file, key, derived.stream, info[3 * i + 1], info[3 * i + 2], derived.index, derived.episode_start));
     }
   }
+  // A next episode start at the stream's count: restored, the stream has appended nothing since.
   for (size_t s = 0; s < streams; ++s) {
-    if (ring.next_episode_start(static_cast<int>(s)) != state.next_episode_start[s]) {
+    if (ring.next_episode_start(static_cast<int>(s)) != state.next_episode_start[s] &&
+        state.next_episode_start[s] != state.stream_steps[s]) {
       return Status::InvalidArgument(fmt::format(
           "{}/{}: stream {}'s next episode starts at {}; its held steps' done flags give {} (damaged)", dir,
           kStepStateFile, s, state.next_episode_start[s], ring.next_episode_start(static_cast<int>(s))));

@@ -20,7 +20,7 @@ class CheckpointDriverTest : public CheckpointTest {
     checkpoint_test::AddItems(replay_.get(), 0, 40, &rng_);
     driver_ = std::make_unique<CheckpointDriver>(
         replay_.get(), CheckpointDriverOptions{dir_.string(), 0, 1, every_seconds, std::chrono::microseconds(1)},
-        CheckpointDriver::Hooks{[this] { return checkpoint_test::StateOf(*replay_); },
+        CheckpointDriver::Hooks{[] { return checkpoint_test::StateOf(); },
                                 [this](int client, uint64_t id, const Status& result) {
                                   answers_.push_back({client, id, result.code()});
                                 },
@@ -41,7 +41,7 @@ class CheckpointDriverTest : public CheckpointTest {
     Status::Code code;
   };
 
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<CheckpointDriver> driver_;
   std::vector<Answer> answers_;
   int final_begun_ = 0;

@@ -1,10 +1,11 @@
-// Restoring checkpoints from outside (issue 25): every field of the MANIFEST
-// and of state.bin is checked, forged values whose hashes were made to match
-// are refused by range, another --alpha is refused, a directory holding only
-// a partial checkpoint says so, and the round trips a mutation run let
-// through are pinned down: the hash of leaves.bin and state.bin, the leaves
-// of a partly filled replay, and a checkpoint of large rows while adds
-// overwrite rows it has not written yet.
+// Restoring checkpoints from outside (issue 25): every field of the MANIFEST,
+// of state.bin and of item-slots.bin is checked, forged values whose hashes
+// were made to match are refused by range, another --alpha or --max-items is
+// refused, a directory holding only a partial checkpoint says so, and the
+// round trips a mutation run let through are pinned down: the hash of every
+// small part, the leaves of a partly filled table, and a checkpoint of large
+// rows while adds overwrite steps it has not written yet.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,9 +18,10 @@
 
 #include "proto/bounded_input_archive.h"
 #include "proto/codec.h"
-#include "server/service/loopback_transport.h"
-#include "service/replay_service.h"
 #include "server/service/checkpoint/checkpoint_test_util.h"
+#include "server/service/loopback_transport.h"
+#include "server/service/service_test_util.h"
+#include "service/replay_service.h"
 
 namespace perserve::service {
 namespace {
@@ -29,7 +31,7 @@ using std::chrono::microseconds;
 
 class CheckpointRestoreTest : public CheckpointTest {
  protected:
-  // A replay of 300 items in a capacity of 500, checkpointed; the checkpoint's directory.
+  // A table of 300 transitions in a capacity of 500, checkpointed; the checkpoint's directory.
   fs::path WriteOne(double alpha = 0.6) {
     replay_ = MakeReplay(500, 17, alpha);
     AddItems(replay_.get(), 0, 300, &rng_);
@@ -44,6 +46,17 @@ class CheckpointRestoreTest : public CheckpointTest {
     std::string loaded;
     return LoadCheckpoint(dir_.string(), 0, 1, target.get(), &state_, &loaded);
   }
+  // Into a table whose items' capacity is `max_items` (its ring's is 500).
+  Status LoadWithMaxItems(int64_t max_items) {
+    replay::StepOptions options;
+    options.step_capacity = 500;
+    std::unique_ptr<replay::StepReplay> target;
+    EXPECT_TRUE(replay::StepReplay::Create(options, replay::ReplayOptions{max_items, 0.6, tree::Device::kCpu, 17},
+                                           TestSchema(), &target)
+                    .ok());
+    std::string loaded;
+    return LoadCheckpoint(dir_.string(), 0, 1, target.get(), &state_, &loaded);
+  }
 
   // The checkpoint's state, decoded.
   static CheckpointState StateIn(const fs::path& checkpoint) {
@@ -54,7 +67,7 @@ class CheckpointRestoreTest : public CheckpointTest {
     return state;
   }
 
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   CheckpointState state_;
 };
 
@@ -74,6 +87,7 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
   const size_t hash_at = good.find("part leaves.bin ");
   ASSERT_NE(hash_at, std::string::npos);
   const size_t first_digit = good.find(' ', good.find(' ', hash_at + 5) + 1) + 1;
+  const std::string line = fmt::format("line {}:", std::count(good.begin(), good.begin() + hash_at, '\n') + 1);
   struct Case {
     std::string manifest;
     std::string mention;
@@ -89,15 +103,18 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
     return at == std::string::npos ? text : text.replace(at, from.size(), to);
   };
   const std::vector<Case> cases = {
-      {bad_digit, "line 4: the hash"},
-      {short_hash, "line 4: the hash"},
-      {replaced("part leaves.bin ", "part leaves.bin 12x"), "line 4: the byte count"},
-      {replaced("part leaves.bin ", "part leaves.bin -"), "line 4: the byte count"},
-      {replaced("part leaves.bin ", "part leaves.bin  "), "line 4"},
+      {bad_digit, line + " the hash"},
+      {short_hash, line + " the hash"},
+      {replaced("part leaves.bin ", "part leaves.bin 12x"), line + " the byte count"},
+      {replaced("part leaves.bin ", "part leaves.bin -"), line + " the byte count"},
+      {replaced("part leaves.bin ", "part leaves.bin  "), line},
+      {replaced("part leaves.bin ", "part item-slots.bin "), "item-slots.bin listed twice"},
+      {replaced("part leaves.bin ", "part step-column-x.bin "), "an unknown part \"step-column-x.bin\""},
       {replaced("part leaves.bin ", "part ../leaves.bin "), "an unknown part \"../leaves.bin\""},
       {replaced("part leaves.bin", "part state.bin"), "state.bin listed twice"},
-      {replaced("perserve-checkpoint 1", "perserve-checkpoint 99999999999999999999"), "not a perserve checkpoint"},
-      {replaced("perserve-checkpoint 1", "perserve-checkpoint 1x"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 3", "perserve-checkpoint 99999999999999999999"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 3", "perserve-checkpoint 3x"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 3", "perserve-checkpoint 4"), "has checkpoint format 4; this server reads"},
       {replaced("shard 0 of 1", "shard 0 of 1.5"), "line 2: not a \"shard S of K\" line"},
       {replaced("shard 0 of 1", "shard 99999999999 of 1"), "line 2"},
       {good + "part column-0.bin 1 0000000000000000\n", "a line after \"end\""},
@@ -116,10 +133,11 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
 }
 
 // A restore that skipped the hash of leaves.bin or state.bin passed every
-// test: one flipped byte (the file's size unchanged) in either is refused.
+// test: one flipped byte (the file's size unchanged) in any small part is
+// refused.
 TEST_F(CheckpointRestoreTest, AFlippedByteInTheLeavesOrTheStateIsRefused) {
   const fs::path checkpoint = WriteOne();
-  for (const std::string part : {"leaves.bin", "state.bin"}) {
+  for (const std::string part : {"leaves.bin", "state.bin", "steps.bin", "step-info.bin"}) {
     const std::string good = ReadFile(checkpoint / part);
     std::string flipped = good;
     flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
@@ -128,6 +146,15 @@ TEST_F(CheckpointRestoreTest, AFlippedByteInTheLeavesOrTheStateIsRefused) {
     std::ofstream(checkpoint / part, std::ios::trunc | std::ios::binary) << good;
     ASSERT_TRUE(Load().ok()) << part;
   }
+  // item-slots.bin's records are checked as they are read, before its hash:
+  // a flipped key bit gives two items one key.
+  const std::string good = ReadFile(checkpoint / "item-slots.bin");
+  std::string flipped = good;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
+  std::ofstream(checkpoint / "item-slots.bin", std::ios::trunc | std::ios::binary) << flipped;
+  ExpectRefused(Load(), Status::Code::kInvalidArgument, "item-slots.bin: ");
+  std::ofstream(checkpoint / "item-slots.bin", std::ios::trunc | std::ios::binary) << good;
+  ASSERT_TRUE(Load().ok());
 }
 
 // A state.bin forged with its hash recomputed: every value out of range is
@@ -175,6 +202,11 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
   // Bytes past the state's end.
   ForgePart(checkpoint, "state.bin", EncodeState(good) + "x");
   ExpectRefused(Load(), Status::Code::kInvalidArgument, "state.bin: 1 bytes past the state's end");
+  // A size the item parts do not have.
+  CheckpointState fewer = good;
+  fewer.size = 299;
+  ForgePart(checkpoint, "state.bin", EncodeState(fewer));
+  ExpectRefused(Load(), Status::Code::kInvalidArgument, "and its items need 2392");
   // A limiter that is off (or never saw M items) has seen no offset: +inf, -inf.
   CheckpointState off = good;
   off.limiter = {10, 0, true, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
@@ -183,12 +215,13 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
 }
 
 // Leaves from outside: NaN, negative, infinite, subnormal (no priority's leaf
-// is: the tree clamps them to 2^-1022), or a total past the tree's limit.
+// is: the tree clamps them to 2^-1022), 0 (format 3 holds drawable items
+// only), or a total past the tree's limit.
 TEST_F(CheckpointRestoreTest, ForgedLeavesAreRefusedNamingLeavesBin) {
   const fs::path checkpoint = WriteOne();
   const std::string good = ReadFile(checkpoint / "leaves.bin");
   for (const double leaf : {std::numeric_limits<double>::quiet_NaN(), -1.0, std::numeric_limits<double>::infinity(),
-                            1e-310, 1e308}) {
+                            1e-310, 0.0, 1e308}) {
     std::string forged = good;
     for (size_t item : {size_t{7}, size_t{8}}) std::memcpy(forged.data() + item * sizeof(double), &leaf, sizeof(leaf));
     ForgePart(checkpoint, "leaves.bin", forged);
@@ -196,11 +229,41 @@ TEST_F(CheckpointRestoreTest, ForgedLeavesAreRefusedNamingLeavesBin) {
     EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << leaf << ": " << status.ToString();
     EXPECT_NE(status.message().find("leaves.bin"), std::string::npos) << leaf << ": " << status.message();
   }
-  // A zero leaf is an add whose columns failed: never drawn, and restored as it was.
-  std::string with_zero = good;
-  const double zero = 0.0;
-  std::memcpy(with_zero.data() + 7 * sizeof(double), &zero, sizeof(zero));
-  ForgePart(checkpoint, "leaves.bin", with_zero);
+  ForgePart(checkpoint, "leaves.bin", good);
+  EXPECT_TRUE(Load().ok());
+}
+
+// item-slots.bin from outside: a slot past the table, two items in one slot,
+// one key twice, a key past the next key: each refused, naming the file.
+TEST_F(CheckpointRestoreTest, ForgedItemSlotsAreRefusedNamingTheFile) {
+  const fs::path checkpoint = WriteOne();
+  const std::string good = ReadFile(checkpoint / "item-slots.bin");
+  auto record = [&](size_t item, size_t field) {
+    int64_t value = 0;
+    std::memcpy(&value, good.data() + item * 16 + field * 8, sizeof(value));
+    return value;
+  };
+  struct Case {
+    size_t item, field;
+    int64_t value;
+    std::string mention;
+  };
+  const std::vector<Case> cases = {
+      {7, 1, 500, "item-slots.bin: key 7: slot 500 is outside [0, capacity 500)"},
+      {7, 1, -1, "item-slots.bin: key 7: slot -1 is outside"},
+      {8, 1, record(7, 1), fmt::format("item-slots.bin: keys 7 and 8 both in slot {}", record(7, 1))},
+      {8, 0, record(7, 0), "item-slots.bin: key 7 is held twice"},
+      {7, 0, 300, "key 300 is held, but the next key is 300"},
+  };
+  ASSERT_EQ(record(7, 0), 7);
+  ASSERT_EQ(record(8, 0), 8);
+  for (const Case& c : cases) {
+    std::string forged = good;
+    std::memcpy(forged.data() + c.item * 16 + c.field * 8, &c.value, sizeof(c.value));
+    ForgePart(checkpoint, "item-slots.bin", forged);
+    ExpectRefused(Load(), Status::Code::kInvalidArgument, c.mention);
+  }
+  ForgePart(checkpoint, "item-slots.bin", good);
   EXPECT_TRUE(Load().ok());
 }
 
@@ -212,6 +275,14 @@ TEST_F(CheckpointRestoreTest, ARestoreWithAnotherAlphaIsRefused) {
   EXPECT_TRUE(Load(0.6).ok());
 }
 
+// The table's item capacity shapes what it holds (the FIFO remover's
+// limit): another --max-items is refused, naming both.
+TEST_F(CheckpointRestoreTest, ARestoreWithAnotherMaxItemsIsRefused) {
+  WriteOne();
+  ExpectRefused(LoadWithMaxItems(400), Status::Code::kFailedPrecondition, "--max-items 500; this server has --max-items 400");
+  EXPECT_TRUE(LoadWithMaxItems(500).ok());
+}
+
 // A job stopped while its first checkpoint was written leaves only
 // checkpoint-000000.partial: the restore said "no checkpoint for shard 0 of 1
 // ... restore with the same number of server ranks", the wrong way.
@@ -221,7 +292,7 @@ TEST_F(CheckpointRestoreTest, ADirectoryHoldingOnlyAPartialCheckpointSaysSo) {
   std::string partial;
   {
     CheckpointWriter writer(dir_.string(), 0, 1);
-    ASSERT_TRUE(writer.Begin(*replay, StateOf(*replay)).ok());
+    ASSERT_TRUE(writer.Begin(*replay, StateOf()).ok());
     partial = writer.path() + ".partial";
     fs::copy(partial, dir_ / "left", fs::copy_options::recursive);
   }
@@ -235,9 +306,9 @@ TEST_F(CheckpointRestoreTest, ADirectoryHoldingOnlyAPartialCheckpointSaysSo) {
 }
 
 // The only round trip was a full, wrapped ring, where the next slot is the
-// oldest: leaves read from the wrong slot passed. Here the ring is partly
-// filled (oldest slot 0, next slot 300) and every key's leaf must come back
-// under that key, every node bit-exact.
+// oldest: leaves read from the wrong slot passed. Here the table is partly
+// filled (slots 0 .. 299 of 500 used) and every key's leaf must come back
+// under that key, in its slot, every node bit-exact.
 TEST_F(CheckpointRestoreTest, APartlyFilledReplayRoundTripsEveryLeafUnderItsKey) {
   const fs::path checkpoint = WriteOne();
   replay::UpdateCounts counts;
@@ -245,46 +316,57 @@ TEST_F(CheckpointRestoreTest, APartlyFilledReplayRoundTripsEveryLeafUnderItsKey)
   std::vector<double> priorities;
   for (uint64_t key = 0; key < 300; key += 3) keys.push_back(key), priorities.push_back(0.1 + key);
   auto replay = std::move(replay_);
-  ASSERT_TRUE(replay->UpdatePriorities(keys, priorities, &counts).ok());
+  ASSERT_TRUE(replay->mutable_items().UpdatePriorities(keys, priorities, &counts).ok());
   fs::remove_all(dir_);
   CheckpointWriter writer(dir_.string(), 0, 1);
   ASSERT_TRUE(Write(&writer, replay.get()).ok());
   auto restored = MakeReplay(500);
-  std::string loaded;
-  const Status status = LoadCheckpoint(dir_.string(), 0, 1, restored.get(), &state_, &loaded);
+  const Status status = Restore(dir_.string(), restored.get(), &state_);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_EQ(restored->size(), 300);
-  ASSERT_NE(restored->next_slot(), static_cast<int64_t>(restored->oldest_key() % 500)) << "a partly filled ring";
-  ExpectSameNodes(*replay, *restored);
-  EXPECT_EQ(Items(*restored), Items(*replay));
+  ASSERT_EQ(restored->items().size(), 300);
+  ASSERT_EQ(restored->items().slots_used(), 300) << "a partly filled table";
+  ExpectSameTable(*restored, *replay);
+  // Both take the next adds into the same slots.
+  std::mt19937_64 rng_a(4), rng_b(4);
+  AddItems(replay.get(), 300, 250, &rng_a);
+  AddItems(restored.get(), 300, 250, &rng_b);
+  ExpectSameTable(*restored, *replay);
 }
 
 // BeforeAdd made a no-op passed every test: their rows were all written
-// before the first add (one slice held them all). Rows of 100 KB make a slice
-// 10 rows, so the adds between slices overwrite rows not written yet: the
-// checkpoint must still be the replay as it was when it began.
+// before the first add (one slice held them all). Steps of 100 KB make a
+// slice 10 steps, and the adds between slices go round the ring's slots
+// (capacity and slack) before the checkpoint is complete, so they overwrite
+// steps it has not written yet: the checkpoint must still be the table as it
+// was when it began.
 TEST_F(CheckpointRestoreTest, AddsOverwritingRowsNotYetWrittenDoNotChangeTheCheckpoint) {
   constexpr int64_t kCapacity = 64, kRowBytes = 100000;
   auto replay = MakeReplay(kCapacity, 17, 0.6, kRowBytes);
   AddItems(replay.get(), 0, kCapacity, &rng_);
-  const std::vector<std::byte> at_begin = Items(*replay);
+  const std::vector<HeldItem> at_begin = HeldItems(*replay);
+  const RingContents ring_at_begin = Ring(*replay);
+  const int64_t slots = replay->steps().slots();
+  ASSERT_LT(slots, 8 * kCapacity) << "a slack this large takes too many adds to go round";
   CheckpointWriter writer(dir_.string(), 0, 1, kCapacity);
   int64_t next_id = kCapacity;
-  int adds_before_done = 0;
+  int passes = 0;
   const Status written = Write(&writer, replay.get(), [&] {
-    ASSERT_TRUE(writer.BeforeAdd(*replay, 16).ok());
-    AddItems(replay.get(), next_id, 16, &rng_);
-    next_id += 16;
-    ++adds_before_done;
+    // Each pass goes a third of the way round the slots.
+    for (int64_t added = 0; added < slots / 3; added += 16) {
+      AddBatch(replay.get(), next_id, 16, &rng_, &writer);
+      next_id += 16;
+    }
+    ++passes;
   });
   ASSERT_TRUE(written.ok()) << written.ToString();
-  ASSERT_GE(adds_before_done, 4) << "the adds overwrote the whole ring while the checkpoint was written";
+  ASSERT_GE(passes, 4) << "the checkpoint ended before the adds went round the ring's slots";
+  ASSERT_GT(next_id, kCapacity + slots) << "every step held at Begin was overwritten";
   auto restored = MakeReplay(kCapacity, 17, 0.6, kRowBytes);
-  std::string loaded;
-  const Status status = LoadCheckpoint(dir_.string(), 0, 1, restored.get(), &state_, &loaded);
+  const Status status = Restore(dir_.string(), restored.get(), &state_);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(restored->next_key(), static_cast<uint64_t>(kCapacity));
-  EXPECT_TRUE(Items(*restored) == at_begin) << "rows overwritten after Begin went into the checkpoint";
+  EXPECT_EQ(restored->items().next_key(), static_cast<uint64_t>(kCapacity));
+  EXPECT_TRUE(HeldItems(*restored) == at_begin) << "items changed after Begin went into the checkpoint";
+  ExpectSameRing(Ring(*restored), ring_at_begin, "the restored ring and the ring at Begin");
 }
 
 // No restore test ran a rate limiter: a restore that left it fresh passed.
@@ -305,10 +387,8 @@ TEST_F(CheckpointRestoreTest, TheServiceRestoresTheRateLimitersStateAndActsOnIt)
   restored.limiter = RateLimiterState{100, 0, true, 60.0, 90.0};
   service.Restore(restored);
 
-  const std::vector<std::byte> columns(static_cast<size_t>(5 * replay->store().schema().ItemBytes()));
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(proto::MessageKind::kAddRequest, 1, proto::AddRequest{5, false}, {std::span(columns)}, &frame);
-  transport.Push(0, std::move(frame));
+  const std::vector<std::byte> columns(static_cast<size_t>(5 * replay->step_schema().ItemBytes()));
+  transport.Push(0, service_test::AddFrame(1, replay->stream_steps(0), 5, columns));
   bool handled = false;
   ASSERT_TRUE(service.Step(&handled).ok());
   EXPECT_EQ(service.held_adds(0), 1) << "the restored limiter holds the add (100 + 5 > 10 + 20)";

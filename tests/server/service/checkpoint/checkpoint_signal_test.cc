@@ -12,11 +12,12 @@
 
 #include <gtest/gtest.h>
 
+#include "proto/append.h"
 #include "proto/codec.h"
-#include "server/service/loopback_transport.h"
-#include "service/replay_service.h"
 #include "server/service/checkpoint/checkpoint_test_util.h"
+#include "server/service/loopback_transport.h"
 #include "server/service/service_test_util.h"
+#include "service/replay_service.h"
 
 namespace perserve::service {
 namespace {
@@ -79,15 +80,15 @@ class CheckpointSignalTest : public CheckpointTest {
     options.checkpoint_dir = dir_.string();
     options.checkpoint_slice = std::chrono::microseconds(1);
     options.take_signal = [this] { return std::exchange(pending_signal_, 0); };
-    replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+    replay_ = MakeReplay(kCapacity, 17, 0.6, kObsBytes, kActors);
     return options;
   }
 
-  // An add of kBatch items; their columns are zeros (the count is what is checked).
+  // An add of kBatch transitions after whatever the actor's stream holds;
+  // their columns are zeros (the count is what is checked).
   std::vector<std::byte> AddFrame(uint64_t request_id) const {
-    const std::vector<std::byte> columns(static_cast<size_t>(kBatch * replay_->store().schema().ItemBytes()));
-    return service_test::Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{kBatch, false},
-                               {std::span(columns)});
+    const std::vector<std::byte> columns(static_cast<size_t>(kBatch * replay_->step_schema().ItemBytes()));
+    return service_test::AddFrame(request_id, proto::AppendMeta::kAtEnd, kBatch, columns);
   }
 
   // Pops `actor`'s replies: returns the items acknowledged; at the first
@@ -120,17 +121,18 @@ class CheckpointSignalTest : public CheckpointTest {
   // (it holds the newest kCapacity of them: while a checkpoint's files are
   // synced the actors go on adding, as many passes as the disk takes).
   uint64_t RestoredItemsAdded() {
-    auto restored = MakeReplay(kCapacity, 17, 0.6, kObsBytes);
+    auto restored = MakeReplay(kCapacity, 17, 0.6, kObsBytes, kActors);
     CheckpointState state;
     std::string loaded;
     const Status status = LoadCheckpoint(dir_.string(), 0, 1, restored.get(), &state, &loaded);
     EXPECT_TRUE(status.ok()) << status.ToString();
-    EXPECT_EQ(restored->size(), std::min<int64_t>(static_cast<int64_t>(restored->next_key()), kCapacity)) << loaded;
-    return restored->next_key();
+    const replay::Replay& items = restored->items();
+    EXPECT_EQ(items.size(), std::min<int64_t>(static_cast<int64_t>(items.next_key()), kCapacity)) << loaded;
+    return items.next_key();
   }
 
   int pending_signal_ = 0;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
 };
 
 TEST_F(CheckpointSignalTest, EveryAddAcknowledgedBeforeSigtermIsInItsCheckpoint) {

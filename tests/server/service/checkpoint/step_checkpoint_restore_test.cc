@@ -109,14 +109,20 @@ TEST_F(StepCheckpointRestoreTest, OtherStepFlagsAreRefusedNamingBothValues) {
                 SequenceOptions(40));
 }
 
+// A table of transitions of the same steps: its flags say so.
 TEST_F(StepCheckpointRestoreTest, AServerOfTransitionsRefusesIt) {
-  auto replay = checkpoint_test::MakeReplay(30);
-  CheckpointState state;
-  std::string loaded;
-  const Status status = LoadCheckpoint(path_, 0, 1, replay.get(), &state, &loaded);
+  StepOptions transitions;
+  transitions.step_capacity = 40;
+  transitions.streams = 3;
+  ExpectRefused(Status::Code::kFailedPrecondition, {"written with --n-step 3; this server has --n-step none"},
+                transitions);
+}
+
+TEST_F(StepCheckpointRestoreTest, AnotherItemCapacityIsRefused) {
+  StepFixture fixture = MakeFixture(NStepOptions(40), StepSchema(), 31);
+  const Status status = Restore(path_, &fixture);
   EXPECT_EQ(status.code(), Status::Code::kFailedPrecondition) << status.ToString();
-  EXPECT_NE(status.message().find("holds a replay of step streams; this server stores transitions"),
-            std::string::npos)
+  EXPECT_NE(status.message().find("--max-items 30; this server has --max-items 31"), std::string::npos)
       << status.ToString();
 }
 
@@ -178,20 +184,43 @@ TEST_F(StepCheckpointRestoreTest, ADoneValuePastTwoIsRefusedAsAnAppendsIs) {
   ExpectRefused(Status::Code::kInvalidArgument, {"step-column-2.bin: held steps", "has done 7"});
 }
 
-TEST_F(StepCheckpointRestoreTest, ALiveItemOverAStepNotHeldIsRefused) {
-  const std::string leaves = ReadFile(fs::path(path_) / "leaves.bin");
+TEST_F(StepCheckpointRestoreTest, AnItemOverAStepNotHeldIsRefused) {
   std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
-  size_t live = leaves.size() / sizeof(double);
-  for (size_t i = 0; i < leaves.size() / sizeof(double); ++i) {
-    double leaf = 0.0;
-    std::memcpy(&leaf, leaves.data() + i * sizeof(double), sizeof(leaf));
-    if (leaf != 0.0) live = i;
-  }
-  ASSERT_LT(live, leaves.size() / sizeof(double));
+  ASSERT_GE(steps.size(), 3 * sizeof(uint64_t));
   const uint64_t gone = 0;  // the ring wrapped: key 0 is long overwritten
-  std::memcpy(steps.data() + live * sizeof(uint64_t), &gone, sizeof(gone));
+  std::memcpy(steps.data() + 2 * sizeof(uint64_t), &gone, sizeof(gone));
   ForgePart(path_, "column-0.bin", steps);
   ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key", "step key 0 is not held"});
+}
+
+// Two items over one step (an append refuses the second).
+TEST_F(StepCheckpointRestoreTest, TwoItemsOverOneStepAreRefused) {
+  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  ASSERT_GE(steps.size(), 3 * sizeof(uint64_t));
+  std::memcpy(steps.data() + 2 * sizeof(uint64_t), steps.data() + sizeof(uint64_t), sizeof(uint64_t));
+  ForgePart(path_, "column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item keys", "are both over step key"});
+}
+
+// An item over a step the stream holds, but one an append would refuse: a
+// step whose n-step item is not whole yet (the stream's newest step).
+TEST_F(StepCheckpointRestoreTest, AnItemAnAppendWouldRefuseIsRefused) {
+  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  const std::string dones = ReadFile(fs::path(path_) / StepColumnFile(2));
+  const size_t held = dones.size();
+  const uint64_t oldest = State().next_key - held;
+  // A stream's newest held step, its episode going on: step t+3 is not appended yet.
+  size_t newest = held;
+  for (size_t i = held; i-- > 0 && newest == held;) {
+    bool last_of_stream = true;
+    for (size_t j = i + 1; j < held; ++j) last_of_stream &= Info(3 * j) != Info(3 * i);
+    if (last_of_stream && dones[i] == 0) newest = i;
+  }
+  ASSERT_LT(newest, held) << "every stream's newest step ends an episode";
+  const uint64_t key = oldest + newest;
+  std::memcpy(steps.data(), &key, sizeof(key));
+  ForgePart(path_, "column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key"});
 }
 
 TEST_F(StepCheckpointRestoreTest, ADamagedStepColumnIsRefusedByItsHash) {

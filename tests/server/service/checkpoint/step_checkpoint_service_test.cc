@@ -1,15 +1,16 @@
 // A checkpoint of step streams taken by the service while actors append:
-// the service writes the steps an append overwrites before applying it
-// (CheckpointDriver::BeforeAppend), so the restored replay serves as the
-// replay did when the checkpoint began.
+// the service writes the steps and items an append overwrites before
+// applying it (CheckpointDriver::BeforeWrite), so the restored replay serves
+// as the replay did when the checkpoint began.
 #include <chrono>
 #include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "server/service/service_test_util.h"
+#include "proto/append.h"
 #include "server/service/checkpoint/step_checkpoint_test_util.h"
+#include "server/service/service_test_util.h"
 
 namespace perserve::service {
 namespace {
@@ -27,17 +28,19 @@ struct AppendBytes {
 TEST(StepCheckpointServiceTest, AppendsDuringACheckpointKeepItTheReplayAtItsBeginning) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-step-service-ckpt-{}", ::getpid());
   fs::remove_all(dir);
-  // 8 KB steps in a ring of 256: a slice writes 128 steps.
-  const Schema schema = StepSchema(256);
+  // 64 KB steps in a ring of 256 (and a slack of 512): a slice writes 16 steps.
+  const Schema schema = StepSchema(2048);
   const StepOptions options = NStepOptions(256);
   StepFixture served = MakeFixture(options, schema, 256);
   StepFixture twin = MakeFixture(options, schema, 256);
+  const int64_t slots = served.steps->steps().slots();
+  ASSERT_LE(slots, 768);
   LoopbackTransport transport(2);
   ServiceOptions service_options;
   service_options.stats_interval_seconds = 0.0;
   service_options.checkpoint_dir = dir.string();
   service_options.checkpoint_slice = std::chrono::microseconds(1);
-  ReplayService service(served.items.get(), served.steps.get(), &transport, service_options);
+  ReplayService service(served.steps.get(), &transport, service_options);
 
   Driver driver(8);
   uint64_t request_id = 0;
@@ -50,13 +53,15 @@ TEST(StepCheckpointServiceTest, AppendsDuringACheckpointKeepItTheReplayAtItsBegi
       append.items.push_back(t);
       append.priorities.push_back(0.5 + static_cast<double>(t % 7));
     }
-    proto::AddRequest request{32, true};
-    request.first_step = first;
-    request.items = 32;
-    transport.Push(stream, service_test::Frame(proto::MessageKind::kAddRequest, ++request_id, request,
-                                               {std::span<const std::byte>(append.steps),
-                                                std::as_bytes(std::span(append.items)),
-                                                std::as_bytes(std::span(append.priorities))}));
+    proto::AppendMeta meta;
+    meta.first_step = first;
+    meta.steps = 32;
+    meta.items = 32;
+    meta.has_priorities = true;
+    const std::span<const std::byte> columns[] = {append.steps};
+    std::vector<std::byte> frame;
+    proto::EncodeAppend(++request_id, meta, columns, append.items, append.priorities, {}, &frame);
+    transport.Push(stream, std::move(frame));
     if (!to_twin) return;
     uint64_t key = 0;
     ASSERT_TRUE(twin.steps->Append(stream, first, 32, append.steps, append.items, append.priorities, {}, &key).ok());
@@ -71,12 +76,15 @@ TEST(StepCheckpointServiceTest, AppendsDuringACheckpointKeepItTheReplayAtItsBegi
     while (served.steps->next_step_key() != twin.steps->next_step_key()) pass();
   }
   ASSERT_TRUE(service.RequestCheckpoint("test").ok());
-  // A whole ring of appends before its first slice of steps.
-  for (int round = 0; round < 8; ++round) push(round % 2, false);
+  // Appends that go round the ring's slots while the checkpoint is written
+  // (the service takes one append of each actor a pass; the checkpoint
+  // writes a slice a pass): they overwrite steps it has not written yet.
+  const int during = static_cast<int>(slots / 32) + 1;
+  for (int round = 0; round < during; ++round) push(round % 2, false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (service.checkpoints()->active() && std::chrono::steady_clock::now() < deadline) pass();
   ASSERT_FALSE(service.checkpoints()->active());
-  ASSERT_EQ(served.steps->next_step_key(), twin.steps->next_step_key() + 8 * 32);
+  ASSERT_EQ(served.steps->next_step_key(), twin.steps->next_step_key() + static_cast<uint64_t>(during * 32));
 
   StepFixture restored = MakeFixture(options, schema, 256);
   const Status loaded = Restore(service.checkpoints()->last_path(), &restored);

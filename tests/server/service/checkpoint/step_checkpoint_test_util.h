@@ -1,5 +1,6 @@
 // Helpers the step checkpoint tests share: a seeded driver of random appends
-// (steps, items, priority updates, samples) over a StepReplay, a checkpoint
+// (steps, items, priority updates, samples) over a StepReplay of n-step items
+// or sequences, a checkpoint
 // written slice by slice, a restore into a fresh StepReplay, and the check
 // that two step replays serve the same: keys, probabilities, weights and
 // assembled bytes, bit for bit.
@@ -32,6 +33,7 @@ inline Schema StepSchema(int64_t obs_rows = 2) {
 
 inline StepOptions NStepOptions(int64_t step_capacity) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 3;
   options.discount = 0.9;
   options.stacks = {{"obs", 3}};
@@ -52,9 +54,6 @@ inline StepOptions SequenceOptions(int64_t step_capacity) {
   return options;
 }
 
-// Called before each append with its step and item counts (a checkpoint's BeforeAppend).
-using BeforeAppend = std::function<void(int64_t steps, int64_t items)>;
-
 // Random requests, the same for every fixture driven from the same seed.
 class Driver {
  public:
@@ -72,7 +71,10 @@ class Driver {
           const float reward = static_cast<float>(rng_() % 1000) / 100.0f;
           std::memcpy(row.data(), &reward, sizeof(reward));
         } else {
-          for (std::byte& b : row) b = std::byte{static_cast<uint8_t>(rng_())};
+          for (size_t i = 0; i < row.size(); i += 8) {
+            const uint64_t bits = rng_();
+            std::memcpy(row.data() + i, &bits, std::min<size_t>(8, row.size() - i));
+          }
         }
         bulk.insert(bulk.end(), row.begin(), row.end());
       }
@@ -81,16 +83,18 @@ class Driver {
   }
 
   // One stream appends 1..3 steps; then items at some of its last steps,
-  // each in a request of its own (refused ones are skipped); now and then a
-  // sample and a priority update.
-  void Round(StepFixture* f, const BeforeAppend& before = {}) {
+  // each in a request of its own (refused ones are skipped: an item over a
+  // step that has one, one not whole yet); now and then a sample and a
+  // priority update. Each append goes through `writer`'s BeforeWrite when
+  // given (a checkpoint being written keeps what it overwrites).
+  void Round(StepFixture* f, CheckpointWriter* writer = nullptr) {
     replay::StepReplay& steps = *f->steps;
     const int stream = static_cast<int>(rng_() % static_cast<uint64_t>(steps.options().streams));
     const int64_t count = 1 + static_cast<int64_t>(rng_() % 3);
     const std::vector<std::byte> bulk = Steps(steps.step_schema(), count, false);
     uint64_t first = 0;
-    if (before) before(count, 0);
-    const Status appended = steps.Append(stream, steps.stream_steps(stream), count, bulk, {}, {}, {}, &first);
+    replay::AppendRequest request{stream, steps.stream_steps(stream), store::StepBatch{count, bulk, false}};
+    const Status appended = checkpoint_test::AppendDuringCheckpoint(&steps, request, writer, &first);
     ASSERT_TRUE(appended.ok()) << appended.ToString();
     const int64_t held = steps.stream_steps(stream);
     for (int64_t t = std::max(steps.steps().stream_oldest(stream), held - 6); t < held; ++t) {
@@ -98,11 +102,11 @@ class Driver {
       const double priority = 0.1 + static_cast<double>(rng_() % 300) / 100.0;
       std::vector<std::byte> columns(static_cast<size_t>(steps.ItemColumnBytes()));
       for (std::byte& b : columns) b = std::byte{static_cast<uint8_t>(rng_() % 64)};
-      if (before) before(0, 1);
-      (void)steps.Append(stream, held, 0, {}, std::span<const int64_t>(&t, 1), std::span<const double>(&priority, 1),
-                         columns, &first);
+      const replay::AppendRequest item{stream, held, {}, false, std::span<const int64_t>(&t, 1),
+                                       std::span<const double>(&priority, 1), columns};
+      (void)checkpoint_test::AppendDuringCheckpoint(&steps, item, writer, &first);
     }
-    if (rng_() % 3 == 0 && f->items->live_size() > 0) {
+    if (rng_() % 3 == 0 && f->items->size() > 0) {
       replay::SampleResult sample;
       ASSERT_TRUE(f->items->Sample(4, 0.4, &sample).ok());
       std::vector<double> priorities;
@@ -133,48 +137,31 @@ inline StepFixture MakeFixture(const StepOptions& options, const Schema& schema,
   return fixture;
 }
 
-// Begin, then one tiny Step after another until complete; `between` runs between them.
+// Begin, then one tiny Step after another until complete; `between` runs
+// after Begin and between them.
 inline Status WriteCheckpoint(CheckpointWriter* writer, StepFixture* f, const std::function<void()>& between = {}) {
-  PERSERVE_RETURN_IF_ERROR(writer->Begin(*f->items, checkpoint_test::StateOf(*f->items), f->steps.get()));
+  PERSERVE_RETURN_IF_ERROR(writer->Begin(*f->steps, checkpoint_test::StateOf()));
+  if (between) between();
   bool done = false;
   while (!done) {
-    PERSERVE_RETURN_IF_ERROR(writer->Step(*f->items, std::chrono::microseconds(1), &done));
+    PERSERVE_RETURN_IF_ERROR(writer->Step(*f->steps, std::chrono::microseconds(1), &done));
     if (between && !done) between();
   }
   return Status::Ok();
 }
 
 inline Status Restore(const std::string& path, StepFixture* into) {
-  CheckpointState state;
-  std::string loaded;
-  return LoadCheckpoint(path, 0, 1, into->items.get(), &state, &loaded, into->steps.get());
+  return checkpoint_test::Restore(path, into->steps.get());
 }
 
-// Same keys, ring, tree, and `rounds` samples with the same keys,
-// probabilities, weights and assembled bytes (each draws from both).
+// The same held items (keys, slots, leaves, rows), ring and tree nodes, and
+// `rounds` samples with the same keys, probabilities, weights and assembled
+// bytes (each draws from both). `a` is restored from a checkpoint of `b` (or
+// of b's twin).
 inline void ExpectSameServing(StepFixture* a, StepFixture* b, int rounds = 8) {
-  ASSERT_EQ(a->items->next_key(), b->items->next_key());
-  ASSERT_EQ(a->items->live_size(), b->items->live_size());
-  ASSERT_EQ(a->steps->next_step_key(), b->steps->next_step_key());
-  ASSERT_EQ(a->steps->steps().oldest_key(), b->steps->steps().oldest_key());
-  for (int s = 0; s < a->steps->options().streams; ++s) {
-    ASSERT_EQ(a->steps->stream_steps(s), b->steps->stream_steps(s)) << "stream " << s;
-  }
-  checkpoint_test::ExpectSameNodes(*a->items, *b->items);
-  if (a->items->live_size() == 0) return;
-  for (int round = 0; round < rounds; ++round) {
-    replay::SampleResult x, y;
-    ASSERT_TRUE(a->items->Sample(16, 0.4, &x).ok());
-    ASSERT_TRUE(b->items->Sample(16, 0.4, &y).ok());
-    ASSERT_EQ(x.keys, y.keys);
-    ASSERT_EQ(std::memcmp(x.weights.data(), y.weights.data(), x.weights.size() * sizeof(double)), 0);
-    ASSERT_EQ(std::memcmp(x.probabilities.data(), y.probabilities.data(), x.probabilities.size() * sizeof(double)), 0);
-    std::vector<std::byte> bytes_a(x.slots.size() * static_cast<size_t>(a->steps->SampleItemBytes()));
-    std::vector<std::byte> bytes_b(bytes_a.size());
-    a->steps->Assemble(x.slots, bytes_a);
-    b->steps->Assemble(y.slots, bytes_b);
-    ASSERT_EQ(bytes_a, bytes_b) << "round " << round;
-  }
+  checkpoint_test::ExpectSameTable(*a->steps, *b->steps);
+  if (a->items->size() == 0) return;
+  checkpoint_test::ExpectSameSamples(a->steps.get(), b->steps.get(), rounds, 16);
 }
 
 }  // namespace perserve::service::step_checkpoint_test
