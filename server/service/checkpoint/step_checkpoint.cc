@@ -44,7 +44,7 @@ Status ValidateStepState(const std::string& dir, const StepCheckpointState& stat
     }
     if (state.flags[i].second != flags[i].second) {
       return Status::FailedPrecondition(fmt::format(
-          "{} was written with {} {}; this server has {} {} (restore with the step flags it was written with)", dir,
+          "{} was written with {} {}; this server has {} {} (restore with the flags it was written with)", dir,
           flags[i].first, state.flags[i].second, flags[i].first, flags[i].second));
     }
   }
