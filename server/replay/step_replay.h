@@ -87,6 +87,7 @@
 
 #include "perserve/schema.h"
 #include "perserve/status.h"
+#include "replay/assembly_pool.h"
 #include "replay/replay.h"
 #include "replay/step_layout.h"
 #include "store/step_store.h"
@@ -95,7 +96,7 @@ namespace perserve::replay {
 
 struct StepOptions {
   enum class Kind { kTransition, kNStep, kSequence };
-  Kind kind = Kind::kTransition;
+  Kind kind = Kind::kNStep;
   int n_step = 1;                 // kNStep: n >= 1
   double discount = 0.99;         // kNStep: finite, in [0, 1]
   int sequence_length = 0;        // kSequence: L >= 1
@@ -218,6 +219,11 @@ class StepReplay {
   // stacked column's frames are read once per stack they appear in and written interleaved onto the new last
   // axis (no intermediate copy); plus a scan of n or L steps' bookkeeping per item.
   void Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const;
+  // Assemble on this many threads (the caller's one of them; 1: on the
+  // caller's alone, the default), each writing its own items' rows: the
+  // bytes are the same whatever the count.
+  void SetAssemblyThreads(int threads);
+  int assembly_threads() const { return pool_ != nullptr ? pool_->threads() : 1; }
   // The step slots (of steps().columns()) of the items at these item slots: with RowsAreSteps, their rows.
   void StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const;
 
@@ -278,6 +284,7 @@ class StepReplay {
   // Per step slot: the item slot of the item over that step (kNoItem: none).
   std::vector<int64_t> item_over_;
   std::vector<std::byte> zero_frame_;  // a stacked column's frame before an episode's start
+  std::unique_ptr<AssemblyPool> pool_;  // Assemble's threads (none: the caller's alone)
   // The prepared append (Prepare -> Commit).
   AppendRequest prepared_;
   bool is_prepared_ = false;

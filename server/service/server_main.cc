@@ -28,6 +28,7 @@ namespace {
 struct Flags {
   int64_t capacity = int64_t{1} << 21;
   int64_t max_items = 0;  // 0: --capacity
+  int assembly_threads = 0;  // 0: half the cores this rank may use, 1 to 8
   double alpha = 0.6;
   std::vector<std::string> columns;
   std::string device = "auto";
@@ -188,6 +189,11 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   served.samples = replay->sample_schema();
   served.items = perserve::Schema{step_options.item_columns};
   served.max_steps_apart = replay->steps().slack();
+  // By default half the cores this rank may use (the other half for MPI's
+  // progress and ranks beside it), at most 8: a sample's copy is memory-bound.
+  replay->SetAssemblyThreads(flags.assembly_threads > 0
+                                 ? flags.assembly_threads
+                                 : std::clamp(perserve::replay::AssemblyPool::UsableCores() / 2, 1, 8));
   perserve::service::ServiceOptions service_options = flags.service;
   if (!flags.min_size_given) {
     // Never a minimum the table cannot reach: all of a ring of transitions,
@@ -231,10 +237,10 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   std::string shard_warning;
   const std::string shard = perserve::mpi::DescribeShard(joined, &shard_warning);
   spdlog::info("serving {} clients ({}); {}{} steps, {} items at most, alpha {}, min size to sample {}, tree on {}, "
-               "schema {} ({} bytes a step)",
+               "{} assembly threads, schema {} ({} bytes a step)",
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
                flags.capacity, replay->items().capacity(), flags.alpha, service_options.min_size_to_sample,
-               replay->items().tree().device_name(), schema.ToString(), schema.ItemBytes());
+               replay->items().tree().device_name(), replay->assembly_threads(), schema.ToString(), schema.ItemBytes());
   if (served.steps) {
     spdlog::info("step streams: {}; a sample returns {} ({} bytes an item){}",
                  step_options.kind == perserve::replay::StepOptions::Kind::kNStep
@@ -298,6 +304,10 @@ static int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--assembly-threads", flags.assembly_threads,
+                 "threads that copy a sample's items into its reply, the service loop's one of them (default: half "
+                 "the cores this rank may use, 1 to 8); the loop waits for them, so nothing changes under them")
+      ->check(CLI::PositiveNumber);
   app.add_option("--min-size-to-sample", flags.service.min_size_to_sample,
                  "sample requests wait until the table holds this many items, in [1, --max-items] (default 1000 as "
                  "in Baselines, or fewer where the ring cannot hold so many whole items: half of those it can)")
