@@ -61,6 +61,7 @@ StepOptions OptionsFor(const std::string& size, int64_t capacity, bool prefault,
     options.stacks = {{"obs", 4}};
     *schema = perserve::bench::AtariStepSchema();
   } else {
+    options.kind = StepOptions::Kind::kTransition;
     *schema = perserve::bench::SchemaFor(size);
   }
   return options;

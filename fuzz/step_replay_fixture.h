@@ -34,6 +34,7 @@ inline bool MakeStepServiceReplay(const replay::ReplayOptions& options, std::uni
 inline bool MakeTransitionServiceReplay(const replay::ReplayOptions& options,
                                         std::unique_ptr<replay::StepReplay>* steps) {
   replay::StepOptions transitions;
+  transitions.kind = replay::StepOptions::Kind::kTransition;
   transitions.step_capacity = options.capacity;
   transitions.streams = kServiceClients;
   return replay::StepReplay::Create(transitions, options, ServiceSchema(), steps).ok();

@@ -49,6 +49,7 @@ class CheckpointRestoreTest : public CheckpointTest {
   // Into a table whose items' capacity is `max_items` (its ring's is 500).
   Status LoadWithMaxItems(int64_t max_items) {
     replay::StepOptions options;
+    options.kind = replay::StepOptions::Kind::kTransition;
     options.step_capacity = 500;
     std::unique_ptr<replay::StepReplay> target;
     EXPECT_TRUE(replay::StepReplay::Create(options, replay::ReplayOptions{max_items, 0.6, tree::Device::kCpu, 17},

@@ -66,6 +66,7 @@ void PrintTo(const Legacy& legacy, std::ostream* os) { *os << legacy.name; }
 
 Legacy Transitions() {
   StepOptions options;
+  options.kind = StepOptions::Kind::kTransition;
   options.step_capacity = 64;
   return {"format1-transitions",
           Columns({{"obs", DType::kFloat32, {3}},

@@ -112,6 +112,7 @@ TEST_F(StepCheckpointRestoreTest, OtherStepFlagsAreRefusedNamingBothValues) {
 // A table of transitions of the same steps: its flags say so.
 TEST_F(StepCheckpointRestoreTest, AServerOfTransitionsRefusesIt) {
   StepOptions transitions;
+  transitions.kind = StepOptions::Kind::kTransition;
   transitions.step_capacity = 40;
   transitions.streams = 3;
   ExpectRefused(Status::Code::kFailedPrecondition, {"written with --n-step 3; this server has --n-step none"},
