@@ -13,6 +13,7 @@
 
 #include "proto/codec.h"
 #include "replay/replay.h"
+#include "server/replay/step_test_util.h"
 #include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
