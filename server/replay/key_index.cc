@@ -25,11 +25,23 @@ void KeyIndex::Insert(uint64_t key, int64_t slot) {
 }
 
 void KeyIndex::Grow() {
-  places_.assign(places_.size() * 2, -1);
-  mask_ = places_.size() - 1;
+  // Doubles W until no two held keys share a place (the key being inserted,
+  // already in slot_keys, among them): one that took another's place would
+  // lose it from the index.
+  size_t size = places_.size() * 2;
   const std::vector<uint64_t>& keys = *slot_keys_;
-  for (size_t slot = 0; slot < keys.size(); ++slot) {
-    if (keys[slot] != no_key_) places_[static_cast<size_t>(keys[slot] & mask_)] = static_cast<int64_t>(slot);
+  while (true) {
+    places_.assign(size, -1);
+    mask_ = size - 1;
+    bool collided = false;
+    for (size_t slot = 0; slot < keys.size() && !collided; ++slot) {
+      if (keys[slot] == no_key_) continue;
+      int64_t& place = places_[static_cast<size_t>(keys[slot] & mask_)];
+      collided = place >= 0;
+      place = static_cast<int64_t>(slot);
+    }
+    if (!collided) return;
+    size *= 2;
   }
 }
 

@@ -99,6 +99,10 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
                               request.new_steps - 1));
   }
   if (t < request.oldest) {
+    if (request.oldest == request.old_steps) {
+      return refuse(fmt::format("the ring no longer holds it (it holds none of the stream's {} steps)",
+                                request.old_steps));
+    }
     return refuse(fmt::format("the ring no longer holds it (the stream holds steps {} .. {})", request.oldest,
                               request.old_steps - 1));
   }
