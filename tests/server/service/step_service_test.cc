@@ -212,27 +212,32 @@ TEST_F(StepServiceTest, AnAppendWithCountsPastTheRingIsRefusedBeforeItCanWait) {
   EXPECT_EQ(steps_->stream_steps(0), 0);
 }
 
+// Issue 33, finding 3: the rate limiter never holds an append that creates
+// no items (docs/steps.md: an append of steps alone is never held), even
+// with the actors past its buffer: 7 items came in while the table held
+// fewer than M = 4 (the limiter lets those in), 2 past R M + E = 5.
 TEST_F(StepServiceTest, TheRateLimiterCountsItemsNotSteps) {
   ServiceOptions options;
   options.samples_per_insert = 1.0;
-  options.error_buffer = 4.0;
-  options.min_size_to_sample = 1;
+  options.error_buffer = 1.0;
+  options.min_size_to_sample = 4;
   Start(options, 64, /*learner=*/true);
-  // 5 items and no sample: the limiter's limit (R M + E = 5).
-  transport_->Push(0, Append(0, 1, 0, 8, {0, 1, 2, 3, 5}));
+  transport_->Push(0, Append(0, 1, 0, 10, {0, 1, 2, 3, 5, 6, 7}));
   Step();
   Reply(0, MessageKind::kAddReply, 1);
   // Steps alone insert nothing: never held, however many.
   uint64_t request = 2;
-  int64_t step = 8;
-  for (; step < 40; step += 4) transport_->Push(0, Append(0, request++, step, 4, {}));
+  int64_t step = 10;
+  for (; step < 42; step += 4) transport_->Push(0, Append(0, request++, step, 4, {}));
   for (int i = 0; i < 12; ++i) Step();
   for (uint64_t r = 2; r < request; ++r) Reply(0, MessageKind::kAddReply, r);
   EXPECT_EQ(service_->held_adds(0), 0);
+  EXPECT_EQ(service_->counters().deferred_adds, 0) << "an append of steps alone was held, even for a pass";
   // One item more: held.
   transport_->Push(0, Append(0, request, step, 4, {30}));
   Step();
-  EXPECT_EQ(service_->held_adds(0), 1) << "a sixth item with no sample, limit 5: the limiter holds the append";
+  EXPECT_EQ(service_->held_adds(0), 1) << "an eighth item with no sample: the limiter holds the append";
+  EXPECT_EQ(service_->counters().deferred_adds, 1);
   EXPECT_EQ(steps_->stream_steps(0), step);
 }
 
