@@ -318,8 +318,10 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
 // capacity), format 3 each item's key and slot.
 class ItemParts {
  public:
-  ItemParts(std::string dir, const Manifest& parts, const Schema& schema, const CheckpointState& state, int32_t format)
-      : dir_(std::move(dir)), parts_(parts), schema_(schema), state_(state), format_(format) {}
+  // `key_span`: how far below the next key a held item's key may be (format 3).
+  ItemParts(std::string dir, const Manifest& parts, const Schema& schema, const CheckpointState& state, int32_t format,
+            uint64_t key_span)
+      : dir_(std::move(dir)), parts_(parts), schema_(schema), state_(state), format_(format), key_span_(key_span) {}
 
   Status Open() {
     const size_t columns = schema_.columns.size();
@@ -349,9 +351,19 @@ class ItemParts {
     if (format_ == kOneModelFormat) {
       std::vector<int64_t> records(static_cast<size_t>(2 * rows));
       PERSERVE_RETURN_IF_ERROR(ReadInto(columns + 1, std::as_writable_bytes(std::span(records))));
+      const uint64_t next = state_.replay.next_key;
       for (int64_t i = 0; i < rows; ++i) {
         (*keys)[i] = static_cast<uint64_t>(records[2 * i]);
         (*slots)[i] = records[2 * i + 1];
+        // A table holds keys issued since its oldest item's steps were held:
+        // fewer than two rings of steps (the table's KeyIndex sizes itself
+        // by their span).
+        if ((*keys)[i] >= next || next - (*keys)[i] > key_span_) {
+          return Status::InvalidArgument(fmt::format(
+              "{}/{}: key {} is not one a table of this ring can hold: its keys are below the next key {} and at "
+              "most {} below it (damaged)",
+              dir_, kItemSlotsFile, (*keys)[i], next, key_span_));
+        }
       }
       PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir_, *leaves, *keys, /*zero_allowed=*/false));
       for (const double leaf : *leaves) total_ += leaf;
@@ -401,6 +413,7 @@ class ItemParts {
   const Schema& schema_;
   const CheckpointState& state_;
   int32_t format_;
+  uint64_t key_span_;
   std::vector<std::string> names_;
   std::vector<uint64_t> expected_;
   std::vector<Hash64> hashes_;
@@ -440,7 +453,7 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   // Then the items, in chunks.
   replay::Replay& items = steps->mutable_items();
   const Schema& schema = format == kTransitionFormat ? steps->step_schema() : items.store().schema();
-  ItemParts reader(dir, parts, schema, *state, format);
+  ItemParts reader(dir, parts, schema, *state, format, 2 * static_cast<uint64_t>(steps->options().step_capacity));
   PERSERVE_RETURN_IF_ERROR(reader.Open());
   const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<uint64_t> keys;

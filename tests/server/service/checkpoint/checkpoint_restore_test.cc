@@ -254,7 +254,8 @@ TEST_F(CheckpointRestoreTest, ForgedItemSlotsAreRefusedNamingTheFile) {
       {7, 1, -1, "item-slots.bin: key 7: slot -1 is outside"},
       {8, 1, record(7, 1), fmt::format("item-slots.bin: keys 7 and 8 both in slot {}", record(7, 1))},
       {8, 0, record(7, 0), "item-slots.bin: key 7 is held twice"},
-      {7, 0, 300, "key 300 is held, but the next key is 300"},
+      {7, 0, 300, "item-slots.bin: key 300 is not one a table of this ring can hold"},
+      {7, 0, int64_t{1} << 40, "item-slots.bin: key 1099511627776 is not one"},
   };
   ASSERT_EQ(record(7, 0), 7);
   ASSERT_EQ(record(8, 0), 8);

@@ -194,6 +194,22 @@ TEST_F(StepCheckpointRestoreTest, AnItemOverAStepNotHeldIsRefused) {
   ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key", "step key 0 is not held"});
 }
 
+// A key far below the next: no table of a 40-step ring holds it (its key
+// index would span them all).
+TEST_F(StepCheckpointRestoreTest, AnItemKeyFarBelowTheNextKeyIsRefused) {
+  std::string records = ReadFile(fs::path(path_) / checkpoint_layout::kItemSlotsFile);
+  const std::string state_bytes = ReadFile(fs::path(path_) / "state.bin");
+  proto::BoundedInputArchive archive(std::as_bytes(std::span(state_bytes.data(), state_bytes.size())));
+  CheckpointState state;
+  archive(state);
+  ASSERT_GT(state.replay.next_key, 80u) << "the driver issued too few keys for this test";
+  const uint64_t old = state.replay.next_key - 81;
+  std::memcpy(records.data(), &old, sizeof(old));
+  ForgePart(path_, checkpoint_layout::kItemSlotsFile, records);
+  ExpectRefused(Status::Code::kInvalidArgument,
+                {fmt::format("item-slots.bin: key {} is not one a table of this ring can hold", old), "at most 80 below"});
+}
+
 // Two items over one step (an append refuses the second).
 TEST_F(StepCheckpointRestoreTest, TwoItemsOverOneStepAreRefused) {
   std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
