@@ -364,6 +364,27 @@ Status Replay::RestoreState(const ReplayState& state) {
   return Status::Ok();
 }
 
+Status Replay::RestoreFreeSlots(int64_t slots_used, std::span<const int64_t> free_slots) {
+  if (slots_used < fresh_ || slots_used > options_.capacity ||
+      static_cast<int64_t>(free_slots.size()) != slots_used - size_) {
+    return Status::InvalidArgument(fmt::format("{} slots used, {} of them free, with {} items held in slots below {}: "
+                                               "not a table's",
+                                               slots_used, free_slots.size(), size_, fresh_));
+  }
+  std::vector<uint8_t> listed(static_cast<size_t>(slots_used), 0);
+  for (const int64_t slot : free_slots) {
+    if (slot < 0 || slot >= slots_used || listed[static_cast<size_t>(slot)] != 0 ||
+        slot_key_[static_cast<size_t>(slot)] != kNoKey) {
+      return Status::InvalidArgument(fmt::format("free slot {}: outside [0, {}), listed twice, or holding an item",
+                                                 slot, slots_used));
+    }
+    listed[static_cast<size_t>(slot)] = 1;
+  }
+  free_.assign(free_slots.begin(), free_slots.end());
+  fresh_ = slots_used;
+  return Status::Ok();
+}
+
 Status CheckFractions(std::span<const double> fractions) {
   for (size_t i = 0; i < fractions.size(); ++i) {
     if (!(fractions[i] >= 0.0 && fractions[i] < 1.0)) {

@@ -190,6 +190,13 @@ class Replay {
   Status RestoreItems(std::span<const uint64_t> keys, std::span<const int64_t> slots,
                       std::span<const std::byte> rows, std::span<const double> leaves);
   Status RestoreState(const ReplayState& state);
+  // Then, to take slots as the checkpointed replay would: the slots used
+  // then (slots_used) and its free slots, the one taken last first
+  // (free_slots). InvalidArgument unless every slot below `slots_used` is
+  // held or listed, once. Without it the lowest free slot is taken first.
+  Status RestoreFreeSlots(int64_t slots_used, std::span<const int64_t> free_slots);
+  // The free slots below slots_used(), the next one taken last.
+  std::span<const int64_t> free_slots() const { return free_; }
 
   // Removes the held items with these keys: their slots are free, their
   // leaves 0, later updates to them stale. Keys not held (repeats too) are

@@ -161,9 +161,12 @@ void StepReplay::CollectEvicted(int64_t steps) {
     for (int64_t item = item_head_[static_cast<size_t>(steps_.SlotOf(key))]; item != kNoItem;
          item = item_next_[static_cast<size_t>(item)]) {
       removed_.push_back(items_->KeyAt(item));
-      removed_slots_.push_back(item);
     }
   }
+  // Oldest key first, whatever the lists' order (a restore links them anew):
+  // the order their slots are freed in, and so taken again, is the table's.
+  std::sort(removed_.begin(), removed_.end());
+  for (const uint64_t key : removed_) removed_slots_.push_back(items_->SlotOf(key));
 }
 
 void StepReplay::Link(int64_t item_slot, uint64_t earliest_key) {

@@ -167,6 +167,7 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
   parts_.emplace_back("leaves.bin");
   const replay::Replay& items = replay.items();
   for (size_t c = 0; c < items.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
+  parts_.emplace_back(kFreeSlotsFile);
   for (Part& part : parts_) {
     const std::string file = (fs::path(partial_) / part.name).string();
     part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -189,6 +190,8 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
     keys_[slot] = items.KeyAt(slot);
     pending_[slot] = keys_[slot] != replay::Replay::kNoKey ? 1 : 0;
   }
+  free_slots_.assign(1, slots_);
+  free_slots_.insert(free_slots_.end(), items.free_slots().begin(), items.free_slots().end());
   Status status = items.tree().ReadLeaves(0, std::span(leaves_).first(static_cast<size_t>(slots_)));
   // The small state goes first, whole.
   state.format = kCheckpointFormat;
@@ -290,7 +293,10 @@ Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::mic
     do {
       if (phase_ == Phase::kItems) {
         PERSERVE_RETURN_IF_ERROR(WriteItems(replay, std::min(slots_, cursor_ + items_per_slice)));
-        if (cursor_ == slots_) phase_ = Phase::kSteps;
+        if (cursor_ == slots_) {
+          PERSERVE_RETURN_IF_ERROR(Append(&parts_.back(), std::as_bytes(std::span(free_slots_))));
+          phase_ = Phase::kSteps;
+        }
       } else if (phase_ == Phase::kSteps) {
         PERSERVE_RETURN_IF_ERROR(ring_.WriteSlice(replay.steps(), StepSink()));
         if (ring_.done()) {

@@ -10,6 +10,10 @@
 //                    the step ring (step_checkpoint.h): the flags that must
 //                    match, the streams' counts, every held step
 //   item-slots.bin   per held item: its key (uint64) and its slot (int64)
+//   free-slots.bin   the slots ever used (int64), then the free ones below
+//                    that, the one the next item takes last (int64 each):
+//                    so the items after a restore take the slots the
+//                    uninterrupted replay's would, and draw the same samples
 //   leaves.bin       per held item: its tree leaf (double)
 //   column-<c>.bin   per held item: column c of what the table stores of it
 //                    (its step's key, then its item columns)
@@ -185,7 +189,7 @@ class CheckpointWriter {
   int shard_, shards_;
   Phase phase_ = Phase::kIdle;
   std::string partial_, path_, last_path_;
-  // state.bin, steps.bin, the ring's rows, item-slots.bin, leaves.bin, one a column.
+  // state.bin, steps.bin, the ring's rows, item-slots.bin, leaves.bin, one a column, free-slots.bin.
   std::vector<Part> parts_;
   size_t ring_parts_ = 0, item_parts_ = 0;  // the index of steps.bin's, and of item-slots.bin's
   StepRingWriter ring_;
@@ -195,6 +199,7 @@ class CheckpointWriter {
   std::vector<uint64_t> keys_;
   std::vector<double> leaves_;
   std::vector<uint8_t> pending_;
+  std::vector<int64_t> free_slots_;  // slots_, then the free slots
   std::future<Status> finishing_;
   std::chrono::steady_clock::time_point began_;
   std::chrono::microseconds longest_step_{0}, last_duration_{0};

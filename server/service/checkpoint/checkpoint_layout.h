@@ -46,6 +46,7 @@ inline constexpr int32_t kTransitionFormat = 1;
 inline constexpr int32_t kStepFormat = 2;
 inline constexpr int32_t kOneModelFormat = 3;
 inline constexpr const char* kItemSlotsFile = "item-slots.bin";
+inline constexpr const char* kFreeSlotsFile = "free-slots.bin";
 
 // Restoring: a MANIFEST's part lines, by name.
 struct ManifestPart {

@@ -67,7 +67,7 @@ std::vector<std::string_view> Words(std::string_view line) {
 // schema gets the clearer error from its state).
 bool KnownPartName(std::string_view name) {
   if (name == "state.bin" || name == "leaves.bin" || name == kStepStateFile || name == kStepInfoFile ||
-      name == kItemSlotsFile) {
+      name == kItemSlotsFile || name == kFreeSlotsFile) {
     return true;
   }
   constexpr std::string_view suffix = ".bin";
@@ -509,6 +509,20 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   const Status state_restored = items.RestoreState(state->replay);
   if (!state_restored.ok()) {
     return Status::InvalidArgument(fmt::format("{}/state.bin: {} (damaged)", dir, state_restored.message()));
+  }
+  if (format == kOneModelFormat) {
+    // The slots ever used, then the free ones: new items take the slots they would have.
+    const int64_t limit = (items.capacity() + 1) * static_cast<int64_t>(sizeof(int64_t));
+    std::string bytes;
+    PERSERVE_RETURN_IF_ERROR(ReadPart(dir, kFreeSlotsFile, parts, -1, limit, &bytes));
+    if (bytes.empty() || bytes.size() % sizeof(int64_t) != 0) {
+      return Status::InvalidArgument(fmt::format("{}/{}: {} bytes, not whole slots (damaged)", dir, kFreeSlotsFile,
+                                                 bytes.size()));
+    }
+    std::vector<int64_t> slots(bytes.size() / sizeof(int64_t));
+    std::memcpy(slots.data(), bytes.data(), bytes.size());
+    const Status free = items.RestoreFreeSlots(slots[0], std::span(slots).subspan(1));
+    if (!free.ok()) return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, kFreeSlotsFile, free.message()));
   }
   // Every item must be one an append would create now over the held steps.
   const Status linked = steps->RestoreItems();

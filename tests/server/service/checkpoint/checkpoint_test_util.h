@@ -209,21 +209,21 @@ inline void ExpectSameTable(const replay::StepReplay& restored, const replay::St
   ExpectSameNodes(a.items(), b.items());
 }
 
-// The same items held, each with the same rows (stored and assembled), and
-// the same ring, slots and leaves aside: after a restore, items take the free
-// slots lowest first, where the uninterrupted table takes the slot freed last
-// (a checkpoint keeps which slots are free, not the order they were freed
-// in), so once a restored table has had free slots its items may sit
-// elsewhere, and draws and the priorities updated after them differ.
-inline void ExpectSameItemsByKey(const replay::StepReplay& a, const replay::StepReplay& b) {
+// After the same appends to both since a restore: the same items in the
+// same slots with the same leaves and rows, the same ring and the same tree
+// nodes (the restored table took the slots the uninterrupted one would:
+// free-slots.bin), so the same samples follow.
+inline void ExpectSameTablesSince(const replay::StepReplay& a, const replay::StepReplay& b) {
   std::vector<HeldItem> x = HeldItems(a), y = HeldItems(b);
   ASSERT_EQ(x.size(), y.size());
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(x[i].key, y[i].key) << "held item " << i;
-    ASSERT_TRUE(x[i].stored == y[i].stored && x[i].sample == y[i].sample) << "the rows of key " << x[i].key;
+    ASSERT_TRUE(x[i] == y[i]) << "key " << x[i].key << ": slot, leaf or rows differ (slots " << x[i].slot << " and "
+                              << y[i].slot << ")";
   }
   EXPECT_EQ(a.items().next_key(), b.items().next_key());
   ExpectSameRing(Ring(a), Ring(b));
+  ExpectSameNodes(a.items(), b.items());
 }
 
 // The next `rounds` samples of both (each draws from both): the same keys,
