@@ -164,7 +164,6 @@ StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append)
   } else if (append.bad_columns || append.bad_priority) {
     verdict.invalid_argument = true;
   } else {
-    const Shard& state = shards_[static_cast<size_t>(shard)];
     ref.Append(stream, append.rows);
     const uint64_t oldest = ref.OldestKeyAfter(0);
     std::vector<int64_t> steps;  // of its creatable items
@@ -173,7 +172,7 @@ StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append)
       verdict.invalid_argument |= !creatable;
       if (!creatable) continue;
       // One item per step (issue 33, finding 7): none over a step the table holds an item over, nor two in one append.
-      verdict.invalid_argument |= state.item_over.count(ref.history(stream)[static_cast<size_t>(t)].key) > 0;
+      verdict.invalid_argument |= ref.ItemOver(stream, t);
       steps.push_back(t);
     }
     std::sort(steps.begin(), steps.end());
@@ -183,37 +182,19 @@ StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append)
   return verdict;
 }
 
-void StepModel::Remove(Shard* state, std::map<uint64_t, HeldItem>::iterator item) {
-  state->item_over.erase(item->second.step);
-  state->held.erase(item);
-}
-
 void StepModel::Commit(int shard, int stream, const Append& append, uint64_t first_key) {
+  replay::step_test::StepReference& ref = shards_[static_cast<size_t>(shard)].ref;
+  const int64_t count = static_cast<int64_t>(append.item_steps.size());
+  const int64_t held = ref.held_items(), pushed_out = ref.pushed_out();
+  ref.RemoveItemsBeforeAdd(count, config_.capacity);
+  counts_.pushed_out += ref.pushed_out() - pushed_out;
+  counts_.evicted += held - ref.held_items() - (ref.pushed_out() - pushed_out);
   Shard& state = shards_[static_cast<size_t>(shard)];
-  // The items whose earliest step the append pushed out of the ring leave first ...
-  const uint64_t oldest = state.ref.OldestKeyAfter(0);
-  for (auto it = state.held.begin(); it != state.held.end();) {
-    if (it->second.earliest >= oldest) {
-      ++it;
-      continue;
-    }
-    ++counts_.evicted;
-    Remove(&state, it++);
-  }
-  // ... then the oldest while the table would hold more than its capacity ...
-  const size_t count = append.item_steps.size();
-  while (!state.held.empty() && state.held.size() + count > static_cast<size_t>(config_.capacity)) {
-    ++counts_.pushed_out;
-    Remove(&state, state.held.begin());
-  }
-  // ... then the new ones.
-  for (size_t i = 0; i < count; ++i) {
-    const uint64_t key = first_key + i;
-    state.ref.AddItem(key, replay::step_test::RefItem{stream, append.item_steps[i], append.item_rows[i]});
-    state.earliest.push_back(state.ref.EarliestKey(key));
-    const uint64_t step = state.ref.history(stream)[static_cast<size_t>(append.item_steps[i])].key;
-    state.held[key] = HeldItem{state.earliest.back(), step};
-    state.item_over[step] = key;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t key = first_key + static_cast<uint64_t>(i);
+    ref.AddItem(key, replay::step_test::RefItem{stream, append.item_steps[static_cast<size_t>(i)],
+                                                append.item_rows[static_cast<size_t>(i)]});
+    state.earliest.push_back(ref.EarliestKey(key));
   }
 }
 
@@ -307,7 +288,7 @@ void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const
 
 bool StepModel::Whole(int shard, uint64_t key) const {
   // Held by the reference's table: so all its steps are in the ring.
-  return shards_[static_cast<size_t>(shard)].held.count(key) > 0;
+  return shards_[static_cast<size_t>(shard)].ref.Held(key);
 }
 
 void StepModel::CheckDrawn(int shard, const std::string& what, std::span<const uint64_t> keys,
@@ -385,17 +366,20 @@ void StepModel::CheckShard(int shard, const replay::StepReplay& table, bool chan
   if (!changed) return;
   // The table holds exactly the reference's items (none vanished while its steps are held, none outlived them or
   // the FIFO remover), each drawable.
-  Expect(items.size() == static_cast<int64_t>(state.held.size()), [&] {
-    return fmt::format("{}: the table holds {} items, the reference {}", which, items.size(), state.held.size());
+  Expect(items.size() == state.ref.held_items(), [&] {
+    return fmt::format("{}: the table holds {} items, the reference {}", which, items.size(), state.ref.held_items());
   });
   std::vector<int64_t> slots;
-  for (const auto& [key, item] : state.held) {
-    slots.push_back(items.SlotOf(key));
-    Expect(slots.back() >= 0, [&, key = key, item = item] {
-      return fmt::format("{}: item {} (earliest step {}, the ring's oldest {}) is gone, but its steps are held and "
-                         "the table is not full",
-                         which, key, item.earliest, state.ref.OldestKeyAfter(0));
+  for (int64_t slot = 0; slot < items.slots_used(); ++slot) {
+    const uint64_t key = items.KeyAt(slot);
+    if (key == replay::Replay::kNoKey) continue;
+    Expect(state.ref.Held(key), [&] {
+      return fmt::format("{}: the table holds item {} (earliest step {}, the ring's oldest {}), which the reference "
+                         "does not (its steps left the ring, or the FIFO remover took it)",
+                         which, key, key < state.earliest.size() ? state.earliest[key] : 0,
+                         state.ref.OldestKeyAfter(0));
     });
+    slots.push_back(slot);
   }
   std::vector<double> leaves(slots.size());
   Expect(items.tree().Get(slots, leaves).ok(), "reading the items' leaves");

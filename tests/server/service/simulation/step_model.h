@@ -13,11 +13,12 @@
 //     step), and refused then with the one code its first flaw gets
 //     (InvalidArgument; FailedPrecondition for a wrong first step),
 //     changing nothing; its items get the keys the reference expects;
-//   - the table the reference keeps: an item leaves only when its earliest
-//     step leaves the ring, or when the table is full (more than the seed's
-//     capacity would be held: the oldest held leave first), in that order
-//     at the append that does it (issue 33: no longer when its key falls
-//     out of a ring of `capacity` item slots);
+//   - the table the reference keeps (StepReference::RemoveItemsBeforeAdd):
+//     an item leaves only when its earliest step leaves the ring, or when
+//     the table is full (more than the seed's capacity would be held: the
+//     oldest held leave first), in that order at the append that does it
+//     (issue 33: no longer when its key falls out of a ring of `capacity`
+//     item slots);
 //   - every sampled item (samples and shard samples, raw and library
 //     learners) is held when it is sent, so whole (exact eviction); its
 //     bytes are the reference's, column by column;
@@ -144,17 +145,10 @@ class StepModel {
   struct Verdict {
     bool invalid_argument = false, failed_precondition = false;
   };
-  // An item the table holds, as the reference has it.
-  struct HeldItem {
-    uint64_t earliest = 0;  // its earliest step's key
-    uint64_t step = 0;      // its step t's key
-  };
   struct Shard {
     explicit Shard(const replay::StepOptions& options, const Schema& schema) : ref(options, schema) {}
     replay::step_test::StepReference ref;
     std::vector<uint64_t> earliest;  // by item key: its earliest step's key
-    std::map<uint64_t, HeldItem> held;         // the table's items, by key
-    std::map<uint64_t, uint64_t> item_over;    // step key -> the key of the held item over it
     std::vector<int> client_of;      // by transport index
     std::vector<RequestKey> held_itemless;  // CheckHeld's after the shard's last step
   };
@@ -165,8 +159,6 @@ class StepModel {
   // items whose earliest step left the ring go, then the oldest while the
   // table would hold more than its capacity.
   void Commit(int shard, int stream, const Append& append, uint64_t first_key);
-  // Takes the held item `key` out of the reference's table.
-  void Remove(Shard* state, std::map<uint64_t, HeldItem>::iterator item);
   void CheckReply(int shard, int index, std::span<const std::byte> frame);
   void AppendAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame);
   // The drawn items of a sample or shard sample reply: whole, and the reference's bytes.
