@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from results_files import load_and_summarize, save_chart  # noqa: E402
+
 
 def load(directory):
     runs = collections.defaultdict(list)
@@ -93,24 +95,15 @@ def chart(runs, rows, directory):
     headroom_ax.set_ylabel("sustained samples/s over 9.7K")
     headroom_ax.set_title("headroom with the intake held (median, bars min-max)")
     fig.suptitle("perserve replay rank under the Ape-X load (Atari steps, n-step 3, stack obs:4; batches of 512)")
-    fig.tight_layout()
-    path = os.path.join(directory, "apex.png")
-    fig.savefig(path, dpi=110)
-    return path
+    return save_chart(fig, directory, "apex.png")
 
 
 def main():
     directory = sys.argv[1]
-    runs = load(directory)
-    if not runs:
-        print(f"no run-*.json in {directory}")
+    loaded = load_and_summarize(directory, load, summarize, "apex.csv")
+    if loaded is None:
         return 1
-    rows = summarize(runs)
-    with open(os.path.join(directory, "apex.csv"), "w") as f:
-        keys = list(rows[0].keys())
-        f.write(",".join(keys) + "\n")
-        for row in rows:
-            f.write(",".join(str(row[k]) for k in keys) + "\n")
+    runs, rows = loaded
     with open(os.path.join(directory, "apex-summary.json"), "w") as f:
         json.dump(rows, f, indent=2)
     print(f"{'actors':>7}{'learners':>9}{'steps/s each':>13}{'sustained/s':>13}{'(min-max)':>18}{'headroom':>10}"

@@ -41,6 +41,7 @@
 
 #include "perserve/client.h"
 #include "system/apex_roles.h"
+#include "system/job_errors.h"
 
 namespace perserve::bench {
 namespace {
@@ -48,15 +49,8 @@ namespace {
 // The Ape-X paper's learner: 19 batches of 512 transitions a second.
 constexpr double kApexLearnerSamplesPerSecond = 19.0 * 512.0;
 
-[[noreturn]] void Die(const std::string& what) {
-  fmt::print(stderr, "perserve_bench_apex: {}\n", what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
+[[noreturn]] void Die(const std::string& what) { AbortJob("perserve_bench_apex", what); }
+void Check(const Status& status, const char* what) { CheckOrAbortJob("perserve_bench_apex", status, what); }
 
 struct Options {
   int learners = 1;

@@ -71,6 +71,7 @@
 #include "replay/step_replay.h"
 #include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
+#include "system/job_errors.h"
 #include "system/step_schedule.h"
 #include "system/zmq_client.h"
 #include "system/zmq_transport.h"
@@ -88,15 +89,8 @@ constexpr int kRawEndTag = 802;
 constexpr int kRawReplyTag = 803;
 constexpr int kInFlight = 4;
 
-[[noreturn]] void Die(const std::string& what) {
-  fmt::print(stderr, "perserve_bench_system: {}\n", what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
+[[noreturn]] void Die(const std::string& what) { AbortJob("perserve_bench_system", what); }
+void Check(const Status& status, const char* what) { CheckOrAbortJob("perserve_bench_system", status, what); }
 
 // What each rank reports to rank 0 at the end.
 struct Report {
