@@ -6,7 +6,7 @@
 // still holding an earlier lane's value: the false dependency chains lane to
 // lane, and 512 descents that should overlap run one after another (the
 // portable two-level step measured 2.6x slower than this one on a cached
-// tree, the portable one-level step 1.2-1.5x). Elsewhere these are the
+// tree, the portable one-level step 1.1-1.25x). Elsewhere these are the
 // portable steps. tests/server/tree/lane_steps_test.cc holds them equal.
 #pragma once
 
