@@ -35,7 +35,7 @@
 // only): the servers store step streams, and each actor appends 50 Atari
 // steps a request (bench_schemas.h's AtariStepSchema: a 84x84 frame, action,
 // reward, done), episodes of 1000 +- 10% steps, creating in each request the
-// items it completes, with priorities (StepSchedule below). atari-steps:
+// items it completes, with priorities (system/step_schedule.h). atari-steps:
 // Ape-X's n-step 3 transitions, discount 0.99, obs stacked 4 deep, an item a
 // step; the learner samples 512. atari-sequences: R2D2's sequences of 80
 // steps every 40, obs unstacked, each item carrying state:float32:1024 (an
@@ -53,7 +53,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <optional>
 #include <random>
 #include <span>
@@ -72,6 +71,8 @@
 #include "replay/step_replay.h"
 #include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
+#include "system/job_errors.h"
+#include "system/step_schedule.h"
 #include "system/zmq_client.h"
 #include "system/zmq_transport.h"
 
@@ -88,15 +89,8 @@ constexpr int kRawEndTag = 802;
 constexpr int kRawReplyTag = 803;
 constexpr int kInFlight = 4;
 
-[[noreturn]] void Die(const std::string& what) {
-  fmt::print(stderr, "perserve_bench_system: {}\n", what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
+[[noreturn]] void Die(const std::string& what) { AbortJob("perserve_bench_system", what); }
+void Check(const Status& status, const char* what) { CheckOrAbortJob("perserve_bench_system", status, what); }
 
 // What each rank reports to rank 0 at the end.
 struct Report {
@@ -122,8 +116,6 @@ struct Workload {
   double items_per_append = kIntakeBatch;  // items an add creates, on average
   int64_t capacity = 0;                    // transitions; or steps in the ring and items at most
 };
-
-constexpr int64_t kEpisodeSteps = 1000;  // step streams: episodes of 1000 +- 10% steps
 
 Workload WorkloadFor(const std::string& size) {
   Workload workload;
@@ -325,55 +317,6 @@ void MpiActor(const Schema&, double seconds, int rank, int64_t columns_apart_min
   report->seconds = SecondsSince(start);
 }
 
-// One actor's stream of steps: the done flags (episodes of kEpisodeSteps +-
-// 10%), and for each append the items it completes, as an actor creates
-// them as soon as it can: an n-step item at t once step t+n is in or t's
-// episode has ended; a sequence at t (t minus its episode's first step a
-// multiple of the period) once step t+L-1 is in or the episode has ended.
-class StepSchedule {
- public:
-  StepSchedule(const replay::StepOptions& options, uint64_t seed)
-      : kind_nstep_(options.kind == replay::StepOptions::Kind::kNStep),
-        period_(kind_nstep_ ? 1 : options.sequence_period),
-        reach_(kind_nstep_ ? options.n_step : options.sequence_length - 1),
-        rng_(seed),
-        length_(kEpisodeSteps - kEpisodeSteps / 10, kEpisodeSteps + kEpisodeSteps / 10),
-        episode_left_(length_(rng_)) {}
-
-  // The next `count` steps: their done flags into `done` (count bytes), and
-  // the stream indices of the items they complete into `items`.
-  void Next(int64_t count, std::span<std::byte> done, std::vector<int64_t>* items) {
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t t = appended_ + j;
-      if ((t - episode_start_) % period_ == 0) pending_.push_back(t);
-      const bool last = --episode_left_ == 0;
-      done[static_cast<size_t>(j)] = last ? std::byte{1} : std::byte{0};
-      if (last) {
-        last_done_ = t;
-        episode_start_ = t + 1;
-        episode_left_ = length_(rng_);
-      }
-    }
-    appended_ += count;
-    items->clear();
-    // Items complete in order: the oldest pending one reaches its last step first.
-    while (!pending_.empty() && (pending_.front() + reach_ < appended_ || last_done_ >= pending_.front())) {
-      items->push_back(pending_.front());
-      pending_.pop_front();
-    }
-  }
-
- private:
-  bool kind_nstep_;
-  int64_t period_;  // items start every period_ steps of an episode
-  int64_t reach_;   // an item at t is complete once step t + reach_ is in
-  std::mt19937_64 rng_;
-  std::uniform_int_distribution<int64_t> length_;
-  int64_t episode_left_;
-  int64_t appended_ = 0, episode_start_ = 0, last_done_ = -1;
-  std::deque<int64_t> pending_;  // items begun, not complete yet
-};
-
 // An actor of step streams: first appends fill_steps steps (with their items),
 // untimed, so the server's ring has wrapped (its pages faulted in) before the
 // measurement; then, after a barrier of the clients, appends for `seconds`.
@@ -401,7 +344,9 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
     item_columns.emplace_back(max_items * static_cast<size_t>(column.ItemBytes()));
     for (auto& b : item_columns.back()) b = static_cast<std::byte>(rng() & 0x3f);
   }
-  StepSchedule schedule(*workload.steps, static_cast<uint64_t>(rank));
+  const bool nstep = workload.steps->kind == replay::StepOptions::Kind::kNStep;
+  StepSchedule schedule(nstep ? workload.steps->n_step : workload.steps->sequence_length - 1,
+                        nstep ? 1 : workload.steps->sequence_period, static_cast<uint64_t>(rank));
   std::vector<int64_t> items;
   // The step columns are lent (AppendBorrowed: sent from here straight into
   // the server's ring), so an append's must not change until it is
