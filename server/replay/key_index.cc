@@ -11,6 +11,18 @@ KeyIndex::KeyIndex(int64_t capacity, const std::vector<uint64_t>* slot_keys, uin
       slot_keys_(slot_keys),
       no_key_(no_key) {}
 
+void KeyIndex::FindMany(std::span<const uint64_t> keys, std::span<int64_t> slots) const {
+  for (const uint64_t key : keys) __builtin_prefetch(&places_[static_cast<size_t>(key & mask_)]);
+  const std::vector<uint64_t>& slot_keys = *slot_keys_;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    slots[j] = places_[static_cast<size_t>(keys[j] & mask_)];
+    if (slots[j] >= 0) __builtin_prefetch(&slot_keys[static_cast<size_t>(slots[j])]);
+  }
+  for (size_t j = 0; j < keys.size(); ++j) {
+    if (slots[j] >= 0 && slot_keys[static_cast<size_t>(slots[j])] != keys[j]) slots[j] = -1;
+  }
+}
+
 void KeyIndex::Insert(uint64_t key, int64_t slot) {
   while (true) {
     int64_t& place = places_[static_cast<size_t>(key & mask_)];

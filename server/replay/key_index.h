@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace perserve::replay {
@@ -31,6 +32,11 @@ class KeyIndex {
     const int64_t slot = places_[static_cast<size_t>(key & mask_)];
     return slot >= 0 && (*slot_keys_)[static_cast<size_t>(slot)] == key ? slot : -1;
   }
+  // Find of every key, into slots (as long as keys): the same answers, with
+  // the memory reads of all keys overlapped (each of a find's two dependent
+  // reads is prefetched for every key before any is used), where key by key
+  // a learner's update of 512 random keys waits on two cache misses each.
+  void FindMany(std::span<const uint64_t> keys, std::span<int64_t> slots) const;
   // `slot` now holds `key` (slot_keys[slot] == key already). O(1), or O(W)
   // when it doubles W.
   void Insert(uint64_t key, int64_t slot);

@@ -275,6 +275,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   // learner splitting the batch gets unbiased parts.
   const uint64_t counter = samples_drawn_++;
   PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, counter, result->slots, leaves_));
+  PrefetchKeys(result->slots);
   Shuffle(options_.seed, counter, result->slots, leaves_);
 
   // perserve/importance_weight.h: (leaf_i / min_leaf)^-beta, N and T
@@ -404,6 +405,7 @@ Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result)
   for (size_t i = 0; i < count; ++i) leaves_[i] = fractions[i] * total;  // the masses, then the leaves
   result->slots.resize(count);
   PERSERVE_RETURN_IF_ERROR(tree_->FindPrefixSum(leaves_, result->slots));
+  PrefetchKeys(result->slots);
   result->leaves.resize(count);
   PERSERVE_RETURN_IF_ERROR(tree_->Get(result->slots, result->leaves));
   result->keys.resize(count);
@@ -451,6 +453,8 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
     }
   }
   UpdateCounts result;
+  found_.resize(keys.size());
+  index_.FindMany(keys, found_);
   slots_.clear();
   shifted_.clear();
   double largest = 0.0;
@@ -459,7 +463,7 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       ++result.dropped;
       continue;
     }
-    const int64_t slot = SlotOf(keys[j]);
+    const int64_t slot = found_[j];
     if (slot < 0) {  // no longer held
       ++result.stale;
       continue;

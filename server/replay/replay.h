@@ -225,6 +225,11 @@ class Replay {
   void Unlink(uint64_t key, int64_t slot);
   // The slot the next item takes (and takes it).
   int64_t TakeSlot();
+  // Starts the reads of these slots' keys (KeyAt), so a batch's cache
+  // misses overlap instead of coming one by one.
+  void PrefetchKeys(std::span<const int64_t> slots) const {
+    for (const int64_t slot : slots) __builtin_prefetch(&slot_key_[static_cast<size_t>(slot)]);
+  }
   // The oldest entry of order_ still held, dropping the others before it.
   void DropRemovedFromOrder();
 
@@ -244,6 +249,7 @@ class Replay {
   uint64_t samples_drawn_ = 0;      // the sampling generator's counter: one value per Sample call
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
+  std::vector<int64_t> found_;
   std::vector<int64_t> zeroed_;
   std::vector<double> leaves_;
   std::vector<double> shifted_;

@@ -365,6 +365,8 @@ Status StepReplay::Append(const AppendRequest& request, uint64_t* first_item_key
 
 void StepReplay::StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const {
   step_slots->resize(item_slots.size());
+  // Each item's row is a cache miss of its own: started for all at once.
+  for (const int64_t slot : item_slots) __builtin_prefetch(items_->store().Rows(0, slot, 1).data());
   for (size_t i = 0; i < item_slots.size(); ++i) {
     uint64_t key = 0;
     std::memcpy(&key, items_->store().Rows(0, item_slots[i], 1).data(), sizeof(key));
