@@ -4,9 +4,6 @@
 // a full table's FIFO remover takes the oldest items; an Add's `removed`
 // items and its new ones make one tree update; PlanSlots says beforehand
 // exactly what Add then does.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "replay/replay.h"
+#include "server/replay/resident_pages.h"
 #include "server/replay/replay_test_util.h"
 #include "tree/priority_tree.h"
 
@@ -208,18 +206,6 @@ TEST(ReplaySlotsTest, PlanSlotsIsWhatAddThenDoes) {
   }
 }
 
-// Whether any page of [begin, end) is resident (mincore), the range
-// narrowed to whole pages.
-bool AnyPageResident(const std::byte* begin, const std::byte* end) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t from = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t to = reinterpret_cast<uintptr_t>(end) / page * page;
-  if (to <= from) return false;
-  std::vector<unsigned char> resident((to - from) / page);
-  EXPECT_EQ(mincore(reinterpret_cast<void*>(from), to - from, resident.data()), 0);
-  return std::any_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) != 0; });
-}
-
 // Memory grows with the items held: a table of 8192 items of 8 KiB rows
 // that never holds more than 200 uses 200 slots, and the store's pages past
 // them (past the huge page they end in) were never touched.
@@ -250,7 +236,7 @@ TEST(ReplaySlotsTest, SlotsUsedStayAtTheMostItemsHeldNotTheCapacity) {
   const size_t touched = static_cast<size_t>(most * row);
   const size_t huge_page = size_t{2} << 20;
   const size_t untouched_from = (touched + huge_page - 1) / huge_page * huge_page;
-  EXPECT_FALSE(AnyPageResident(column.data() + untouched_from, column.data() + column.size()))
+  EXPECT_FALSE(replay_test::AnyPageResident(column.data() + untouched_from, column.data() + column.size()))
       << "rows past the " << most << " slots used were written";
 }
 

@@ -4,9 +4,6 @@
 // (sequences with period 8 over a ring of 8192 steps), and every slot's item
 // columns were written. Now an item leaves only with its steps (or when the
 // table is full), and item columns are written only in the slots items used.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -14,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/replay/resident_pages.h"
 #include "server/replay/step_test_util.h"
 
 namespace perserve::replay::step_test {
@@ -32,17 +30,6 @@ std::vector<std::byte> Steps(int64_t first, int64_t count, const std::vector<boo
     rows.push_back(std::move(row));
   }
   return WireLayout(rows, 5);
-}
-
-// Whether any page of [begin, end) is resident (mincore), narrowed to whole pages.
-bool AnyPageResident(const std::byte* begin, const std::byte* end) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t from = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t to = reinterpret_cast<uintptr_t>(end) / page * page;
-  if (to <= from) return false;
-  std::vector<unsigned char> resident((to - from) / page);
-  EXPECT_EQ(mincore(reinterpret_cast<void*>(from), to - from, resident.data()), 0);
-  return std::any_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) != 0; });
 }
 
 // Sequences of 16 with period 8 over a ring of 8192 steps, a table of 8192
@@ -123,7 +110,7 @@ TEST(StepItemsTest, AnItemWhoseStepsAreAllHeldNeverVanishes) {
   const std::span<const std::byte> column = f.items->store().Rows(1, 0, capacity);
   const size_t huge_page = size_t{2} << 20;
   const size_t untouched_from = (static_cast<size_t>(most_held) * 8192 + huge_page - 1) / huge_page * huge_page;
-  EXPECT_FALSE(AnyPageResident(column.data() + untouched_from, column.data() + column.size()))
+  EXPECT_FALSE(replay_test::AnyPageResident(column.data() + untouched_from, column.data() + column.size()))
       << "item columns past the " << most_held << " item slots used were written";
 }
 

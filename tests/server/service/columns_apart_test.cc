@@ -72,21 +72,7 @@ class ColumnsApartTest : public service_test::ServiceFixture {
     for (const auto& [key, id] : Held(request_id)) EXPECT_EQ(static_cast<int64_t>(key), id) << why;
   }
 
-  proto::AddReply Added(uint64_t request_id) {
-    proto::AddReply added;
-    EXPECT_TRUE(proto::DecodeMeta(Reply(kActor, MessageKind::kAddReply, request_id), &added).ok());
-    return added;
-  }
-  // The id column of the held item `key`, read from its step's row in the ring (-1: not held).
-  int64_t StoredId(uint64_t key) {
-    const int64_t item_slot = items().SlotOf(key);
-    if (item_slot < 0) return -1;
-    std::vector<int64_t> step_slots;
-    replay_->StepSlots(std::span<const int64_t>(&item_slot, 1), &step_slots);
-    int64_t id = -1;
-    std::memcpy(&id, replay_->steps().columns().Rows(0, step_slots[0], 1).data(), sizeof(id));
-    return id;
-  }
+  proto::AddReply Added(uint64_t request_id) { return ServiceFixture::Added(kActor, request_id); }
 };
 
 // Adds apart that the rate limiter holds (R 1, E 4, M 8: once the first 8

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <initializer_list>
@@ -109,6 +111,25 @@ class ServiceFixture : public ::testing::Test {
 
   proto::Frame Reply(int client, proto::MessageKind kind, uint64_t request_id) {
     return PopReply(*transport_, client, kind, request_id, kept_);
+  }
+
+  // The add reply to request_id.
+  proto::AddReply Added(int client, uint64_t request_id) {
+    proto::AddReply added;
+    EXPECT_TRUE(proto::DecodeMeta(Reply(client, proto::MessageKind::kAddReply, request_id), &added).ok());
+    return added;
+  }
+
+  // The first column (an int64 id) of the held item `key`, read where the
+  // table says its row is: its step's, in the ring (-1: not held).
+  int64_t StoredId(uint64_t key) {
+    const int64_t item_slot = items().SlotOf(key);
+    if (item_slot < 0) return -1;
+    std::vector<int64_t> step_slots;
+    replay_->StepSlots(std::span<const int64_t>(&item_slot, 1), &step_slots);
+    int64_t id = -1;
+    std::memcpy(&id, replay_->steps().columns().Rows(0, step_slots[0], 1).data(), sizeof(id));
+    return id;
   }
 
   // The status an error reply to request_id carries.

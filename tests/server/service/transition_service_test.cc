@@ -40,24 +40,6 @@ class TransitionServiceTest : public service_test::ServiceFixture {
     transport_->SendRowsInPlace(true);
   }
 
-  proto::AddReply Added(int client, uint64_t request_id) {
-    proto::AddReply added;
-    EXPECT_TRUE(proto::DecodeMeta(Reply(client, MessageKind::kAddReply, request_id), &added).ok());
-    return added;
-  }
-
-  // The id column of the held item `key`, read where the table says its row
-  // is: its step's, in the ring (-1: not held).
-  int64_t StoredId(uint64_t key) {
-    const int64_t item_slot = items().SlotOf(key);
-    if (item_slot < 0) return -1;
-    std::vector<int64_t> step_slots;
-    replay_->StepSlots(std::span<const int64_t>(&item_slot, 1), &step_slots);
-    int64_t id = -1;
-    std::memcpy(&id, replay_->steps().columns().Rows(0, step_slots[0], 1).data(), sizeof(id));
-    return id;
-  }
-
   // Pops the learner's sample reply: its keys, each row checked against the
   // id `id_of` says its key was added with.
   template <class IdOf>
