@@ -52,6 +52,7 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
   replay->reset(new Replay(options, std::move(schema), std::move(tree)));
   Replay& made = **replay;
   made.has_selectors_ = sampler != nullptr || remover != nullptr || options.max_times_sampled > 0;
+  made.draws_through_selector_ = sampler != nullptr || options.max_times_sampled > 0;
   made.sampler_ = std::move(sampler);
   made.remover_ = std::move(remover);
   if (made.has_selectors_) made.priorities_.assign(static_cast<size_t>(options.capacity), 0.0);
@@ -231,18 +232,20 @@ Status Replay::Add(int64_t count, std::span<const std::byte> rows, std::span<con
     Unlink(key, slot);
     zeroed_.push_back(slot);
   }
-  while (size_ + count > options_.capacity) {
+  while (remover_ != nullptr && size_ + count > options_.capacity) {  // the lowest priority first
+    const double any_fraction = 0.0;
     int64_t slot = 0;
-    if (remover_ != nullptr) {
-      const double any_fraction = 0.0;
-      double probability = 0.0;
-      PERSERVE_RETURN_IF_ERROR(remover_->Select(std::span(&any_fraction, 1), std::span(&slot, 1),
-                                                std::span(&probability, 1)));
-    } else {
-      DropRemovedFromOrder();
-      slot = SlotOf(order_.front());
-    }
+    double probability = 0.0;
+    PERSERVE_RETURN_IF_ERROR(remover_->Select(std::span(&any_fraction, 1), std::span(&slot, 1),
+                                              std::span(&probability, 1)));
     Unlink(KeyAt(slot), slot);
+    zeroed_.push_back(slot);
+  }
+  while (size_ + count > options_.capacity) {  // the oldest first
+    DropRemovedFromOrder();
+    const uint64_t key = order_.front();
+    const int64_t slot = SlotOf(key);
+    Unlink(key, slot);
     zeroed_.push_back(slot);
   }
   slots_.resize(static_cast<size_t>(count));
@@ -281,7 +284,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
   if (size_ == 0) return Status::FailedPrecondition("the replay is empty");
-  if (sampler_ != nullptr || options_.max_times_sampled > 0) return SampleThroughSelector(batch_size, beta, result);
+  if (draws_through_selector_) return SampleThroughSelector(batch_size, beta, result);
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));

@@ -324,6 +324,8 @@ class Replay {
   uint64_t samples_drawn_ = 0;      // the sampling generator's counter: one value per Sample call
   // Set for a non-default sampler, remover or max_times_sampled.
   bool has_selectors_ = false;
+  // Set for a non-prioritized sampler or max_times_sampled: Sample draws through SampleThroughSelector.
+  bool draws_through_selector_ = false;
   std::unique_ptr<table::Selector> sampler_;         // null for prioritized: the tree draws
   std::unique_ptr<table::HeapSelector> remover_;     // null for oldest first: order_ is the remover
   std::vector<double> priorities_;                   // per slot, with has_selectors_: p + eps
