@@ -59,8 +59,13 @@ TEST(ReplaySamplersTest, UniformDrawsEveryItemAlikeWithWeightOne) {
   AddWith(*replay, {1.0, 100.0, 0.01, 5.0});  // priorities do not matter
   std::map<uint64_t, int> drawn;
   constexpr int kCalls = 100, kBatch = 40;
+  int even_batches = 0;  // each key exactly 10 times: what stratified fractions would always give
   for (int call = 0; call < kCalls; ++call) {
     const SampleResult result = Draw(*replay, kBatch);
+    std::map<uint64_t, int> in_batch;
+    for (const uint64_t key : result.keys) ++in_batch[key];
+    even_batches += std::all_of(in_batch.begin(), in_batch.end(), [](const auto& k) { return k.second == 10; }) &&
+                    in_batch.size() == 4;
     for (int i = 0; i < kBatch; ++i) {
       ++drawn[result.keys[i]];
       EXPECT_EQ(result.probabilities[i], 0.25);
@@ -71,6 +76,8 @@ TEST(ReplaySamplersTest, UniformDrawsEveryItemAlikeWithWeightOne) {
   // 4000 draws, 1000 expected of each; sd ~27, so 150 is past 5 sd.
   ASSERT_EQ(drawn.size(), 4u);
   for (const auto& [key, times] : drawn) EXPECT_NEAR(times, 1000, 150) << "key " << key;
+  // Independent fractions: an even batch has chance 0.003 (40! / (10!^4 4^40)).
+  EXPECT_LT(even_batches, 5);
   // The same seed and calls give the same draws.
   auto twin = MakeTable(SelectorKind::kUniform);
   AddWith(*twin, {1.0, 100.0, 0.01, 5.0});
