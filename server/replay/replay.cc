@@ -169,8 +169,9 @@ Status Replay::CheckAdd(int64_t count, std::span<const double> priorities) const
 void Replay::PlanSlots(std::span<const uint64_t> removed, int64_t count, std::vector<int64_t>* slots,
                        std::vector<int64_t>* pushed_out) const {
   // As Add takes them: the removed items' slots are freed (in order), then
-  // the held ones the remover takes (the oldest, or the lowest priority); slots are taken from the
-  // last freed back, then from the earlier free list, then fresh.
+  // the held ones the remover takes (the oldest, or the lowest priority);
+  // slots are taken from the last freed back, then from the earlier free
+  // list, then fresh.
   plan_free_.clear();
   for (const uint64_t key : removed) {
     const int64_t slot = SlotOf(key);

@@ -160,7 +160,8 @@ Status Replay::RestoreSelectors(const SelectorState& state) {
   for (size_t j = 0; j < held; ++j) {
     const int64_t slot = SlotOf(state.keys[j]);
     if (slot < 0 || (j > 0 && state.keys[j] <= state.keys[j - 1])) {
-      return Status::InvalidArgument(fmt::format("key {} at position {}: not held, or not ascending", state.keys[j], j));
+      return Status::InvalidArgument(
+          fmt::format("key {} at position {}: not held, or not ascending", state.keys[j], j));
     }
     if (!std::isfinite(state.priorities[j]) || !(state.priorities[j] >= 0.0)) {
       return Status::InvalidArgument(fmt::format("key {}: a priority of {}", state.keys[j], state.priorities[j]));
