@@ -8,38 +8,10 @@
 #include <fmt/format.h>
 
 #include "perserve/importance_weight.h"
+#include "replay/batch_shuffle.h"
 #include "tree/tree_validation.h"
 
 namespace perserve::replay {
-namespace {
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-// Keeps the shuffle's stream apart from the tree's masses, which use the same
-// (seed, counter).
-constexpr uint64_t kShuffleStream = 0x5f3c2b7a91d4e806ULL;
-
-// SplitMix64's output function: a bijective 64-bit mixer.
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// Fisher-Yates over slots and their leaf values together, driven by a
-// SplitMix64 stream keyed by (seed, counter): the same call always gives the
-// same permutation. j is drawn uniformly from [0, i] by a 64x64 -> 128-bit
-// multiply (no modulo bias).
-void Shuffle(uint64_t seed, uint64_t counter, std::span<int64_t> slots, std::span<double> leaves) {
-  uint64_t state = Mix(seed ^ kShuffleStream) + Mix(counter + kGolden);
-  for (size_t i = slots.size(); i > 1; --i) {
-    state += kGolden;
-    const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(Mix(state)) * i) >> 64);
-    std::swap(slots[i - 1], slots[j]);
-    std::swap(leaves[i - 1], leaves[j]);
-  }
-}
-
-}  // namespace
 
 Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay) {
   if (!(options.alpha >= 0.0) || !std::isfinite(options.alpha)) {
@@ -51,11 +23,40 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
   if (!(options.priority_eps >= 0.0) || !std::isfinite(options.priority_eps)) {
     return Status::InvalidArgument(fmt::format("priority eps {} must be finite and >= 0", options.priority_eps));
   }
+  if (options.max_times_sampled < 0) {
+    return Status::InvalidArgument(
+        fmt::format("max times sampled {} must be >= 0 (0: no limit)", options.max_times_sampled));
+  }
+  if (table::SelectorKindName(options.sampler) == "unknown") {
+    return Status::InvalidArgument(fmt::format("unknown sampler kind {}", static_cast<int>(options.sampler)));
+  }
+  if (options.remover != RemoverKind::kOldestFirst && options.remover != RemoverKind::kLowestPriorityFirst) {
+    return Status::InvalidArgument(fmt::format("unknown remover kind {}", static_cast<int>(options.remover)));
+  }
   PERSERVE_RETURN_IF_ERROR(schema.Validate());
+  // The sampler and remover selectors, on the host (the tree below is
+  // today's prioritized sampler, wherever it lives).
+  std::unique_ptr<table::Selector> sampler;
+  if (options.sampler != table::SelectorKind::kPrioritized) {
+    PERSERVE_RETURN_IF_ERROR(table::Selector::Create(
+        options.sampler, table::SelectorOptions{options.capacity, options.alpha, tree::Device::kCpu}, &sampler));
+  }
+  std::unique_ptr<table::HeapSelector> remover;
+  if (options.remover == RemoverKind::kLowestPriorityFirst) {
+    remover = std::make_unique<table::HeapSelector>(table::SelectorKind::kMinHeap, options.capacity,
+                                                    table::HeapSelector::Ties::kInsertedFirst);
+  }
   std::unique_ptr<tree::PriorityTree> tree;
   PERSERVE_RETURN_IF_ERROR(tree::PriorityTree::Create(options.capacity, options.device, &tree));
   tree->PrepareAuto();  // before any request can wait for it
   replay->reset(new Replay(options, std::move(schema), std::move(tree)));
+  Replay& made = **replay;
+  made.has_selectors_ = sampler != nullptr || remover != nullptr || options.max_times_sampled > 0;
+  made.draws_through_selector_ = sampler != nullptr || options.max_times_sampled > 0;
+  made.sampler_ = std::move(sampler);
+  made.remover_ = std::move(remover);
+  if (made.has_selectors_) made.priorities_.assign(static_cast<size_t>(options.capacity), 0.0);
+  if (options.max_times_sampled > 0) made.times_sampled_.assign(static_cast<size_t>(options.capacity), 0);
   return Status::Ok();
 }
 
@@ -88,6 +89,7 @@ Status Replay::BadPriority(double p, size_t position) const {
 uint64_t Replay::oldest_key() const { return order_.empty() ? next_key_ : order_.front(); }
 
 void Replay::Unlink(uint64_t key, int64_t slot) {
+  if (has_selectors_) DeleteFromSelectors(slot);
   index_.Erase(key);
   slot_key_[static_cast<size_t>(slot)] = kNoKey;
   free_.push_back(slot);
@@ -167,8 +169,9 @@ Status Replay::CheckAdd(int64_t count, std::span<const double> priorities) const
 void Replay::PlanSlots(std::span<const uint64_t> removed, int64_t count, std::vector<int64_t>* slots,
                        std::vector<int64_t>* pushed_out) const {
   // As Add takes them: the removed items' slots are freed (in order), then
-  // the oldest held ones the FIFO remover takes; slots are taken from the
-  // last freed back, then from the earlier free list, then fresh.
+  // the held ones the remover takes (the oldest, or the lowest priority);
+  // slots are taken from the last freed back, then from the earlier free
+  // list, then fresh.
   plan_free_.clear();
   for (const uint64_t key : removed) {
     const int64_t slot = SlotOf(key);
@@ -179,6 +182,12 @@ void Replay::PlanSlots(std::span<const uint64_t> removed, int64_t count, std::ve
   if (over > 0) {
     plan_sorted_.assign(plan_free_.begin(), plan_free_.end());
     std::sort(plan_sorted_.begin(), plan_sorted_.end());
+    if (remover_ != nullptr) {
+      std::vector<int64_t> lowest;
+      PlanLowestPriority(over, plan_sorted_, &lowest);
+      plan_free_.insert(plan_free_.end(), lowest.begin(), lowest.end());
+      over = 0;
+    }
     for (auto it = order_.begin(); over > 0 && it != order_.end(); ++it) {
       const int64_t slot = SlotOf(*it);
       if (slot < 0 || std::binary_search(plan_sorted_.begin(), plan_sorted_.end(), slot)) continue;
@@ -224,7 +233,16 @@ Status Replay::Add(int64_t count, std::span<const std::byte> rows, std::span<con
     Unlink(key, slot);
     zeroed_.push_back(slot);
   }
-  while (size_ + count > options_.capacity) {
+  while (remover_ != nullptr && size_ + count > options_.capacity) {  // the lowest priority first
+    const double any_fraction = 0.0;
+    int64_t slot = 0;
+    double probability = 0.0;
+    PERSERVE_RETURN_IF_ERROR(remover_->Select(std::span(&any_fraction, 1), std::span(&slot, 1),
+                                              std::span(&probability, 1)));
+    Unlink(KeyAt(slot), slot);
+    zeroed_.push_back(slot);
+  }
+  while (size_ + count > options_.capacity) {  // the oldest first
     DropRemovedFromOrder();
     const uint64_t key = order_.front();
     const int64_t slot = SlotOf(key);
@@ -243,6 +261,7 @@ Status Replay::Add(int64_t count, std::span<const std::byte> rows, std::span<con
   // The tree computes the leaves (p + eps)^alpha (on the device where it
   // lives); CheckAdd made sure the powers and the total fit.
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
+  if (has_selectors_) PERSERVE_RETURN_IF_ERROR(InsertIntoSelectors(slots_, shifted_));
   store_.Scatter(slots_, rows);
   *first_key = next_key_;
   for (int64_t j = 0; j < count; ++j) {
@@ -266,6 +285,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
   if (size_ == 0) return Status::FailedPrecondition("the replay is empty");
+  if (draws_through_selector_) return SampleThroughSelector(batch_size, beta, result);
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));
@@ -398,6 +418,12 @@ Status CheckFractions(std::span<const double> fractions) {
 
 Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
   PERSERVE_RETURN_IF_ERROR(CheckFractions(fractions));
+  if (sampler_ != nullptr || options_.max_times_sampled > 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "a shard's draw at given fractions needs a prioritized table without max times sampled; this one's "
+        "sampler is {}, max times sampled {}",
+        table::SelectorKindName(options_.sampler), options_.max_times_sampled));
+  }
   if (size_ == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
   const size_t count = fractions.size();
@@ -441,6 +467,11 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
   if (keys.size() != priorities.size()) {
     return Status::InvalidArgument(fmt::format("{} keys but {} priorities", keys.size(), priorities.size()));
   }
+  if (options_.sampler == table::SelectorKind::kUniform || options_.sampler == table::SelectorKind::kFifo ||
+      options_.sampler == table::SelectorKind::kLifo) {
+    return Status::FailedPrecondition(fmt::format("a table whose sampler is {} takes no priority updates",
+                                                  table::SelectorKindName(options_.sampler)));
+  }
   for (size_t j = 0; j < keys.size(); ++j) {
     if (keys[j] >= next_key_) {
       return Status::NotFound(fmt::format("key {} at position {} was never issued (next key is {})", keys[j], j,
@@ -474,6 +505,12 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
     largest = std::max(largest, shifted);
   }
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
+  if (has_selectors_) {
+    // Checked above: held slots, valid priorities. Repeats: the last wins, as in the tree.
+    for (size_t j = 0; j < slots_.size(); ++j) priorities_[static_cast<size_t>(slots_[j])] = shifted_[j];
+    if (sampler_ != nullptr) PERSERVE_RETURN_IF_ERROR(sampler_->Update(slots_, shifted_));
+    if (remover_ != nullptr) PERSERVE_RETURN_IF_ERROR(remover_->Update(slots_, shifted_));
+  }
   max_priority_ = std::max(max_priority_, largest);
   result.applied = static_cast<int64_t>(slots_.size());
   counters_.priorities_updated += result.applied;

@@ -8,10 +8,24 @@
 //   last freed first, else one never used, so the store's memory grows with
 //   the items held, not with the capacity. A KeyIndex maps keys to slots.
 // - At most `capacity` items are held. An item leaves when it is removed
-//   (Remove, or an Add's `removed`: its steps were overwritten) or when an
-//   add would hold more than `capacity`: then the oldest items (smallest
-//   keys) leave first (the FIFO remover). A removed item is gone: its slot
-//   is free, its leaf 0, and an update of its key is stale.
+//   (Remove, or an Add's `removed`: its steps were overwritten), when an
+//   add would hold more than `capacity` (then the remover picks: by default
+//   the oldest items, smallest keys, first; or the lowest priority first,
+//   the older of equals first), or, with max_times_sampled = k > 0, right
+//   after the draw that sampled it the k-th time. A removed item is gone:
+//   its slot is free, its leaf 0, and an update of its key is stale.
+// - The sampler (ReplayOptions::sampler, a table::SelectorKind): prioritized
+//   by default (the tree below, as described here), or uniform, fifo, lifo,
+//   max_heap or min_heap (table/selector.h says each one's draw; the tree
+//   is kept for every sampler: it holds the leaves a checkpoint saves).
+//   Importance weights are 1 for every sampler but prioritized: a uniform
+//   draw has P = 1/N, so (N * P)^-beta = 1; fifo, lifo and the heaps draw
+//   deterministically, not by a distribution to correct for.
+//   Beside the tree, a non-default sampler, remover or max_times_sampled
+//   costs its selectors' memory (table/selector.h) and 8 bytes a slot for
+//   each item's priority (p + eps, which the uniform, fifo and lifo
+//   selectors do not keep), 8 more for its times sampled; the default
+//   options allocate none of it and take none of its branches' work.
 // - Priority policy (ReplayOptions): every priority p, given with an add or an
 //   update, becomes q = p + priority_eps, and the tree leaf is q^alpha, never
 //   below the smallest normal double (a power that underflows is clamped up to
@@ -52,9 +66,17 @@
 #include "perserve/status.h"
 #include "replay/key_index.h"
 #include "store/transition_store.h"
+#include "table/heap_selector.h"
+#include "table/selector.h"
 #include "tree/priority_tree.h"
 
 namespace perserve::replay {
+
+// Which held item leaves when an add would hold more than the capacity.
+enum class RemoverKind {
+  kOldestFirst,          // the smallest key (a FIFO selector)
+  kLowestPriorityFirst,  // the lowest priority, the older of equals first (a min-heap)
+};
 
 struct ReplayOptions {
   int64_t capacity = int64_t{1} << 21;  // items held at most
@@ -72,6 +94,13 @@ struct ReplayOptions {
   // Whether an add's explicit priorities raise the running max priority (see
   // above for why the default is no).
   bool max_priority_from_adds = false;
+  // How Sample draws (see above). UpdatePriorities is refused for uniform,
+  // fifo and lifo; SampleAt for every sampler but prioritized.
+  table::SelectorKind sampler = table::SelectorKind::kPrioritized;
+  RemoverKind remover = RemoverKind::kOldestFirst;
+  // An item leaves right after its k-th draw (0: never); >= 0. With k > 0,
+  // Sample draws one item at a time and SampleAt is refused.
+  int64_t max_times_sampled = 0;
 };
 
 // What became of an update's elements: applied + stale + dropped = its size.
@@ -101,6 +130,17 @@ struct ReplayCounters {
   int64_t priorities_dropped = 0;  // bad priorities dropped under drop_bad_priorities
 };
 
+// What a checkpoint of a replay with a sampler other than prioritized, the
+// lowest-priority remover or max_times_sampled keeps beside its items' leaves
+// (Replay::Selectors, RestoreSelectors). Empty for the default options.
+struct SelectorState {
+  std::vector<uint64_t> keys;           // every held key, ascending
+  std::vector<double> priorities;       // per key: its priority, p + eps
+  std::vector<int64_t> times_sampled;   // per key, with max_times_sampled > 0; else empty
+  std::vector<uint64_t> sampler_order;  // the held keys in the sampler's rebuild order; empty for prioritized
+  std::vector<uint64_t> remover_order;  // the same for the lowest-priority remover; empty for oldest first
+};
+
 // What a checkpoint keeps of a Replay beside its items (see Replay::State).
 struct ReplayState {
   uint64_t next_key = 0;
@@ -126,7 +166,7 @@ class Replay {
   uint64_t KeyAt(int64_t slot) const { return slot_key_[static_cast<size_t>(slot)]; }
   // The slot of a held key, or -1. O(1) expected.
   int64_t SlotOf(uint64_t key) const { return index_.Find(key); }
-  // The oldest key held (the FIFO remover's next), or next_key() when empty.
+  // The oldest key held (the oldest-first remover's next), or next_key() when empty.
   uint64_t oldest_key() const;
   // An add's count: in [1, capacity] (the error says so).
   Status CheckAddCount(int64_t count) const;
@@ -147,24 +187,37 @@ class Replay {
   // The slots an Add of `count` items after removing `removed` would write,
   // in the order its items take them (a checkpoint being written keeps the
   // rows held there first), and (if `pushed_out`) the slots of the held
-  // items the FIFO remover would take. No change. O(count + removed + the
-  // items the FIFO remover takes).
+  // items the remover would take, in the order it takes them. No change.
+  // O(count + removed + the items the oldest-first remover takes); the
+  // lowest-priority one takes O((removed + taken) log(removed + taken)).
   void PlanSlots(std::span<const uint64_t> removed /* distinct */, int64_t count, std::vector<int64_t>* slots,
                  std::vector<int64_t>* pushed_out = nullptr) const;
 
   // Removes the held items among `removed` (distinct keys; those not held
   // are ignored), then stores
   // `count` items (rows: each store column's count rows, column after column)
-  // with keys *first_key ..., pushing out the oldest items if more than
+  // with keys *first_key ..., the remover taking items out if more than
   // capacity would be held; priorities empty or `count` long. One tree
   // update where the new items take the removed items' slots. Checked
   // whole first (CheckAdd, the rows' bytes): on an error nothing changes.
   Status Add(int64_t count, std::span<const std::byte> rows, std::span<const double> priorities,
              uint64_t* first_key, std::span<const uint64_t> removed = {});
 
-  // Draws `batch_size` items proportional to their leaves, in shuffled order.
-  // Needs size() > 0 and beta finite and >= 0. On one backend, the same seed
-  // and the same calls give the same batches. O(batch_size log capacity).
+  // Draws `batch_size` items, needing size() > 0 and beta finite and >= 0.
+  // On one backend, the same seed and the same calls give the same batches.
+  // The prioritized sampler draws proportional to the leaves, stratified (one
+  // draw in each of batch_size equal segments of the total), the batch then
+  // shuffled; O(batch_size log capacity). The others draw through their
+  // selector, uniform at independent uniform fractions of the replay's
+  // generator, the rest deterministically (a fifo table without
+  // max_times_sampled gives its oldest item batch_size times); weights 1.
+  // With max_times_sampled = k > 0 the draws are made one at a time, and an
+  // item drawn the k-th time leaves before the next draw (its row stays in
+  // its slot until a later Add takes the slot): a fifo table with k = 1 is a
+  // queue, a batch is its oldest batch_size items, oldest first. Such a call
+  // needs batch_size draws left in the table (each held item has k minus its
+  // times sampled), else FailedPrecondition and nothing changes: a batch is
+  // never short.
   Status Sample(int64_t batch_size, double beta, SampleResult* result);
 
   // Draws one item per fraction: the one at mass fractions[i] * total (a
@@ -172,7 +225,8 @@ class Replay {
   // drew the fractions), in the fractions' order. Fills keys, slots, leaves
   // and probabilities, not weights (the learner computes them over every
   // shard). Each fraction finite and in [0, 1); needs size() > 0. Takes no
-  // value from the sampling generator.
+  // value from the sampling generator. FailedPrecondition for a sampler other
+  // than prioritized or with max_times_sampled.
   Status SampleAt(std::span<const double> fractions, SampleResult* result);
 
   // The state a checkpoint saves beside the items: keys, max priority, the
@@ -195,6 +249,14 @@ class Replay {
   // (free_slots). InvalidArgument unless every slot below `slots_used` is
   // held or listed, once. Without it the lowest free slot is taken first.
   Status RestoreFreeSlots(int64_t slots_used, std::span<const int64_t> free_slots);
+  // Last, for a replay whose Selectors() were not empty: each held item's
+  // priority and times sampled, and the sampler's and remover's orders.
+  // InvalidArgument unless every list names every held key once (a priority
+  // finite and > 0, a count in [0, max_times_sampled)); on an error the
+  // replay is not usable.
+  Status RestoreSelectors(const SelectorState& state);
+  // What RestoreSelectors needs; empty for the default options. O(n log n).
+  SelectorState Selectors() const;
   // The free slots below slots_used(), the next one taken last.
   std::span<const int64_t> free_slots() const { return free_; }
 
@@ -209,7 +271,8 @@ class Replay {
   // no longer held is stale. On an error nothing is applied and *counts is
   // untouched: sizes differ, a key was never issued (NotFound), a bad
   // priority without drop_bad_priorities, or a power past the tree's limits
-  // (in either mode).
+  // (in either mode); FailedPrecondition for a uniform, fifo or lifo
+  // sampler, which has no use for priorities.
   Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
                           UpdateCounts* counts);
 
@@ -233,6 +296,18 @@ class Replay {
   // The oldest entry of order_ still held, dropping the others before it.
   void DropRemovedFromOrder();
 
+  // The selectors' side (replay_selectors.cc), used only when has_selectors_.
+  // Records new items (in slot order of the add) with their priorities.
+  Status InsertIntoSelectors(std::span<const int64_t> slots, std::span<const double> priorities);
+  // Forgets the item at `slot` (before Unlink frees it).
+  void DeleteFromSelectors(int64_t slot);
+  // The remover's next `count` slots, those in `skipped` (sorted) passed over.
+  void PlanLowestPriority(int64_t count, std::span<const int64_t> skipped, std::vector<int64_t>* slots) const;
+  // Sample for a non-prioritized sampler or max_times_sampled.
+  Status SampleThroughSelector(int64_t batch_size, double beta, SampleResult* result);
+  // The fraction of the call's draw i (stratified for prioritized).
+  double DrawFraction(uint64_t counter, int64_t draw, int64_t batch_size) const;
+
   ReplayOptions options_;
   store::TransitionStore store_;
   std::unique_ptr<tree::PriorityTree> tree_;
@@ -247,6 +322,15 @@ class Replay {
   std::deque<uint64_t> order_;      // keys in insertion order, removed ones among them until dropped
   int64_t removed_in_order_ = 0;    // of order_'s keys, those no longer held
   uint64_t samples_drawn_ = 0;      // the sampling generator's counter: one value per Sample call
+  // Set for a non-default sampler, remover or max_times_sampled.
+  bool has_selectors_ = false;
+  // Set for a non-prioritized sampler or max_times_sampled: Sample draws through SampleThroughSelector.
+  bool draws_through_selector_ = false;
+  std::unique_ptr<table::Selector> sampler_;         // null for prioritized: the tree draws
+  std::unique_ptr<table::HeapSelector> remover_;     // null for oldest first: order_ is the remover
+  std::vector<double> priorities_;                   // per slot, with has_selectors_: p + eps
+  std::vector<int64_t> times_sampled_;               // per slot, with max_times_sampled > 0
+  int64_t draws_left_ = 0;                           // with max_times_sampled: the sum of k - times over held items
   // Scratch reused across requests, so the hot path does not allocate once warm.
   std::vector<int64_t> slots_;
   std::vector<int64_t> found_;

@@ -1,11 +1,12 @@
 #include "table/heap_selector.h"
 
 #include <algorithm>
+#include <queue>
 
 namespace perserve::table {
 
-HeapSelector::HeapSelector(SelectorKind kind, int64_t capacity)
-    : Selector(capacity), kind_(kind), position_(static_cast<size_t>(capacity), kNotHeld) {
+HeapSelector::HeapSelector(SelectorKind kind, int64_t capacity, Ties ties)
+    : Selector(capacity), kind_(kind), ties_(ties), position_(static_cast<size_t>(capacity), kNotHeld) {
   heap_.reserve(static_cast<size_t>(capacity));
 }
 
@@ -59,7 +60,7 @@ Status HeapSelector::UpdateChecked(std::span<const int64_t> slots, std::span<con
   for (size_t j = 0; j < slots.size(); ++j) {
     const size_t index = static_cast<size_t>(position_[static_cast<size_t>(slots[j])]);
     heap_[index].rank = RankOf(priorities[j]);
-    heap_[index].sequence = next_sequence_++;
+    if (ties_ == Ties::kSetFirst) heap_[index].sequence = next_sequence_++;
     Restore(index);
   }
   return Status::Ok();
@@ -94,6 +95,23 @@ void HeapSelector::ListHeld(std::vector<int64_t>* slots) const {
   slots->clear();
   slots->reserve(by_sequence.size());
   for (const Entry& entry : by_sequence) slots->push_back(entry.slot);
+}
+
+void HeapSelector::ListFirst(int64_t count, std::vector<int64_t>* slots) const {
+  // A best-first walk of the heap: every entry comes after its parent, so the
+  // next in order is always a child of one already taken (or the root).
+  const auto later = [this](size_t a, size_t b) { return Before(heap_[b], heap_[a]); };
+  std::priority_queue<size_t, std::vector<size_t>, decltype(later)> frontier(later);
+  slots->clear();
+  if (!heap_.empty()) frontier.push(0);
+  while (!frontier.empty() && static_cast<int64_t>(slots->size()) < count) {
+    const size_t index = frontier.top();
+    frontier.pop();
+    slots->push_back(heap_[index].slot);
+    for (const size_t child : {2 * index + 1, 2 * index + 2}) {
+      if (child < heap_.size()) frontier.push(child);
+    }
+  }
 }
 
 }  // namespace perserve::table

@@ -6,7 +6,9 @@
 // the fraction, probability 1 (a draw reads the top: O(1)). Among equal
 // priorities the one whose priority was set first wins: every Insert and
 // Update stamps the slot with the next sequence number, and the order is by
-// (priority, sequence). As a remover, kMinHeap is "lowest priority first".
+// (priority, sequence). As a remover, kMinHeap is "lowest priority first";
+// a table's remover keeps ties in insertion order (Ties::kInsertedFirst: an
+// Update leaves the sequence as it was, so the older of equals leaves first).
 // Memory: a 24-byte heap entry (priority, sequence, slot) and an 8-byte
 // position, 32 bytes a slot.
 #pragma once
@@ -21,8 +23,18 @@ namespace perserve::table {
 
 class HeapSelector final : public Selector {
  public:
+  // Which of equal priorities comes first: the one whose priority was set
+  // first (Insert or Update; Reverb's order, and Selector::Create's), or the
+  // one inserted first (an Update keeps the item's place among its equals).
+  enum class Ties { kSetFirst, kInsertedFirst };
+
   // `kind` is kMaxHeap or kMinHeap.
-  HeapSelector(SelectorKind kind, int64_t capacity);
+  HeapSelector(SelectorKind kind, int64_t capacity, Ties ties = Ties::kSetFirst);
+
+  // Replaces *slots with the first min(count, size()) held slots in draw
+  // order (what `count` draws, each followed by the drawn slot's Delete,
+  // would take). No change. O(count log count).
+  void ListFirst(int64_t count, std::vector<int64_t>* slots) const;
 
   // By sequence, the earliest set first: Insert in this order (with each
   // slot's last priority) gives every slot the same rank among its equals.
@@ -57,6 +69,7 @@ class HeapSelector final : public Selector {
                        std::span<double> probabilities) const override;
 
   SelectorKind kind_;
+  Ties ties_;
   std::vector<Entry> heap_;         // heap_[0] is drawn; reserved for the whole capacity
   std::vector<int64_t> position_;  // each slot's index in heap_, or kNotHeld
   uint64_t next_sequence_ = 0;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "table/heap_selector.h"
 #include "table/selector.h"
 
 namespace perserve::table {
@@ -223,6 +224,44 @@ TEST(HeapSelectorTest, TiesGoToThePrioritySetFirst) {
     ASSERT_TRUE(heap->Delete(std::vector<int64_t>{7}).ok());
     EXPECT_EQ(DrawOne(*heap), 5);
     EXPECT_EQ(Held(*heap), std::vector<int64_t>{5});
+  }
+}
+
+// A table's lowest-priority remover: an update keeps the item's place among its equals.
+TEST(HeapSelectorTest, TiesCanGoToTheInsertedFirst) {
+  HeapSelector heap(SelectorKind::kMinHeap, 8, HeapSelector::Ties::kInsertedFirst);
+  ASSERT_TRUE(heap.Insert(std::vector<int64_t>{5, 3, 7}, std::vector<double>{1.0, 1.0, 1.0}).ok());
+  ASSERT_TRUE(heap.Update(std::vector<int64_t>{5}, std::vector<double>{1.0}).ok());
+  EXPECT_EQ(DrawOne(heap), 5);
+  ASSERT_TRUE(heap.Update(std::vector<int64_t>{5}, std::vector<double>{2.0}).ok());
+  EXPECT_EQ(DrawOne(heap), 3);
+  ASSERT_TRUE(heap.Update(std::vector<int64_t>{5}, std::vector<double>{1.0}).ok());
+  EXPECT_EQ(DrawOne(heap), 5);
+  EXPECT_EQ(Held(heap), (std::vector<int64_t>{5, 3, 7}));  // the rebuild order: as inserted
+}
+
+// ListFirst(k) is what k draws, each followed by a delete of the drawn slot, take.
+TEST(HeapSelectorTest, ListFirstIsTheDrawOrder) {
+  for (const SelectorKind kind : {SelectorKind::kMaxHeap, SelectorKind::kMinHeap}) {
+    HeapSelector heap(kind, 64);
+    std::vector<int64_t> slots;
+    std::vector<double> priorities;
+    for (int64_t slot = 0; slot < 64; ++slot) {
+      slots.push_back((slot * 37) % 64);
+      priorities.push_back(static_cast<double>((slot * 11) % 9));  // many ties
+    }
+    ASSERT_TRUE(heap.Insert(slots, priorities).ok());
+    ASSERT_TRUE(heap.Update(std::vector<int64_t>{3, 40}, std::vector<double>{4.0, 0.0}).ok());
+    std::vector<int64_t> listed;
+    heap.ListFirst(20, &listed);
+    std::vector<int64_t> drawn;
+    for (int i = 0; i < 20; ++i) {
+      drawn.push_back(DrawOne(heap));
+      ASSERT_TRUE(heap.Delete(std::span<const int64_t>(&drawn.back(), 1)).ok());
+    }
+    EXPECT_EQ(listed, drawn) << SelectorKindName(kind);
+    heap.ListFirst(100, &listed);
+    EXPECT_EQ(listed.size(), 44u);  // all that is held, no more
   }
 }
 
