@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
   app.add_option("--episode", episode, "mean episode length (+- 10%)")->check(CLI::PositiveNumber);
   app.add_flag("--sample", sample, "also time Assemble of a batch of sampled items");
   app.add_option("--batch", batch, "items a sample assembles")->check(CLI::PositiveNumber);
+  std::vector<int> threads{1, 2};
+  app.add_option("--threads", threads, "assembly threads to time, each in turn (default 1 2)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--repetitions", repetitions, "timed assemblies (the median is reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", out, "JSON result file");
@@ -93,12 +96,11 @@ int main(int argc, char** argv) {
   options.step_capacity = capacity;
   const int64_t rss_before = ResidentBytes();
 
-  Schema sample_schema, stored_schema;
-  Check(perserve::replay::StepSchemas(options, step_schema, &sample_schema, &stored_schema), "schemas");
-  std::unique_ptr<Replay> items;
-  Check(Replay::Create({capacity, 0.6, perserve::tree::Device::kCpu, 1}, stored_schema, &items), "items");
   std::unique_ptr<StepReplay> steps;
-  Check(StepReplay::Create(options, step_schema, items.get(), &steps), "step replay");
+  Check(StepReplay::Create(options, {capacity, 0.6, perserve::tree::Device::kCpu, 1}, step_schema, &steps),
+        "step replay");
+  Replay* items = &steps->mutable_items();
+  const Schema& sample_schema = steps->sample_schema();
 
   // Requests of 64 steps; an item at t goes with the request that makes it
   // creatable (t+3 appended, or its episode ended by t+2).
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
   }
   const double fill_seconds = Seconds(Clock::now() - fill_start);
   const int64_t rss_after = ResidentBytes();
-  const int64_t transitions = items->live_size();
+  const int64_t transitions = items->size();
   const double frame_bytes = static_cast<double>(capacity) * kFrameBytes;
 
   // Today: a Replay of whole transitions, obs and next_obs 84x84x4 stacks
@@ -162,25 +164,43 @@ int main(int argc, char** argv) {
     std::memset(output.data(), 1, output.size());
     std::memset(source.data(), 2, source.size());
     perserve::replay::SampleResult drawn;
-    std::vector<double> assemble, draw, copy;
+    // Per thread count, interleaved (this machine drifts): the assembly's
+    // median, and a memcpy of the same bytes beside each.
+    std::vector<std::vector<double>> assemble(threads.size());
+    std::vector<double> draw, copy;
+    std::vector<std::byte> reference(output.size());
     for (int64_t r = 0; r < repetitions; ++r) {
       const auto draw_start = Clock::now();
       Check(items->Sample(batch, 0.4, &drawn), "sample");
       draw.push_back(Seconds(Clock::now() - draw_start));
-      const auto assemble_start = Clock::now();
-      steps->Assemble(drawn.slots, output);
-      assemble.push_back(Seconds(Clock::now() - assemble_start));
+      for (size_t t = 0; t < threads.size(); ++t) {
+        steps->SetAssemblyThreads(threads[t]);
+        const auto assemble_start = Clock::now();
+        steps->Assemble(drawn.slots, output);
+        assemble[t].push_back(Seconds(Clock::now() - assemble_start));
+        // Every thread count writes the same bytes.
+        if (t == 0) std::memcpy(reference.data(), output.data(), output.size());
+        if (std::memcmp(reference.data(), output.data(), output.size()) != 0) {
+          Check(Status::Internal("the assemblies differ by thread count"), "assemble");
+        }
+      }
       const auto copy_start = Clock::now();
       std::memcpy(output.data(), source.data(), output.size());
       copy.push_back(Seconds(Clock::now() - copy_start));
     }
-    const double assemble_s = Median(assemble), copy_s = Median(copy);
+    const double copy_s = Median(copy);
+    std::string rows;
+    for (size_t t = 0; t < threads.size(); ++t) {
+      const double assemble_s = Median(assemble[t]);
+      rows += fmt::format("{}{{\"threads\": {}, \"assemble_ms\": {:.3f}, \"assemble_gb_per_s\": {:.2f}, "
+                          "\"assemble_over_memcpy\": {:.2f}, \"speedup_over_one\": {:.2f}}}",
+                          t == 0 ? "" : ", ", threads[t], 1e3 * assemble_s, output.size() / assemble_s / 1e9,
+                          assemble_s / copy_s, Median(assemble[0]) / assemble_s);
+    }
     sample_json = fmt::format(
         ", \"sample\": {{\"batch\": {}, \"repetitions\": {}, \"reply_bytes\": {}, \"draw_ms\": {:.3f}, "
-        "\"assemble_ms\": {:.3f}, \"assemble_gb_per_s\": {:.2f}, \"memcpy_ms\": {:.3f}, "
-        "\"assemble_over_memcpy\": {:.2f}}}",
-        batch, repetitions, output.size(), 1e3 * Median(draw), 1e3 * assemble_s, output.size() / assemble_s / 1e9,
-        1e3 * copy_s, assemble_s / copy_s);
+        "\"memcpy_ms\": {:.3f}, \"assembly\": [{}]}}",
+        batch, repetitions, output.size(), 1e3 * Median(draw), 1e3 * copy_s, rows);
   }
 
   const std::string json = fmt::format(

@@ -11,6 +11,10 @@
 //                          limit (only the lines those descents read, fetched
 //                          with nothing waiting on anything: the
 //                          memory-level-parallelism limit; counter "lines")
+//   Descent/warm/<form>/<B> the same forms in a serving loop: no eviction,
+//                          each timed call preceded by one untimed call of
+//                          the same form on other fresh masses, so the top
+//                          levels are cached as between a server's requests
 //   Update/<strategy>/<k>  k random leaves set to random values
 //   Update/classic/<k>     the same k leaves in the classic pair of segment
 //                          trees (classic_trees.h: the reference point)
@@ -140,15 +144,19 @@ void Descent(benchmark::State& state, PriorityTree* tree, int k, bool batched) {
   state.SetItemsProcessed(state.iterations() * k);
 }
 
-// The Descent/cold rows: how a descent meets the tree in a server, which does
-// other work between samples (every call's masses are new, and the tree's
-// lower levels are out of the caches). Each call evicts its structure from
-// every cache level and draws fresh masses, untimed, then times the call.
+// The Descent/cold and Descent/warm rows: how a descent meets the tree in a
+// server, every call's masses new. Cold: the server's other work between
+// samples has pushed the whole structure out of the caches; each call evicts
+// it from every cache level first. Warm: a serving loop whose last request
+// left the top levels cached; each call is preceded by one untimed call of the
+// same form on other random masses (no eviction). Both draw the masses and
+// prepare the caches untimed, then time the call alone.
 enum class ColdDescent { kBatched, kClassic, kLimit };
+enum class Caches { kCold, kWarm };
 constexpr int kColdIterations = 200;  // fixed: each untimed eviction takes ~0.75 ms
 
-void DescentCold(benchmark::State& state, ColdDescent form, int k) {
-  if (!PERSERVE_BENCH_CAN_EVICT) {
+void DescentPrepared(benchmark::State& state, Caches caches, ColdDescent form, int k) {
+  if (caches == Caches::kCold && !PERSERVE_BENCH_CAN_EVICT) {
     state.SkipWithError("cold rows need clflush (x86)");
     for (auto _ : state) {
     }
@@ -159,31 +167,41 @@ void DescentCold(benchmark::State& state, ColdDescent form, int k) {
   const size_t tree_bytes = 2 * tree.capacity() * sizeof(TreeNode);
   std::mt19937_64 rng(4);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  std::vector<double> masses(k);
+  std::vector<double> masses(k), warm_masses(k);
   std::vector<int64_t> leaves(k);
   double lines = 0.0;
-  for (auto _ : state) {
-    for (int i = 0; i < k; ++i) masses[i] = StratifiedMass(i, 1.0 - unit(rng), tree.Total(), k);
-    std::vector<const TreeNode*> limit_lines;
-    if (form == ColdDescent::kLimit) limit_lines = LinesDescentsRead(tree.nodes(), tree.capacity(), masses);
-    lines += static_cast<double>(limit_lines.size());
-    if (form == ColdDescent::kClassic) {
-      EvictFromCaches(classic.sums().data(), classic.sums().size_bytes());
-    } else {
-      EvictFromCaches(tree.nodes(), tree_bytes);
-    }
-    const auto start = std::chrono::steady_clock::now();
+  const auto draw = [&](std::vector<double>* out) {
+    for (int i = 0; i < k; ++i) (*out)[i] = StratifiedMass(i, 1.0 - unit(rng), tree.Total(), k);
+  };
+  const auto run = [&](const std::vector<double>& batch, std::span<const TreeNode* const> limit_lines) {
     switch (form) {
       case ColdDescent::kBatched:
-        if (!tree.FindPrefixSum(masses, leaves).ok()) state.SkipWithError("descent failed");
+        if (!tree.FindPrefixSum(batch, leaves).ok()) state.SkipWithError("descent failed");
         break;
       case ColdDescent::kClassic:
-        classic.FindPrefixSum(masses, leaves);
+        classic.FindPrefixSum(batch, leaves);
         break;
       case ColdDescent::kLimit:
         benchmark::DoNotOptimize(FetchLines(limit_lines));
         break;
     }
+  };
+  for (auto _ : state) {
+    draw(&masses);
+    std::vector<const TreeNode*> limit_lines;
+    if (form == ColdDescent::kLimit) limit_lines = LinesDescentsRead(tree.nodes(), tree.capacity(), masses);
+    lines += static_cast<double>(limit_lines.size());
+    if (caches == Caches::kWarm) {
+      draw(&warm_masses);
+      run(warm_masses, form == ColdDescent::kLimit ? LinesDescentsRead(tree.nodes(), tree.capacity(), warm_masses)
+                                                   : std::vector<const TreeNode*>{});
+    } else if (form == ColdDescent::kClassic) {
+      EvictFromCaches(classic.sums().data(), classic.sums().size_bytes());
+    } else {
+      EvictFromCaches(tree.nodes(), tree_bytes);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    run(masses, limit_lines);
     const auto stop = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(leaves.data());
     state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
@@ -271,8 +289,11 @@ void RegisterAll() {
     for (auto [form, name] : {std::pair{ColdDescent::kBatched, "batched"}, std::pair{ColdDescent::kClassic, "classic"},
                               std::pair{ColdDescent::kLimit, "limit"}}) {
       benchmark::RegisterBenchmark(("Descent/cold/" + std::string(name) + "/" + std::to_string(k)).c_str(),
-                                   [form, k](benchmark::State& state) { DescentCold(state, form, k); })
+                                   [form, k](benchmark::State& state) { DescentPrepared(state, Caches::kCold, form, k); })
           ->Unit(benchmark::kMicrosecond)->UseManualTime()->Iterations(kColdIterations);
+      benchmark::RegisterBenchmark(("Descent/warm/" + std::string(name) + "/" + std::to_string(k)).c_str(),
+                                   [form, k](benchmark::State& state) { DescentPrepared(state, Caches::kWarm, form, k); })
+          ->Unit(benchmark::kMicrosecond)->UseManualTime();
     }
   }
   for (UpdateStrategy strategy : {UpdateStrategy::kPerElement, UpdateStrategy::kRebuild, UpdateStrategy::kSparse,

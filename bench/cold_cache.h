@@ -37,24 +37,28 @@ inline void EvictFromCaches(const void* data, size_t bytes) {
 #endif
 }
 
-// The distinct cache lines the descents of `masses` read (each step reads the
-// sibling pair at 2 * node), level by level: what any descent of this batch,
-// however it is scheduled, must bring in.
+// The distinct cache lines the descents of `masses` read, pass by pass, as
+// DescendBatch reads them (a step from the root's pair when the levels are
+// odd, then each node's four grandchildren, one line, for two levels at a
+// time): what any descent of this batch in that layout, however it is
+// scheduled, must bring in.
 inline std::vector<const TreeNode*> LinesDescentsRead(const TreeNode* nodes, int64_t capacity,
                                                       std::span<const double> masses) {
   std::vector<int64_t> node(masses.size(), 1);
   std::vector<double> mass(masses.begin(), masses.end());
   std::vector<const TreeNode*> lines;
   const int levels = std::countr_zero(static_cast<uint64_t>(capacity));
-  for (int level = 0; level < levels; ++level) {
-    const size_t level_start = lines.size();
+  for (int depth = 0; depth < levels;) {
+    const bool two = (levels - depth) % 2 == 0;
+    const size_t pass_start = lines.size();
     for (size_t i = 0; i < masses.size(); ++i) {
-      const auto pair = reinterpret_cast<uintptr_t>(&nodes[2 * node[i]]);
-      lines.push_back(reinterpret_cast<const TreeNode*>(pair & ~uintptr_t{kCacheLine - 1}));
-      node[i] = DescendStep(nodes, node[i], &mass[i]);
+      const auto read = reinterpret_cast<uintptr_t>(&nodes[(two ? 4 : 2) * node[i]]);
+      lines.push_back(reinterpret_cast<const TreeNode*>(read & ~uintptr_t{kCacheLine - 1}));
+      node[i] = two ? DescendTwoLevels(nodes, node[i], &mass[i]) : DescendStep(nodes, node[i], &mass[i]);
     }
-    std::sort(lines.begin() + level_start, lines.end());
-    lines.erase(std::unique(lines.begin() + level_start, lines.end()), lines.end());
+    depth += two ? 2 : 1;
+    std::sort(lines.begin() + pass_start, lines.end());
+    lines.erase(std::unique(lines.begin() + pass_start, lines.end()), lines.end());
   }
   return lines;
 }

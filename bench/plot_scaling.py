@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from results_files import load_and_summarize, save_chart  # noqa: E402
+
 METRICS = ("items_per_s", "intake_mb_per_s", "samples_per_s", "intake_over_raw_mpi", "raw_mpi_mb_per_s",
            "sample_over_raw_mpi", "server_cpu_s_per_gb")
 
@@ -116,24 +118,15 @@ def chart(rows, directory):
     names = {"mpi": "MPI", "mpi-copy": "MPI with the server copying (mpi-copy)", "zmq": "ZeroMQ"}
     present = [names[t] for t in ("mpi", "mpi-copy", "zmq") if any(r["transport"] == t for r in rows)]
     fig.suptitle(f"perserve replay rank: {' vs '.join(present)} (medians over repeats, bars: min-max)")
-    fig.tight_layout()
-    path = os.path.join(directory, "scaling.png")
-    fig.savefig(path, dpi=110)
-    return path
+    return save_chart(fig, directory, "scaling.png")
 
 
 def main():
     directory = sys.argv[1]
-    runs = load(directory)
-    if not runs:
-        print(f"no run-*.json in {directory}")
+    loaded = load_and_summarize(directory, load, summarize, "scaling.csv")
+    if loaded is None:
         return 1
-    rows = summarize(runs)
-    with open(os.path.join(directory, "scaling.csv"), "w") as f:
-        keys = list(rows[0].keys())
-        f.write(",".join(keys) + "\n")
-        for row in rows:
-            f.write(",".join(str(row[k]) for k in keys) + "\n")
+    _, rows = loaded
     print(f"{'transport':<10}{'size':<7}{'actors':>7}{'servers':>8}{'items/s':>12}{'MB/s':>9}{'x raw':>7}"
           f"{'samples/s':>12}{'x raw':>7}{'cpu s/GB':>9}{'lat med ms':>11}{'p99 ms':>9}")
     for r in rows:

@@ -1,19 +1,22 @@
 // fuzz_checkpoint: restoring a checkpoint directory written from fuzzed bytes
 // (fuzz/inputs.h has the layout): its MANIFEST (as given, or made to list
 // each part's true size and hash, so the checks behind the hashes are
-// reached), state.bin, leaves.bin and the columns of a 64-item replay of
-// fuzz::ServiceSchema, loaded by LoadCheckpoint as `perserve-server
-// --restore` loads one; with the input's steps bit, a step ring's parts too,
-// restored into the step replay of fuzz/step_replay_fixture.h (64 steps and
-// items).
+// reached), state.bin, the step ring's parts, item-slots.bin, leaves.bin and
+// the table's columns, loaded by LoadCheckpoint as `perserve-server
+// --restore` loads one, into a table of 64 steps and items: transitions of
+// fuzz::ServiceSchema, or (the input's steps bit) the n-step table of
+// fuzz/step_replay_fixture.h; format 3, or (the legacy bit) the format
+// written before it (1 for transitions, 2 for n-step items).
 //
 // Checked: LoadCheckpoint answers with a status and never crashes, throws or
 // hits UB; an error is one of the codes a restore gives; and a checkpoint
-// that restores is one the server can serve from: the replay within its
-// capacity and key space, a finite tree total, no leaf between 0 and the
-// smallest normal double, a min that is positive whenever the total is, and
-// a sample drawn from it comes back with positive weights; a restored step
-// replay assembles every sampled item, and takes an append that evicts.
+// that restores is one the server can serve from: the table within its
+// capacity and key space, a finite tree total, every held item's leaf at
+// least the smallest normal double and every free slot's 0, a min that is
+// positive whenever the total is, a sample drawn from it comes back with
+// positive weights and assembles from the ring (ASan sees any read of a
+// step not held), and appends that go round the ring evict through the
+// rebuilt lists.
 #include <unistd.h>
 
 #include <cmath>
@@ -34,7 +37,7 @@
 #include "fuzz/step_replay_fixture.h"
 #include "proto/messages.h"
 #include "replay/replay.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service {
 namespace {
@@ -50,8 +53,10 @@ void WriteFile(const fs::path& file, std::span<const std::byte> bytes) {
 
 // A MANIFEST listing each part the input gives with its true size and hash.
 std::string TrueManifest(const fuzz::CheckpointInput& input) {
-  std::string text = fmt::format("perserve-checkpoint {}\nshard 0 of 1\n",
-                                 input.steps ? checkpoint_layout::kStepFormat : kCheckpointFormat);
+  const int32_t format = !input.legacy ? kCheckpointFormat
+                         : input.steps ? checkpoint_layout::kStepFormat
+                                       : checkpoint_layout::kTransitionFormat;
+  std::string text = fmt::format("perserve-checkpoint {}\nshard 0 of 1\n", format);
   for (size_t part = 1; part < std::size(fuzz::kCheckpointParts); ++part) {
     if (!input.present[part]) continue;
     Hash64 hash;
@@ -71,25 +76,37 @@ void CheckRestored(const replay::Replay& replay) {
   for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
   std::vector<double> leaves(slots.size());
   FUZZ_CHECK(replay.tree().Get(slots, leaves).ok());
-  for (const double leaf : leaves) FUZZ_CHECK(leaf == 0.0 || leaf >= std::numeric_limits<double>::min());
+  int64_t held = 0;
+  for (size_t slot = 0; slot < leaves.size(); ++slot) {
+    const bool holds = static_cast<int64_t>(slot) < replay.slots_used() &&
+                       replay.KeyAt(static_cast<int64_t>(slot)) != replay::Replay::kNoKey;
+    held += holds ? 1 : 0;
+    FUZZ_CHECK(holds ? leaves[slot] >= std::numeric_limits<double>::min() : leaves[slot] == 0.0);
+  }
+  FUZZ_CHECK(held == replay.size());
   if (total > 0.0) FUZZ_CHECK(replay.tree().Min() > 0.0);
 }
 
-// A restored step replay serves: every sampled item assembles (ASan sees any
-// read of a step not held), and an append that overwrites the oldest steps
-// evicts their items through the rebuilt lists.
-void CheckRestoredSteps(replay::Replay* items, replay::StepReplay* steps) {
-  for (int round = 0; round < 2; ++round) {
-    if (items->tree().Total() > 0.0) {
+// A restored table serves: sampled items assemble, and appends that go
+// round the ring (each step its own item in a table of transitions) evict
+// the items over the steps they overwrite through the rebuilt lists.
+void CheckServes(replay::StepReplay* table) {
+  replay::Replay& items = table->mutable_items();
+  for (int round = 0; round < 3; ++round) {
+    if (items.size() > 0) {
       replay::SampleResult sample;
-      FUZZ_CHECK(items->Sample(8, 0.4, &sample).ok());
-      std::vector<std::byte> out(sample.slots.size() * static_cast<size_t>(steps->SampleItemBytes()));
-      steps->Assemble(sample.slots, out);
+      FUZZ_CHECK(items.Sample(8, 0.4, &sample).ok());
+      for (const double weight : sample.weights) FUZZ_CHECK(weight > 0.0 && weight <= 1.0);
+      std::vector<std::byte> out(sample.slots.size() * static_cast<size_t>(table->SampleItemBytes()));
+      table->Assemble(sample.slots, out);
     }
     const int64_t count = kCapacity / 2;
-    std::vector<std::byte> bulk(static_cast<size_t>(count * steps->step_schema().ItemBytes()), std::byte{1});
+    std::vector<std::byte> bulk(static_cast<size_t>(count * table->step_schema().ItemBytes()), std::byte{0});
+    const replay::AppendRequest request{0, table->stream_steps(0), store::StepBatch{count, bulk, false},
+                                        /*item_per_step=*/table->RowsAreSteps()};
     uint64_t first = 0;
-    FUZZ_CHECK(steps->Append(0, steps->stream_steps(0), count, bulk, {}, {}, {}, &first).ok());
+    FUZZ_CHECK(table->Append(request, &first).ok());
+    CheckRestored(items);
   }
 }
 
@@ -122,29 +139,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     service::WriteFile(dir / fuzz::kCheckpointParts[0], std::as_bytes(std::span(manifest.data(), manifest.size())));
   }
 
-  std::unique_ptr<replay::Replay> replay;
-  std::unique_ptr<replay::StepReplay> steps;
+  std::unique_ptr<replay::StepReplay> table;
   const replay::ReplayOptions options{service::kCapacity, 0.6, tree::Device::kCpu, 7};
   if (input.steps) {
-    FUZZ_CHECK(fuzz::MakeStepServiceReplay(options, &replay, &steps));
+    FUZZ_CHECK(fuzz::MakeStepServiceReplay(options, &table));
   } else {
-    FUZZ_CHECK(replay::Replay::Create(options, fuzz::ServiceSchema(), &replay).ok());
+    FUZZ_CHECK(fuzz::MakeTransitionServiceReplay(options, &table));
   }
   service::CheckpointState state;
   std::string loaded;
-  const Status status = service::LoadCheckpoint(dir.string(), 0, 1, replay.get(), &state, &loaded, steps.get());
+  const Status status = service::LoadCheckpoint(dir.string(), 0, 1, table.get(), &state, &loaded);
   if (!status.ok()) {
     const Status::Code code = status.code();
     FUZZ_CHECK(code == Status::Code::kInvalidArgument || code == Status::Code::kFailedPrecondition ||
                code == Status::Code::kNotFound || code == Status::Code::kUnavailable);
     return 0;
   }
-  service::CheckRestored(*replay);
-  if (replay->tree().Total() > 0.0) {
-    replay::SampleResult sample;
-    FUZZ_CHECK(replay->Sample(8, 0.4, &sample).ok());
-    for (const double weight : sample.weights) FUZZ_CHECK(weight > 0.0 && weight <= 1.0);
-  }
-  if (steps != nullptr) service::CheckRestoredSteps(replay.get(), steps.get());
+  service::CheckRestored(table->items());
+  service::CheckServes(table.get());
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
+#include "proto/append.h"
 #include "proto/codec.h"
 
 namespace perserve::proto {
@@ -64,10 +65,26 @@ void TakeAndCheck(std::span<const std::byte>* bulk, int64_t count) {
 void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
   std::span<const std::byte> bulk = frame.bulk;
   switch (frame.kind()) {
-    case MessageKind::kAddRequest: {
-      AddRequest meta;
-      if (DecodeAndReencode(frame, bytes, &meta).ok() && meta.has_priorities) {
-        TakeAndCheck<double>(&bulk, meta.count);
+    case MessageKind::kAppendRequest: {
+      AppendMeta meta;
+      if (DecodeAndReencode(frame, bytes, &meta).ok()) {
+        // The decoder against its own checks, for a few step and item sizes.
+        for (const int64_t step_bytes : {int64_t{1}, int64_t{17}}) {
+          for (const int64_t item_bytes : {int64_t{0}, int64_t{8}}) {
+            DecodedAppend append;
+            const Status decoded = DecodeAppend(frame, step_bytes, item_bytes, &append);
+            if (!decoded.ok()) {
+              FUZZ_CHECK(decoded.code() == Status::Code::kInvalidArgument);
+              continue;
+            }
+            const int64_t items = append.meta.item_count();
+            FUZZ_CHECK(append.item_steps.size() == static_cast<size_t>(append.meta.item_per_step ? 0 : items));
+            FUZZ_CHECK(append.priorities.size() == static_cast<size_t>(append.meta.has_priorities ? items : 0));
+            FUZZ_CHECK(append.item_columns.size() == static_cast<size_t>(items * item_bytes));
+            FUZZ_CHECK(append.step_columns.size() ==
+                       static_cast<size_t>(append.meta.columns_follow ? 0 : append.meta.steps * step_bytes));
+          }
+        }
       }
       return;
     }

@@ -1,5 +1,5 @@
 // fuzz_service: the replay rank's request handling, as a peer can drive it.
-// A fresh Replay (CPU tree, 64 items, fuzz::ServiceSchema) behind a
+// A fresh table of transitions (CPU tree, 64 steps, fuzz::ServiceSchema) behind a
 // ReplayService over a LoopbackTransport with two clients (built again as
 // fuzz_step_service, PERSERVE_FUZZ_STEPS: a server of step streams over
 // fuzz::StepServiceSchema, 2-step transitions, 64 steps); the input's
@@ -35,7 +35,7 @@
 #include "proto/codec.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::service {
@@ -143,15 +143,10 @@ class Harness {
     options.alpha = 0.6;
     options.device = tree::Device::kCpu;
     options.seed = 7;
-    if (!kSteps) {
-      FUZZ_CHECK(replay::Replay::Create(options, fuzz::ServiceSchema(), &replay_).ok());
-      service_ = std::make_unique<ReplayService>(replay_.get(), &transport_, FuzzOptions());
-      item_bytes_ = fuzz::ServiceSchema().ItemBytes();
-      return;
-    }
-    FUZZ_CHECK(fuzz::MakeStepServiceReplay(options, &replay_, &steps_));
-    service_ = std::make_unique<ReplayService>(replay_.get(), steps_.get(), &transport_, FuzzOptions());
-    item_bytes_ = steps_->SampleItemBytes();
+    FUZZ_CHECK(kSteps ? fuzz::MakeStepServiceReplay(options, &replay_)
+                      : fuzz::MakeTransitionServiceReplay(options, &replay_));
+    service_ = std::make_unique<ReplayService>(replay_.get(), &transport_, FuzzOptions());
+    item_bytes_ = replay_->SampleItemBytes();
   }
 
   void Push(const fuzz::ServiceRecord& record) {
@@ -192,7 +187,7 @@ class Harness {
       // Unanswered: samples waiting for a first item, and adds whose columns
       // never came (with what waits behind them: the client's later adds, a close).
       const int64_t held = service_->held_adds(client);
-      FUZZ_CHECK(unanswered <= held + (held > 0 ? 1 : 0) + (replay_->live_size() == 0 ? max_deferred : 0));
+      FUZZ_CHECK(unanswered <= held + (held > 0 ? 1 : 0) + (replay_->items().size() == 0 ? max_deferred : 0));
     }
     FUZZ_CHECK(service_->done() == (ledgers_[0].closed && ledgers_[1].closed));
   }
@@ -201,8 +196,9 @@ class Harness {
   bool Step() {
     bool handled = false;
     FUZZ_CHECK(service_->Step(&handled).ok());
-    FUZZ_CHECK(replay_->size() <= replay_->capacity());
-    const double total = replay_->tree().Total();
+    FUZZ_CHECK(replay_->items().size() <= replay_->items().capacity());
+    FUZZ_CHECK(replay_->steps().held() <= replay_->steps().capacity());
+    const double total = replay_->items().tree().Total();
     FUZZ_CHECK(std::isfinite(total) && total >= 0.0);
     return handled;
   }
@@ -225,8 +221,7 @@ class Harness {
   }
 
   LoopbackTransport transport_;
-  std::unique_ptr<replay::Replay> replay_;
-  std::unique_ptr<replay::StepReplay> steps_;  // fuzz_step_service
+  std::unique_ptr<replay::StepReplay> replay_;  // transitions, or (fuzz_step_service) 2-step items
   std::unique_ptr<ReplayService> service_;
   int64_t item_bytes_ = 0;  // of a sampled item
   Ledger ledgers_[fuzz::kServiceClients];

@@ -29,13 +29,17 @@
 //        0     1  control: bit 0 set: the MANIFEST is the input's own; clear:
 //                 one is written listing each part the input gives with its
 //                 true size and hash, so the state's and leaves' checks past
-//                 the hashes are reached too; bit 1 set: a checkpoint of step
-//                 streams (format 2), restored into a step replay
+//                 the hashes are reached too; bit 1 set: restored into the
+//                 n-step table (fuzz/step_replay_fixture.h), clear: into the
+//                 table of transitions; bit 2 set: the written MANIFEST says
+//                 the format written before the one item model (1 for
+//                 transitions, 2 for n-step), clear: format 3
 //        1     .  records, each: 1 byte part (mod kCheckpointParts: MANIFEST,
 //                 state.bin, leaves.bin, column-0.bin, column-1.bin, then a
-//                 step ring's steps.bin, step-info.bin, step-column-0..2.bin), 4 bytes
-//                 n (little-endian), n bytes (fewer if the input ends first);
-//                 a later record of the same part replaces an earlier one
+//                 step ring's steps.bin, step-info.bin, step-column-0..2.bin,
+//                 then item-slots.bin), 4 bytes n (little-endian), n bytes
+//                 (fewer if the input ends first); a later record of the same
+//                 part replaces an earlier one
 #pragma once
 
 #include <algorithm>
@@ -138,12 +142,14 @@ inline std::vector<std::byte> EncodeJoinInput(const JoinInput& join) {
 
 inline constexpr const char* kCheckpointParts[] = {
     "MANIFEST",      "state.bin",         "leaves.bin",        "column-0.bin",      "column-1.bin",
-    "steps.bin",     "step-info.bin",     "step-column-0.bin", "step-column-1.bin", "step-column-2.bin"};
-inline constexpr uint8_t kOwnManifestBit = 1, kStepsBit = 2;
+    "steps.bin",     "step-info.bin",     "step-column-0.bin", "step-column-1.bin", "step-column-2.bin",
+    "item-slots.bin"};
+inline constexpr uint8_t kOwnManifestBit = 1, kStepsBit = 2, kLegacyBit = 4;
 
 struct CheckpointInput {
   bool own_manifest = false;
-  bool steps = false;  // restored into a step replay (fuzz/step_replay_fixture.h)
+  bool steps = false;   // restored into the n-step table (fuzz/step_replay_fixture.h), else into transitions
+  bool legacy = false;  // the written MANIFEST says format 1 or 2
   // By part index (kCheckpointParts); absent parts are not written.
   std::vector<std::span<const std::byte>> parts = std::vector<std::span<const std::byte>>(std::size(kCheckpointParts));
   std::vector<bool> present = std::vector<bool>(std::size(kCheckpointParts), false);
@@ -154,6 +160,7 @@ inline CheckpointInput ParseCheckpointInput(std::span<const std::byte> input) {
   if (input.empty()) return parsed;
   parsed.own_manifest = (static_cast<uint8_t>(input[0]) & kOwnManifestBit) != 0;
   parsed.steps = (static_cast<uint8_t>(input[0]) & kStepsBit) != 0;
+  parsed.legacy = (static_cast<uint8_t>(input[0]) & kLegacyBit) != 0;
   input = input.subspan(1);
   while (input.size() >= 5) {
     const size_t part = static_cast<uint8_t>(input[0]) % std::size(kCheckpointParts);

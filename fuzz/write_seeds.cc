@@ -8,11 +8,12 @@
 //   fuzz_join     join data of a server rank with the default and a small
 //                 schema, and entries of another version and role, a NaN
 //                 capacity and one server too many;
-//   fuzz_checkpoint  real checkpoints of a 64-item replay (partly filled,
-//                 wrapped, with updated priorities), written by the
+//   fuzz_checkpoint  real checkpoints of a table of 64 transitions (partly
+//                 filled, wrapped, with updated priorities), written by the
 //                 server's CheckpointWriter, with their own MANIFEST and
-//                 with one made to match; and checkpoints of step streams
-//                 (partly filled and wrapped, with items evicted).
+//                 with one made to match; checkpoints of the n-step table
+//                 (partly filled and wrapped, with items evicted); and both
+//                 in the formats written before the one item model (1, 2).
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,8 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <sstream>
+#include <utility>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,11 +36,15 @@
 
 #include <fmt/format.h>
 
+#include <cereal/archives/binary.hpp>
+
 #include "fuzz/inputs.h"
+#include "fuzz/step_replay_fixture.h"
+#include "proto/append.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
-#include "fuzz/step_replay_fixture.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
+#include "service/checkpoint/step_checkpoint.h"
 
 namespace perserve::fuzz {
 namespace {
@@ -72,11 +79,24 @@ ServiceItems MakeServiceItems(int64_t first_id, int64_t count, bool with_priorit
   return items;
 }
 
-Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_priorities) {
+// An add of `count` transitions (an append whose steps are its items) after
+// whatever the sender's stream holds; with `columns_follow`, its step
+// columns are not in the frame (the sender's next message).
+Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_priorities,
+               bool columns_follow = false) {
   const ServiceItems items = MakeServiceItems(first_id, count, with_priorities);
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, with_priorities},
-               {std::as_bytes(std::span(items.ids)), std::as_bytes(std::span(items.tags)),
-                std::as_bytes(std::span(items.priorities))});
+  proto::AppendMeta meta;
+  meta.first_step = proto::AppendMeta::kAtEnd;
+  meta.steps = count;
+  meta.item_per_step = true;
+  meta.has_priorities = with_priorities;
+  meta.columns_follow = columns_follow;
+  const std::span<const std::byte> columns[] = {std::as_bytes(std::span(items.ids)),
+                                                std::as_bytes(std::span(items.tags))};
+  Bytes frame;
+  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : columns, {},
+                      items.priorities, {}, &frame);
+  return frame;
 }
 
 Bytes UpdateFrame(uint64_t request_id, const std::vector<uint64_t>& keys, const std::vector<double>& priorities) {
@@ -131,12 +151,16 @@ Bytes AppendFrame(uint64_t request_id, int64_t first_step, int64_t count, const 
     done.push_back(j % 5 == 4);
   }
   const std::vector<double> priorities(with_priorities ? items.size() : 0, 0.75);
-  proto::AddRequest request{count, with_priorities};
-  request.first_step = first_step;
-  request.items = static_cast<int64_t>(items.size());
-  return Frame(MessageKind::kAddRequest, request_id, request,
-               {std::as_bytes(std::span(obs)), std::as_bytes(std::span(reward)), std::as_bytes(std::span(done)),
-                std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities))});
+  proto::AppendMeta meta;
+  meta.first_step = first_step;
+  meta.steps = count;
+  meta.items = static_cast<int64_t>(items.size());
+  meta.has_priorities = with_priorities;
+  const std::span<const std::byte> columns[] = {std::as_bytes(std::span(obs)), std::as_bytes(std::span(reward)),
+                                                std::as_bytes(std::span(done))};
+  Bytes frame;
+  proto::EncodeAppend(request_id, meta, columns, items, priorities, {}, &frame);
+  return frame;
 }
 
 std::map<std::string, Bytes> StepServiceSeeds() {
@@ -214,10 +238,7 @@ std::map<std::string, Bytes> ServiceSeeds() {
     proto::Frame frame;
     (void)proto::DecodeFrame(whole, &frame);
     const size_t priority_bytes = static_cast<size_t>(count) * sizeof(double);
-    proto::AddRequest request{count, true};
-    request.columns_follow = true;
-    AppendServiceRecord(kActor | control,
-                        Frame(MessageKind::kAddRequest, id, request, {frame.bulk.last(priority_bytes)}), &apart);
+    AppendServiceRecord(kActor | control, AddFrame(id, first, count, true, /*columns_follow=*/true), &apart);
     const auto columns = frame.bulk.first(frame.bulk.size() - priority_bytes);
     return Bytes(columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(sent * 10));  // 10 bytes an item
   };
@@ -249,7 +270,7 @@ std::map<std::string, Bytes> JoinSeeds() {
                         {"return", DType::kFloat64, {}},
                         {"discount", DType::kFloat64, {}},
                         {"next_obs", DType::kUInt8, {84, 84, 4}}}};
-  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}, {}});
+  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}, {}, 0});
   const auto join = [](int32_t rank, int32_t role, int32_t version, uint64_t length, const std::string& schema,
                        double alpha = 0.6, double capacity = 1 << 21, uint32_t servers = 1) {
     return EncodeJoinInput(JoinInput{rank, role, version, length, alpha, capacity, servers,
@@ -268,67 +289,24 @@ std::map<std::string, Bytes> JoinSeeds() {
   };
 }
 
-// A checkpoint of a 64-item replay holding `items` added (then every third
-// priority updated), packed as fuzz_checkpoint reads it: `own_manifest` with
-// the writer's MANIFEST, else without one (the target makes it).
-Bytes CheckpointSeed(int64_t items, bool own_manifest) {
-  namespace fs = std::filesystem;
-  std::unique_ptr<replay::Replay> replay;
-  if (!replay::Replay::Create(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, ServiceSchema(), &replay).ok()) {
-    return {};
+// Appends `count` transitions of ServiceSchema numbered from `first_id` to
+// `stream` of a table of transitions, with priorities.
+void AddTransitions(replay::StepReplay* table, int stream, int64_t first_id, int64_t count) {
+  const ServiceItems added = MakeServiceItems(first_id, count, /*with_priorities=*/true);
+  Bytes bulk;
+  for (auto part : {std::as_bytes(std::span(added.ids)), std::as_bytes(std::span(added.tags))}) {
+    bulk.insert(bulk.end(), part.begin(), part.end());
   }
-  for (int64_t first = 0; first < items; first += 16) {
-    const int64_t count = std::min<int64_t>(16, items - first);
-    const ServiceItems added = MakeServiceItems(first, count, /*with_priorities=*/true);
-    Bytes bulk;
-    for (auto part : {std::as_bytes(std::span(added.ids)), std::as_bytes(std::span(added.tags))}) {
-      bulk.insert(bulk.end(), part.begin(), part.end());
-    }
-    uint64_t first_key = 0;
-    (void)replay->Add(count, bulk, added.priorities, &first_key);
-  }
-  std::vector<uint64_t> keys;
-  for (uint64_t key = replay->oldest_key(); key < replay->next_key(); key += 3) keys.push_back(key);
-  replay::UpdateCounts counts;
-  (void)replay->UpdatePriorities(keys, std::vector<double>(keys.size(), 7.5), &counts);
-
-  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-fuzz-seed-{}", ::getpid());
-  std::error_code error;
-  fs::remove_all(dir, error);
-  service::CheckpointState state;
-  state.schema = replay->store().schema().ToString();
-  state.capacity = replay->capacity();
-  state.alpha = replay->alpha();
-  state.replay = replay->State();
-  state.limiter = {items, 3 * items, true, -5.0, 12.0};
-  state.episodes = {replay::EpisodeCarry{2.5, 0, 3.0, 0}, replay::EpisodeCarry{}};
-  Bytes seed = {static_cast<std::byte>(own_manifest ? kOwnManifestBit : 0)};
-  {
-    service::CheckpointWriter writer(dir.string(), 0, 1, 64);
-    if (!writer.Begin(*replay, state).ok()) return {};
-    for (bool done = false; !done;) {
-      if (!writer.Step(*replay, std::chrono::microseconds(1000), &done).ok()) return {};
-    }
-    for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
-      std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
-      if (!in) continue;  // a step ring's part: none here
-      const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-      AppendCheckpointRecord(static_cast<uint8_t>(part), std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);
-    }
-  }
-  fs::remove_all(dir, error);
-  return seed;
+  const replay::AppendRequest request{stream, table->stream_steps(stream), store::StepBatch{count, bulk, false},
+                                      /*item_per_step=*/true, {}, added.priorities, {}};
+  uint64_t first_key = 0;
+  (void)table->Append(request, &first_key);
 }
 
-// A checkpoint of fuzz/step_replay_fixture.h's step replay after `rounds`
-// appends of 3 steps (every fifth ending an episode) alternating between the
-// two streams, each creating the items its steps completed, packed with the
-// steps bit.
-Bytes StepCheckpointSeed(int rounds, bool own_manifest) {
-  namespace fs = std::filesystem;
-  std::unique_ptr<replay::Replay> items;
-  std::unique_ptr<replay::StepReplay> steps;
-  if (!MakeStepServiceReplay(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, &items, &steps)) return {};
+// Appends `rounds` of 3 steps (every fifth ending an episode) alternating
+// between the two streams of the n-step table, each with the items its
+// steps completed.
+void AppendSteps(replay::StepReplay* steps, int rounds) {
   for (int round = 0; round < rounds; ++round) {
     const int stream = round % 2;
     const int64_t first = steps->stream_steps(stream);
@@ -350,21 +328,38 @@ Bytes StepCheckpointSeed(int rounds, bool own_manifest) {
                           std::span<const double>(&priority, 1), {}, &key);
     }
   }
-  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-fuzz-step-seed-{}", ::getpid());
+}
+
+// Every third held item's priority updated.
+void UpdateSome(replay::StepReplay* table) {
+  replay::Replay& items = table->mutable_items();
+  std::vector<uint64_t> keys;
+  for (int64_t slot = 0; slot < items.slots_used(); slot += 3) {
+    if (items.KeyAt(slot) != replay::Replay::kNoKey) keys.push_back(items.KeyAt(slot));
+  }
+  replay::UpdateCounts counts;
+  (void)items.UpdatePriorities(keys, std::vector<double>(keys.size(), 7.5), &counts);
+}
+
+// `table` checkpointed by the server's CheckpointWriter (format 3), packed
+// as fuzz_checkpoint reads it: with `control`'s bits, and the writer's
+// MANIFEST when kOwnManifestBit is among them.
+Bytes PackedCheckpoint(const replay::StepReplay& table, uint8_t control) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-fuzz-seed-{}", ::getpid());
   std::error_code error;
   fs::remove_all(dir, error);
   service::CheckpointState state;
-  state.schema = items->store().schema().ToString();
-  state.capacity = items->capacity();
-  state.alpha = items->alpha();
-  state.replay = items->State();
-  Bytes seed = {static_cast<std::byte>(kStepsBit | (own_manifest ? kOwnManifestBit : 0))};
+  state.limiter = {table.items().size(), 3 * table.items().size(), true, -5.0, 12.0};
+  state.episodes = {replay::EpisodeCarry{2.5, 0, 3.0, 0}, replay::EpisodeCarry{}};
+  Bytes seed = {static_cast<std::byte>(control)};
   {
-    service::CheckpointWriter writer(dir.string(), 0, 1, 64);
-    if (!writer.Begin(*items, state, steps.get()).ok()) return {};
+    service::CheckpointWriter writer(dir.string(), 0, 1, table.items().capacity());
+    if (!writer.Begin(table, state).ok()) return {};
     for (bool done = false; !done;) {
-      if (!writer.Step(*items, std::chrono::microseconds(1000), &done).ok()) return {};
+      if (!writer.Step(table, std::chrono::microseconds(1000), &done).ok()) return {};
     }
+    const bool own_manifest = (control & kOwnManifestBit) != 0;
     for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
       std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
       if (!in) continue;  // a schema of fewer columns
@@ -376,15 +371,147 @@ Bytes StepCheckpointSeed(int rounds, bool own_manifest) {
   return seed;
 }
 
+template <class T>
+std::span<const std::byte> BytesOf(const std::vector<T>& values) {
+  return std::as_bytes(std::span(values));
+}
+
+std::string Encoded(const auto& value) {
+  std::ostringstream bytes;
+  {
+    cereal::BinaryOutputArchive archive(bytes);
+    archive(value);
+  }
+  return bytes.str();
+}
+
+// `table` as the code before the one item model wrote it (format 1 for
+// transitions, 2 for n-step items; docs/checkpoints.md): the items' keys
+// next - size .. next - 1 in slots key mod capacity, those no longer held
+// with leaf 0 (format 2) and the ring's parts beside them (format 2);
+// packed with kLegacyBit, with a MANIFEST of the right format when
+// `own_manifest`. For a format 1 table every step is an item, held while
+// its step is: the ring's columns are the items'.
+Bytes LegacyCheckpoint(const replay::StepReplay& table, bool own_manifest) {
+  const replay::Replay& items = table.items();
+  const store::StepStore& ring = table.steps();
+  const bool transitions = table.RowsAreSteps();
+  const int32_t format = transitions ? service::checkpoint_layout::kTransitionFormat
+                                     : service::checkpoint_layout::kStepFormat;
+  const int64_t capacity = table.options().step_capacity;
+  const uint64_t next_key = transitions ? ring.next_key() : items.next_key();
+  const int64_t size = static_cast<int64_t>(std::min<uint64_t>(next_key, static_cast<uint64_t>(capacity)));
+  const uint64_t oldest = next_key - static_cast<uint64_t>(size);
+  std::vector<std::pair<std::string, std::string>> parts;
+  service::CheckpointState state;
+  state.format = format;
+  state.schema = transitions ? table.step_schema().ToString() : items.store().schema().ToString();
+  state.capacity = capacity;
+  state.alpha = items.alpha();
+  state.size = size;
+  state.replay = items.State();
+  state.replay.next_key = next_key;
+  parts.emplace_back("state.bin", Encoded(state));
+  std::vector<double> leaves;
+  std::vector<uint64_t> step_keys;
+  for (uint64_t key = oldest; key < next_key; ++key) {
+    const int64_t slot = items.SlotOf(key);
+    double leaf = 0.0;
+    if (slot >= 0) (void)items.tree().Get(std::span<const int64_t>(&slot, 1), std::span<double>(&leaf, 1));
+    leaves.push_back(leaf);
+    uint64_t step = 0;
+    if (slot >= 0) std::memcpy(&step, items.store().Rows(0, slot, 1).data(), sizeof(step));
+    step_keys.push_back(step);
+  }
+  const auto text = [](std::span<const std::byte> bytes) {
+    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  parts.emplace_back("leaves.bin", text(BytesOf(leaves)));
+  if (transitions) {
+    // Each transition's columns: the step's, key for key.
+    for (size_t c = 0; c < ring.schema().columns.size(); ++c) {
+      std::string column;
+      for (uint64_t key = oldest; key < next_key; ++key) {
+        column += text({ring.Row(static_cast<int>(c), key), static_cast<size_t>(ring.schema().columns[c].ItemBytes())});
+      }
+      parts.emplace_back(fmt::format("column-{}.bin", c), column);
+    }
+  } else {
+    parts.emplace_back("column-0.bin", text(BytesOf(step_keys)));
+    service::StepCheckpointState steps;
+    steps.flags = service::StepFlags(table, format);
+    steps.next_key = ring.next_key();
+    for (int s = 0; s < ring.streams(); ++s) {
+      steps.stream_steps.push_back(ring.stream_steps(s));
+      steps.next_episode_start.push_back(ring.next_episode_start(s));
+    }
+    parts.emplace_back(service::kStepStateFile, Encoded(steps));
+    std::vector<int64_t> info;
+    for (uint64_t key = ring.oldest_key(); key < ring.next_key(); ++key) {
+      const store::StepInfo& step = ring.Info(key);
+      info.insert(info.end(), {step.stream, step.index, step.episode_start});
+    }
+    parts.emplace_back(service::kStepInfoFile, text(BytesOf(info)));
+    for (size_t c = 0; c < ring.schema().columns.size(); ++c) {
+      std::string column;
+      for (uint64_t key = ring.oldest_key(); key < ring.next_key(); ++key) {
+        column += text({ring.Row(static_cast<int>(c), key), static_cast<size_t>(ring.schema().columns[c].ItemBytes())});
+      }
+      parts.emplace_back(service::StepColumnFile(c), column);
+    }
+  }
+  Bytes seed = {static_cast<std::byte>(kLegacyBit | (transitions ? 0 : kStepsBit) | (own_manifest ? kOwnManifestBit : 0))};
+  std::string manifest = fmt::format("perserve-checkpoint {}\nshard 0 of 1\n", format);
+  for (const auto& [name, bytes] : parts) {
+    service::Hash64 hash;
+    hash.Update(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    manifest += fmt::format("part {} {} {:016x}\n", name, bytes.size(), hash.Finish());
+    const auto* at = std::find(std::begin(kCheckpointParts), std::end(kCheckpointParts), name);
+    AppendCheckpointRecord(static_cast<uint8_t>(at - std::begin(kCheckpointParts)),
+                           std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);
+  }
+  manifest += "end\n";
+  if (own_manifest) AppendCheckpointRecord(0, std::as_bytes(std::span(manifest.data(), manifest.size())), &seed);
+  return seed;
+}
+
+// The table of ServiceSchema transitions holding `items` added (alternating
+// streams, then every third priority updated).
+std::unique_ptr<replay::StepReplay> Transitions(int64_t items) {
+  std::unique_ptr<replay::StepReplay> table;
+  if (!MakeTransitionServiceReplay(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, &table)) return nullptr;
+  for (int64_t first = 0; first < items; first += 16) {
+    AddTransitions(table.get(), static_cast<int>((first / 16) % 2), first, std::min<int64_t>(16, items - first));
+  }
+  UpdateSome(table.get());
+  return table;
+}
+
+// The n-step table after `rounds` appends (AppendSteps), every third priority updated.
+std::unique_ptr<replay::StepReplay> NSteps(int rounds) {
+  std::unique_ptr<replay::StepReplay> table;
+  if (!MakeStepServiceReplay(replay::ReplayOptions{64, 0.6, tree::Device::kCpu, 7}, &table)) return nullptr;
+  AppendSteps(table.get(), rounds);
+  UpdateSome(table.get());
+  return table;
+}
+
 std::map<std::string, Bytes> CheckpointSeeds() {
-  return {{"partly_filled_own_manifest", CheckpointSeed(40, true)},
-          {"partly_filled", CheckpointSeed(40, false)},
-          {"wrapped_own_manifest", CheckpointSeed(100, true)},
-          {"wrapped", CheckpointSeed(100, false)},
-          {"empty", CheckpointSeed(0, false)},
-          {"steps_partly_filled", StepCheckpointSeed(6, false)},
-          {"steps_wrapped_own_manifest", StepCheckpointSeed(40, true)},
-          {"steps_wrapped", StepCheckpointSeed(40, false)}};
+  const auto partly = Transitions(40), wrapped = Transitions(100), empty = Transitions(0);
+  const auto steps_partly = NSteps(6), steps_wrapped = NSteps(40);
+  if (!partly || !wrapped || !empty || !steps_partly || !steps_wrapped) return {};
+  return {{"partly_filled_own_manifest", PackedCheckpoint(*partly, kOwnManifestBit)},
+          {"partly_filled", PackedCheckpoint(*partly, 0)},
+          {"wrapped_own_manifest", PackedCheckpoint(*wrapped, kOwnManifestBit)},
+          {"wrapped", PackedCheckpoint(*wrapped, 0)},
+          {"empty", PackedCheckpoint(*empty, 0)},
+          {"steps_partly_filled", PackedCheckpoint(*steps_partly, kStepsBit)},
+          {"steps_wrapped_own_manifest", PackedCheckpoint(*steps_wrapped, kStepsBit | kOwnManifestBit)},
+          {"steps_wrapped", PackedCheckpoint(*steps_wrapped, kStepsBit)},
+          {"format1_partly_filled", LegacyCheckpoint(*partly, false)},
+          {"format1_wrapped_own_manifest", LegacyCheckpoint(*wrapped, true)},
+          {"format2_partly_filled", LegacyCheckpoint(*steps_partly, false)},
+          {"format2_wrapped_own_manifest", LegacyCheckpoint(*steps_wrapped, true)}};
 }
 
 bool WriteSeeds(const std::filesystem::path& dir, const std::map<std::string, Bytes>& seeds) {

@@ -105,7 +105,7 @@ std::string ServedSchemas::ToString() const {
 
 template <class Archive>
 void serialize(Archive& ar, ServedSchemas& served) {
-  ar(served.steps, served.adds, served.samples, served.items, served.stream_steps);
+  ar(served.steps, served.adds, served.samples, served.items, served.stream_steps, served.max_steps_apart);
 }
 
 std::string SerializeServedSchemas(const ServedSchemas& served) { return SerializeMeta(served); }
@@ -117,10 +117,11 @@ Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas*
   PERSERVE_RETURN_IF_ERROR(served->adds.Validate());
   PERSERVE_RETURN_IF_ERROR(served->samples.Validate());
   if (!served->items.columns.empty()) PERSERVE_RETURN_IF_ERROR(served->items.Validate());
-  if (!served->steps && (served->samples.ToString() != served->adds.ToString() || !served->items.columns.empty() ||
-                         !served->stream_steps.empty())) {
-    return Status::InvalidArgument(
-        "a server of transitions must sample what it adds, with no item columns and no step streams");
+  if (!served->steps && (served->samples.ToString() != served->adds.ToString() || !served->items.columns.empty())) {
+    return Status::InvalidArgument("a server of transitions must sample what it adds, with no item columns");
+  }
+  if (served->max_steps_apart < 0) {
+    return Status::InvalidArgument(fmt::format("{} steps apart: a count is >= 0", served->max_steps_apart));
   }
   for (size_t s = 0; s < served->stream_steps.size(); ++s) {
     if (served->stream_steps[s] < 0) {

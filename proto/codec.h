@@ -95,6 +95,9 @@ Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
 // docs/steps.md for step streams), and the columns an actor sends with each
 // item it creates over its steps (none for transitions).
 struct ServedSchemas {
+  // Items are computed over steps (n-step transitions, sequences): actors
+  // append steps and name the items; false: the items are the steps
+  // themselves (transitions: actors add them, and may append).
   bool steps = false;
   Schema adds;
   Schema samples;
@@ -104,10 +107,13 @@ struct ServedSchemas {
   // An actor's steps_appended starts at its stream's. Not part of ToString
   // (servers agree on schemas, not on their streams).
   std::vector<int64_t> stream_steps;
+  // An append of at most this many steps may send its step columns apart
+  // (AppendMeta::columns_follow): the ring's free slots past its newest step.
+  int64_t max_steps_apart = 0;
   std::string ToString() const;
 };
 // A server of transitions: it samples what it adds.
-inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}, {}}; }
+inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}, {}, 0}; }
 std::string SerializeServedSchemas(const ServedSchemas& served);
 // Decodes and validates (adds and samples as Schema::Validate; items too when
 // it has columns; transitions: samples equal to adds, no items, no stream

@@ -34,21 +34,22 @@ constexpr uint32_t kMagic = 0x56525350;
 // 5: a sample request says whether its reply is awaited (rows from the store);
 // 6: step streams (the join broadcasts ServedSchemas, AddRequest appends steps);
 // 7: the join's schemas carry a restored server's streams' step counts
-// (ServedSchemas::stream_steps).
-constexpr uint16_t kProtocolVersion = 7;
+// (ServedSchemas::stream_steps); 8: one item model: every add is an append
+// (kAppendRequest, proto/append.h; kAddRequest is gone), an append's step
+// columns may come apart, and the join says how many steps may
+// (ServedSchemas::max_steps_apart).
+constexpr uint16_t kProtocolVersion = 8;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
-// An add's columns sent apart: no frame, only the bytes (each column's count *
-// item bytes, in schema order), right after the add request with
-// columns_follow, so the server can receive them straight into its store.
+// An append's step columns sent apart: no frame, only the bytes (each step
+// column's rows, in schema order), right after the append request with
+// columns_follow, so the server can receive them straight into its ring.
 constexpr int kAddColumnsTag = 7303;
 constexpr size_t kFrameHeaderBytes = 32;
 
 enum class MessageKind : uint16_t {
-  kAddRequest = 1,     // AddRequest; bulk: each column (count * item bytes) in schema order,
-                       // then count doubles of priorities when has_priorities (with
-                       // columns_follow: only the priorities; the columns on kAddColumnsTag)
-  kAddReply = 2,       // AddReply
+  // 1: the add request of protocol 7 and before (an append now).
+  kAddReply = 2,       // AddReply: an append's items
   kSampleRequest = 3,  // SampleRequest
   kSampleReply = 4,    // SampleReply; bulk: count uint64 keys, count double IS weights,
                        // count double probabilities, then each column in schema order
@@ -63,6 +64,7 @@ enum class MessageKind : uint16_t {
                              // each column in schema order, items in the request's order
   kCheckpointRequest = 12,   // Empty; answered once a checkpoint begun after it is durable
   kCheckpointReply = 13,     // CheckpointReply
+  kAppendRequest = 14,       // AppendMeta (proto/append.h, which states the bulk); answered kAddReply
 };
 
 // Keys carry their shard: the top kShardKeyBits bits hold the index of the
@@ -94,32 +96,9 @@ struct Empty {
   void serialize(Archive&) {}
 };
 
-// An add of transitions, or (first_step >= 0, a server that stores step
-// streams) an append of `count` steps to the sender's stream, whose indices
-// are first_step .. first_step + count - 1, creating `items` items. An
-// append's bulk: each step column (count * step bytes), then `items` int64
-// stream indices (the items' steps), then `items` doubles (has_priorities),
-// then each item column (items * its bytes), in the served schemas' order.
-struct AddRequest {
-  int64_t count = 0;
-  bool has_priorities = false;
-  // > 0: the server answers DEADLINE_EXCEEDED (and stores nothing), saying
-  // what held it, if the add still waits this many seconds after it arrived.
-  double timeout_seconds = 0.0;
-  // The columns come as the sender's next message on kAddColumnsTag.
-  bool columns_follow = false;
-  int64_t first_step = -1;  // -1: an add of transitions
-  int64_t items = 0;        // an append's new items
-  bool is_append() const { return first_step >= 0; }
-  // The items an add stores: the rate limiter's inserts.
-  int64_t stored_items() const { return is_append() ? items : count; }
-  template <class Archive>
-  void serialize(Archive& ar) { ar(count, has_priorities, timeout_seconds, columns_follow, first_step, items); }
-};
-
 struct AddReply {
-  uint64_t first_key = 0;  // the batch's keys are first_key .. first_key + count - 1
-  int64_t count = 0;       // items stored (an append's: the items it created)
+  uint64_t first_key = 0;  // the items' keys are first_key .. first_key + count - 1
+  int64_t count = 0;       // the items the append created
   template <class Archive>
   void serialize(Archive& ar) { ar(first_key, count); }
 };

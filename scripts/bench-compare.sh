@@ -31,10 +31,12 @@ import glob, json, os, statistics, sys
 out = sys.argv[1]
 runs = {}
 for path in glob.glob(os.path.join(out, "*-*-*-*.json")):
-    side, size, actors, _ = os.path.basename(path)[:-5].split("-")
+    side, rest = os.path.basename(path)[:-5].split("-", 1)
+    size, actors, _ = rest.rsplit("-", 2)  # sizes may hold dashes (atari-steps)
     with open(path) as f:
         runs.setdefault((size, int(actors)), {}).setdefault(side, []).append(json.load(f))
 keys = ["items_per_s", "samples_per_s", "server_cpu_s_per_gb", "intake_over_raw_mpi", "sample_over_raw_mpi"]
+print_keys = ["items_per_s", "samples_per_s", "intake_over_raw_mpi", "server_cpu_s_per_gb"]
 summary = []
 for (size, actors), sides in sorted(runs.items()):
     row = {"size": size, "actors": actors}
@@ -45,8 +47,8 @@ for (size, actors), sides in sorted(runs.items()):
                     "before_runs": sorted(r[key] for r in sides["before"]),
                     "after_runs": sorted(r[key] for r in sides["after"])}
     summary.append(row)
-    print(f"{size:6} {actors} actors: " + ", ".join(
-        f"{k} {row[k]['before']:.4g} -> {row[k]['after']:.4g} ({row[k]['after_over_before']:.2f}x)" for k in keys[:3]))
+    print(f"{size:15} {actors} actors: " + ", ".join(
+        f"{k} {row[k]['before']:.4g} -> {row[k]['after']:.4g} ({row[k]['after_over_before']:.2f}x)" for k in print_keys))
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
 PY

@@ -12,6 +12,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   python3 python3-numpy python3-matplotlib python3-torch
   python3-dev python3-pybind11 pybind11-dev python3-mpi4py python3-pytest
+  python3-venv python3-pip python3-setuptools python3-wheel
   clang libclang-rt-dev
 )
 

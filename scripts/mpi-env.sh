@@ -7,7 +7,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # Shared-memory messages up to 16 KiB go eagerly (the default is 4 KiB): an
 # intake batch of 50 small transitions (~6.7 KB) and a learner's 512-priority
 # update (~8 KB) then need no rendezvous handshake with the busy server rank.
-# Measured 1.3-2.7x more small-transition intake (README, Performance).
+# Measured 1.3-2.7x more small-transition intake (docs/performance.md).
 export OMPI_MCA_btl_vader_eager_limit=${OMPI_MCA_btl_vader_eager_limit:-16384}
 # mpirun, on Ctrl-C, SIGTERM, `timeout` or a rank's failure, sends every rank
 # SIGCONT, waits this many seconds, sends SIGTERM, waits as long again, then

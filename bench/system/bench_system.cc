@@ -35,17 +35,17 @@
 // only): the servers store step streams, and each actor appends 50 Atari
 // steps a request (bench_schemas.h's AtariStepSchema: a 84x84 frame, action,
 // reward, done), episodes of 1000 +- 10% steps, creating in each request the
-// items it completes, with priorities (StepSchedule below). atari-steps:
+// items it completes, with priorities (system/step_schedule.h). atari-steps:
 // Ape-X's n-step 3 transitions, discount 0.99, obs stacked 4 deep, an item a
 // step; the learner samples 512. atari-sequences: R2D2's sequences of 80
 // steps every 40, obs unstacked, each item carrying state:float32:1024 (an
 // LSTM's h and c, 512 units each); the learner samples 64. Each server's ring
 // holds 2^18 steps (1.85 GB), its tree as many items. The ring's pages are not
-// prefaulted (StepReplay has no such option), so the actors first append
-// until it has wrapped, untimed; the rates count from the end of that fill,
-// and the servers' CPU from the moment the ring wrapped. Phase 1's intake
-// messages have an append's size (with its average items) and its replies a
-// sample reply's.
+// prefaulted, so the actors first append until it has wrapped, untimed; the
+// rates count from the end of that fill, and the servers' CPU from the
+// moment the ring wrapped. (A ring of transitions is prefaulted and its runs
+// count from the start.) Phase 1's intake messages have an append's size
+// (with its average items) and its replies a sample reply's.
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -53,7 +53,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <optional>
 #include <random>
 #include <span>
@@ -70,8 +69,10 @@
 #include "perserve/client.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/mpi_transport.h"
+#include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
+#include "system/job_errors.h"
+#include "system/step_schedule.h"
 #include "system/zmq_client.h"
 #include "system/zmq_transport.h"
 
@@ -88,15 +89,8 @@ constexpr int kRawEndTag = 802;
 constexpr int kRawReplyTag = 803;
 constexpr int kInFlight = 4;
 
-[[noreturn]] void Die(const std::string& what) {
-  fmt::print(stderr, "perserve_bench_system: {}\n", what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
+[[noreturn]] void Die(const std::string& what) { AbortJob("perserve_bench_system", what); }
+void Check(const Status& status, const char* what) { CheckOrAbortJob("perserve_bench_system", status, what); }
 
 // What each rank reports to rank 0 at the end.
 struct Report {
@@ -115,15 +109,13 @@ struct Report {
 struct Workload {
   Schema adds;     // a row of an add: a transition, or a step
   Schema samples;  // an item as a sample returns it
-  Schema stored;   // an item as the servers' Replay stores it
   Schema items;    // step streams: the columns an actor sends with each item
-  std::optional<replay::StepOptions> steps;
+  replay::StepOptions table;  // the servers' table (transitions: each step its own item)
+  std::optional<replay::StepOptions> steps;  // step streams: the same
   int64_t sample_batch = kSampleBatch;
   double items_per_append = kIntakeBatch;  // items an add creates, on average
   int64_t capacity = 0;                    // transitions; or steps in the ring and items at most
 };
-
-constexpr int64_t kEpisodeSteps = 1000;  // step streams: episodes of 1000 +- 10% steps
 
 Workload WorkloadFor(const std::string& size) {
   Workload workload;
@@ -136,7 +128,10 @@ Workload WorkloadFor(const std::string& size) {
     workload.capacity /= 2;
   }
   if (!steps) {
-    workload.samples = workload.stored = workload.adds;
+    workload.samples = workload.adds;
+    workload.table.kind = replay::StepOptions::Kind::kTransition;
+    workload.table.step_capacity = workload.capacity;
+    workload.table.prefault = true;
     return workload;
   }
   replay::StepOptions options;
@@ -160,8 +155,10 @@ Workload WorkloadFor(const std::string& size) {
     workload.items_per_append = kIntakeBatch * sequences / episode_steps;
   }
   options.step_capacity = workload.capacity;
-  Check(replay::StepSchemas(options, workload.adds, &workload.samples, &workload.stored), "step schemas");
+  Schema stored;
+  Check(replay::StepSchemas(options, workload.adds, &workload.samples, &stored), "step schemas");
   workload.items = Schema{options.item_columns};
+  workload.table = options;
   workload.steps = options;
   return workload;
 }
@@ -181,7 +178,7 @@ struct Sizes {
 Sizes SizesFor(const Workload& workload) {
   const int64_t header = static_cast<int64_t>(proto::kFrameHeaderBytes);
   const auto meta = [](const auto& m) { return static_cast<int64_t>(proto::SerializeMeta(m).size()); };
-  const int64_t add_head = header + meta(proto::AddRequest{});
+  const int64_t add_head = header + meta(proto::AppendMeta{});
   const int64_t batch = workload.sample_batch;
   return Sizes{add_head,
                add_head + kIntakeBatch * workload.adds.ItemBytes() +
@@ -320,55 +317,6 @@ void MpiActor(const Schema&, double seconds, int rank, int64_t columns_apart_min
   report->seconds = SecondsSince(start);
 }
 
-// One actor's stream of steps: the done flags (episodes of kEpisodeSteps +-
-// 10%), and for each append the items it completes, as an actor creates
-// them as soon as it can: an n-step item at t once step t+n is in or t's
-// episode has ended; a sequence at t (t minus its episode's first step a
-// multiple of the period) once step t+L-1 is in or the episode has ended.
-class StepSchedule {
- public:
-  StepSchedule(const replay::StepOptions& options, uint64_t seed)
-      : kind_nstep_(options.kind == replay::StepOptions::Kind::kNStep),
-        period_(kind_nstep_ ? 1 : options.sequence_period),
-        reach_(kind_nstep_ ? options.n_step : options.sequence_length - 1),
-        rng_(seed),
-        length_(kEpisodeSteps - kEpisodeSteps / 10, kEpisodeSteps + kEpisodeSteps / 10),
-        episode_left_(length_(rng_)) {}
-
-  // The next `count` steps: their done flags into `done` (count bytes), and
-  // the stream indices of the items they complete into `items`.
-  void Next(int64_t count, std::span<std::byte> done, std::vector<int64_t>* items) {
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t t = appended_ + j;
-      if ((t - episode_start_) % period_ == 0) pending_.push_back(t);
-      const bool last = --episode_left_ == 0;
-      done[static_cast<size_t>(j)] = last ? std::byte{1} : std::byte{0};
-      if (last) {
-        last_done_ = t;
-        episode_start_ = t + 1;
-        episode_left_ = length_(rng_);
-      }
-    }
-    appended_ += count;
-    items->clear();
-    // Items complete in order: the oldest pending one reaches its last step first.
-    while (!pending_.empty() && (pending_.front() + reach_ < appended_ || last_done_ >= pending_.front())) {
-      items->push_back(pending_.front());
-      pending_.pop_front();
-    }
-  }
-
- private:
-  bool kind_nstep_;
-  int64_t period_;  // items start every period_ steps of an episode
-  int64_t reach_;   // an item at t is complete once step t + reach_ is in
-  std::mt19937_64 rng_;
-  std::uniform_int_distribution<int64_t> length_;
-  int64_t episode_left_;
-  int64_t appended_ = 0, episode_start_ = 0, last_done_ = -1;
-  std::deque<int64_t> pending_;  // items begun, not complete yet
-};
-
 // An actor of step streams: first appends fill_steps steps (with their items),
 // untimed, so the server's ring has wrapped (its pages faulted in) before the
 // measurement; then, after a barrier of the clients, appends for `seconds`.
@@ -396,10 +344,20 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
     item_columns.emplace_back(max_items * static_cast<size_t>(column.ItemBytes()));
     for (auto& b : item_columns.back()) b = static_cast<std::byte>(rng() & 0x3f);
   }
-  StepSchedule schedule(*workload.steps, static_cast<uint64_t>(rank));
+  const bool nstep = workload.steps->kind == replay::StepOptions::Kind::kNStep;
+  StepSchedule schedule(nstep ? workload.steps->n_step : workload.steps->sequence_length - 1,
+                        nstep ? 1 : workload.steps->sequence_period, static_cast<uint64_t>(rank));
   std::vector<int64_t> items;
+  // The step columns are lent (AppendBorrowed: sent from here straight into
+  // the server's ring), so an append's must not change until it is
+  // acknowledged: the frames never do, and each append in flight has a done
+  // column of its own (max_in_flight + 1 of them, in turn).
+  std::vector<std::vector<std::byte>> done_columns(kInFlight + 1, columns[static_cast<size_t>(done_column)]);
+  size_t next_done = 0;
   const auto append = [&] {
-    schedule.Next(kIntakeBatch, columns[static_cast<size_t>(done_column)], &items);
+    std::vector<std::byte>& done = done_columns[next_done++ % done_columns.size()];
+    steps.columns[static_cast<size_t>(done_column)] = std::span(done);
+    schedule.Next(kIntakeBatch, done, &items);
     if (items.size() > max_items) Die("an append completes more items than the benchmark's buffers hold");
     NewItems created{items, std::span(priorities).first(items.size()), {}};
     if (!items.empty() && !item_columns.empty()) {
@@ -409,7 +367,7 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
         created.columns.columns.push_back(std::span<const std::byte>(item_columns[c]).first(bytes));
       }
     }
-    Check(actor->Append(steps, created), "append");  // copies: the done column is the next append's to change
+    Check(actor->AppendBorrowed(steps, created), "append");
   };
   MPI_Barrier(MPI_COMM_WORLD);
   const auto fill_start = Clock::now();
@@ -464,28 +422,22 @@ void MpiLearner(double seconds, int64_t sample_batch, MPI_Comm clients, Report* 
 // `streams`: the joined clients (step streams: a stream each).
 void Serve(service::Transport* transport, const Workload& workload, int streams, int shard,
            int64_t zero_copy_min_row_bytes, Report* report) {
-  std::unique_ptr<replay::Replay> replay;
-  // Prefaulted: the run measures the steady state of a filled ring, not the
-  // kernel zeroing fresh pages while it fills for the first time.
-  Check(replay::Replay::Create(replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
-                               workload.stored, &replay),
+  // A ring of transitions is prefaulted: the run measures the steady state
+  // of a filled ring, not the kernel zeroing fresh pages while it fills for
+  // the first time (a ring of steps is filled first, untimed).
+  replay::StepOptions table = workload.table;
+  table.streams = std::max(1, streams);
+  std::unique_ptr<replay::StepReplay> replay;
+  Check(replay::StepReplay::Create(table, replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
+                                   workload.adds, &replay),
         "replay");
-  std::unique_ptr<replay::StepReplay> steps;
-  if (workload.steps) {
-    replay::StepOptions step_options = *workload.steps;
-    step_options.streams = std::max(1, streams);
-    Check(replay::StepReplay::Create(step_options, workload.adds, replay.get(), &steps), "step replay");
-  }
   service::ServiceOptions options;
   options.stats_interval_seconds = 0;
   options.shard = shard;
   options.zero_copy_min_row_bytes = zero_copy_min_row_bytes;
   std::optional<service::ReplayService> service;
-  if (steps) {
-    service.emplace(replay.get(), steps.get(), transport, options);
-  } else {
-    service.emplace(replay.get(), transport, options);
-  }
+  service.emplace(replay.get(), transport, options);
+  const bool steps = workload.steps.has_value();
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
   const double cpu_start = CpuSeconds();
@@ -501,7 +453,7 @@ void Serve(service::Transport* transport, const Workload& workload, int streams,
       bool handled = false;
       Check(service->Step(&handled), "service");
       Check(transport->Progress(), "service progress");
-      if (!wrapped_cpu && steps->next_step_key() >= static_cast<uint64_t>(workload.capacity)) {
+      if (!wrapped_cpu && replay->next_step_key() >= static_cast<uint64_t>(workload.capacity)) {
         wrapped_cpu = CpuSeconds();
       }
       idle_passes = handled ? 0 : idle_passes + 1;
@@ -510,7 +462,7 @@ void Serve(service::Transport* transport, const Workload& workload, int streams,
     Check(transport->Drain(), "service drain");
     report->cpu_seconds = CpuSeconds() - wrapped_cpu.value_or(cpu_start);
   }
-  report->items = static_cast<double>(replay->counters().items_added);
+  report->items = static_cast<double>(replay->items().counters().items_added);
   report->seconds = SecondsSince(start);
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "proto/append.h"
 #include "system/zmq_transport.h"
 
 namespace perserve::bench {
@@ -47,17 +48,15 @@ Status ZmqClient::CollectAdd() {
 Status ZmqClient::Add(int64_t count, const std::vector<std::vector<std::byte>>& columns,
                       std::span<const double> priorities) {
   while (in_flight_ >= max_in_flight_) PERSERVE_RETURN_IF_ERROR(CollectAdd());
-  size_t bulk = priorities.size_bytes();
-  for (const auto& column : columns) bulk += column.size();
+  // An add: an append of `count` steps at the stream's end, each its own item.
+  proto::AppendMeta meta;
+  meta.first_step = proto::AppendMeta::kAtEnd;
+  meta.steps = count;
+  meta.item_per_step = true;
+  meta.has_priorities = true;
+  std::vector<std::span<const std::byte>> spans(columns.begin(), columns.end());
   std::vector<std::byte> frame;
-  std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, next_id_++,
-                                                         proto::SerializeMeta(proto::AddRequest{count, true}), {},
-                                                         bulk, &frame);
-  for (const auto& column : columns) {
-    std::memcpy(tail.data(), column.data(), column.size());
-    tail = tail.subspan(column.size());
-  }
-  std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
+  proto::EncodeAppend(next_id_++, meta, spans, {}, priorities, {}, &frame);
   PERSERVE_RETURN_IF_ERROR(SendFrame(std::move(frame)));
   ++in_flight_;
   return Status::Ok();

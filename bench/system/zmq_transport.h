@@ -20,7 +20,7 @@
 
 #include <zmq.hpp>
 
-#include "service/transport.h"
+#include "service/transport/transport.h"
 
 namespace perserve::bench {
 

@@ -31,6 +31,19 @@ int Fail(int rank, const char* role, const perserve::Status& status) {
   return 1;
 }
 
+// A request the server answered UNAVAILABLE: it has stopped serving
+// (SIGTERM, or perserve-launch's Ctrl-C) and its final checkpoint is
+// complete. The client closes (the requests still in flight were refused
+// too: that error says so, and is expected) and ends cleanly, so the job
+// ends without a launcher killing a rank; anything else is a failure.
+template <class Client>
+int StopOrFail(int rank, const char* role, const perserve::Status& status, Client* client) {
+  if (status.code() != perserve::Status::Code::kUnavailable) return Fail(rank, role, status);
+  fmt::print("[rank {} {}] the server stopped: {}\n", rank, role, status.message());
+  (void)client->Close();
+  return 0;
+}
+
 // Writes `value` as element e of an array of `dtype`.
 void SetElement(perserve::DType dtype, unsigned char* data, int64_t e, double value) {
   switch (dtype) {
@@ -78,10 +91,10 @@ int RunActor(int rank, double seconds, int64_t batch_size) {
       }
     }
     for (double& p : priorities) p = priority(rng);
-    if (auto s = actor->Add(batch, priorities); !s.ok()) return Fail(rank, "actor", s);
+    if (auto s = actor->Add(batch, priorities); !s.ok()) return StopOrFail(rank, "actor", s, actor.get());
     ++batches;
   }
-  if (auto s = actor->Close(); !s.ok()) return Fail(rank, "actor", s);
+  if (auto s = actor->Close(); !s.ok()) return StopOrFail(rank, "actor", s, actor.get());
   fmt::print("[rank {} actor] sent {} batches of {} ({} items acknowledged) in {:.1f} s\n", rank, batches, batch_size,
              actor->items_acknowledged(), SecondsSince(start));
   return 0;
@@ -90,6 +103,7 @@ int RunActor(int rank, double seconds, int64_t batch_size) {
 int RunLearner(int rank, double seconds, int64_t batch_size, double beta) {
   std::unique_ptr<perserve::LearnerClient> learner;
   if (auto s = perserve::LearnerClient::Join(MPI_COMM_WORLD, {}, &learner); !s.ok()) return Fail(rank, "learner", s);
+  const auto end = [&](const perserve::Status& status) { return StopOrFail(rank, "learner", status, learner.get()); };
   std::mt19937_64 rng(1000 + static_cast<uint64_t>(rank));
   std::exponential_distribution<double> td_error(1.0);
   perserve::SampleBatch batch;
@@ -98,16 +112,16 @@ int RunLearner(int rank, double seconds, int64_t batch_size, double beta) {
   double weight_sum = 0.0;
   const auto start = Clock::now();
   auto report = start;
-  if (auto s = learner->RequestSample(batch_size, beta); !s.ok()) return Fail(rank, "learner", s);
+  if (auto s = learner->RequestSample(batch_size, beta); !s.ok()) return end(s);
   while (SecondsSince(start) < seconds) {
-    if (auto s = learner->ReceiveSample(&batch); !s.ok()) return Fail(rank, "learner", s);
+    if (auto s = learner->ReceiveSample(&batch); !s.ok()) return end(s);
     // Ask for the next batch now, so it is on its way while this one "trains".
-    if (auto s = learner->RequestSample(batch_size, beta); !s.ok()) return Fail(rank, "learner", s);
+    if (auto s = learner->RequestSample(batch_size, beta); !s.ok()) return end(s);
     priorities.resize(batch.keys.size());
     for (double& p : priorities) p = 1e-3 + td_error(rng);
     for (double w : batch.weights) weight_sum += w;
     perserve::UpdateResult result;
-    if (auto s = learner->UpdatePriorities(batch.keys, priorities, &result); !s.ok()) return Fail(rank, "learner", s);
+    if (auto s = learner->UpdatePriorities(batch.keys, priorities, &result); !s.ok()) return end(s);
     stale += result.stale;
     ++steps;
     if (SecondsSince(report) >= 2.0) {
@@ -116,7 +130,7 @@ int RunLearner(int rank, double seconds, int64_t batch_size, double beta) {
       report = Clock::now();
     }
   }
-  if (auto s = learner->Close(); !s.ok()) return Fail(rank, "learner", s);
+  if (auto s = learner->Close(); !s.ok()) return end(s);
   fmt::print("[rank {} learner] done: {} steps of {} in {:.1f} s\n", rank, steps, batch_size, SecondsSince(start));
   return 0;
 }

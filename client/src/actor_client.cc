@@ -8,6 +8,7 @@
 #include "client/src/connection.h"
 #include "client/src/open_clients.h"
 #include "perserve/client.h"
+#include "proto/append.h"
 
 namespace perserve {
 
@@ -71,51 +72,12 @@ Status ActorClient::AddBorrowed(const ColumnSpans& batch, std::span<const double
 Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
   if (connection_->steps()) {
-    return Status::FailedPrecondition("this server stores step streams (perserve-server --n-step or "
-                                      "--sequence-length): append steps and create items over them with Append "
-                                      "(docs/steps.md); nothing was sent");
+    return Status::FailedPrecondition("this server's items are n-step transitions or sequences over steps "
+                                      "(perserve-server --n-step or --sequence-length): append steps and create items "
+                                      "over them with Append (docs/steps.md); nothing was sent");
   }
   PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), batch, priorities));
-  while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
-  if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
-
-  size_t column_bytes = 0;
-  for (const auto& column : batch.columns) column_bytes += column.size();
-  const bool apart = options_.columns_apart_min_bytes >= 0 && connection_->SendsColumnsApart() &&
-                     column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
-  const bool lent = apart && borrow;  // the columns go from the caller's memory, not copied
-  const uint64_t id = connection_->NextRequestId();
-  proto::AddRequest request{batch.size, !priorities.empty(), options_.add_timeout_seconds};
-  request.columns_follow = apart;
-  // One contiguous frame: the columns in schema order (unless apart), then the priorities.
-  const size_t tail_bytes = (apart ? 0 : column_bytes) + priorities.size_bytes();
-  std::vector<std::byte> frame = connection_->AcquireBuffer(tail_bytes + 64);
-  std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
-                                                         proto::SerializeMeta(request), {}, tail_bytes, &frame);
-  std::vector<std::byte> columns;
-  std::span<std::byte> to = tail;
-  if (apart && !lent) {
-    columns = connection_->AcquireBuffer(column_bytes);
-    columns.resize(column_bytes);
-    to = columns;
-  }
-  if (!lent) {
-    for (const auto& column : batch.columns) {
-      std::memcpy(to.data(), column.data(), column.size());
-      to = to.subspan(column.size());
-    }
-  }
-  if (!apart) tail = to;
-  if (!priorities.empty()) std::memcpy(tail.data(), priorities.data(), priorities.size_bytes());
-  PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  uint64_t columns_send = 0;
-  if (lent) {
-    PERSERVE_RETURN_IF_ERROR(connection_->SendColumnsFrom(batch.columns, &columns_send));
-  } else if (apart) {
-    PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
-  }
-  in_flight_.push_back(SentAdd{id, columns_send});
-  return Status::Ok();
+  return SendAppend(batch, /*item_per_step=*/true, {}, priorities, {}, borrow);
 }
 
 bool ActorClient::stores_steps() const { return connection_->steps(); }
@@ -123,12 +85,18 @@ bool ActorClient::stores_steps() const { return connection_->steps(); }
 const Schema& ActorClient::item_schema() const { return connection_->item_schema(); }
 
 Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, items, /*borrow=*/false);
+}
+
+Status ActorClient::AppendBorrowed(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, items, /*borrow=*/true);
+}
+
+Status ActorClient::SendSteps(const ColumnSpans& steps, const NewItems& items, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
-  if (!connection_->steps()) {
-    return Status::FailedPrecondition("this server stores transitions: Append needs a server of step streams "
-                                      "(perserve-server --n-step or --sequence-length; docs/steps.md); use Add");
-  }
-  const bool no_steps = steps.size == 0 && steps.columns.empty();
+  // No steps: size 0, with no columns or only empty ones.
+  const bool no_steps = steps.size == 0 && std::all_of(steps.columns.begin(), steps.columns.end(),
+                                                       [](std::span<const std::byte> c) { return c.empty(); });
   if (!no_steps) PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), steps, {}));
   const int64_t count = no_steps ? 0 : steps.size;
   const int64_t item_count = static_cast<int64_t>(items.steps.size());
@@ -142,58 +110,83 @@ Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
   }
   PERSERVE_RETURN_IF_ERROR(CheckPriorities(items.priorities));
   const Schema& item_schema = connection_->item_schema();
+  const bool no_item_columns = items.columns.columns.empty() ||
+                               (item_count == 0 && std::all_of(items.columns.columns.begin(), items.columns.columns.end(),
+                                                               [](std::span<const std::byte> c) { return c.empty(); }));
   if (item_schema.columns.empty()) {
-    if (!items.columns.columns.empty()) {
+    if (!no_item_columns) {
       return Status::InvalidArgument("the server has no item columns (perserve-server --item-column), but the items "
                                      "carry columns; nothing was sent");
     }
-  } else if (item_count > 0 || !items.columns.columns.empty()) {
+  } else if (item_count > 0 || !no_item_columns) {
     if (items.columns.size != item_count) {
       return Status::InvalidArgument(fmt::format("{} items with item columns of {} rows; nothing was sent",
                                                  item_count, items.columns.size));
     }
     PERSERVE_RETURN_IF_ERROR(CheckBatch(item_schema, items.columns, {}));
   }
+  const ColumnSpans no_columns{0, {}};
+  return SendAppend(no_steps ? no_columns : steps, /*item_per_step=*/false, items.steps, items.priorities,
+                    item_count > 0 ? items.columns.columns : std::vector<std::span<const std::byte>>{}, borrow);
+}
+
+Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
+                               std::span<const double> priorities,
+                               std::span<const std::span<const std::byte>> item_columns, bool borrow) {
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
   if (stream_rejected_) {
     // Every append sent after the refused one is refused too (its first step
     // is past the server's): once all are answered, the stream goes on from
     // the steps the server acknowledged.
     while (!in_flight_.empty()) PERSERVE_RETURN_IF_ERROR(CollectOldest());
-    steps_sent_ = steps_acknowledged_;
-    stream_rejected_ = false;
   }
   if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
-  for (size_t i = 0; i < items.steps.size(); ++i) {
-    if (items.steps[i] < 0 || items.steps[i] >= steps_sent_ + count) {
+  const int64_t count = steps.size;
+  for (size_t i = 0; i < item_steps.size(); ++i) {
+    if (item_steps[i] < 0 || item_steps[i] >= steps_sent_ + count) {
       return Status::InvalidArgument(fmt::format("item {}'s step {} is not in this actor's stream (its steps are 0 "
                                                  "to {} with this append's); nothing was sent",
-                                                 i, items.steps[i], steps_sent_ + count - 1));
+                                                 i, item_steps[i], steps_sent_ + count - 1));
     }
   }
-
-  proto::AddRequest request{count, !items.priorities.empty(), options_.add_timeout_seconds};
-  request.first_step = steps_sent_;
-  request.items = item_count;
-  size_t tail_bytes = items.steps.size_bytes() + items.priorities.size_bytes();
-  for (const auto& column : steps.columns) tail_bytes += column.size();
-  for (const auto& column : items.columns.columns) tail_bytes += column.size();
+  size_t column_bytes = 0;
+  for (const auto& column : steps.columns) column_bytes += column.size();
+  // Large step columns go as a message of their own, received straight into
+  // the server's ring (as many steps as it has free slots for).
+  const bool apart = count > 0 && count <= connection_->max_steps_apart() && options_.columns_apart_min_bytes >= 0 &&
+                     connection_->SendsColumnsApart() &&
+                     column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
+  const bool lent = apart && borrow;  // the columns go from the caller's memory, not copied
+  proto::AppendMeta meta;
+  meta.first_step = item_per_step ? proto::AppendMeta::kAtEnd : steps_sent_;
+  meta.steps = count;
+  meta.items = item_per_step ? 0 : static_cast<int64_t>(item_steps.size());
+  meta.item_per_step = item_per_step;
+  meta.has_priorities = !priorities.empty();
+  meta.columns_follow = apart;
+  meta.timeout_seconds = options_.add_timeout_seconds;
   const uint64_t id = connection_->NextRequestId();
-  std::vector<std::byte> frame = connection_->AcquireBuffer(tail_bytes + 96);
-  std::span<std::byte> tail = proto::EncodeFrameWithTail(proto::MessageKind::kAddRequest, id,
-                                                         proto::SerializeMeta(request), {}, tail_bytes, &frame);
-  const auto put = [&tail](std::span<const std::byte> bytes) {
-    if (!bytes.empty()) std::memcpy(tail.data(), bytes.data(), bytes.size());
-    tail = tail.subspan(bytes.size());
-  };
-  if (count > 0) {
-    for (const auto& column : steps.columns) put(column);
-  }
-  put(std::as_bytes(items.steps));
-  put(std::as_bytes(items.priorities));
-  for (const auto& column : items.columns.columns) put(column);
+  size_t frame_bytes = 128 + (apart ? 0 : column_bytes) + item_steps.size_bytes() + priorities.size_bytes();
+  for (const auto& column : item_columns) frame_bytes += column.size();
+  std::vector<std::byte> frame = connection_->AcquireBuffer(frame_bytes);
+  const std::span<const std::span<const std::byte>> in_frame =
+      apart ? std::span<const std::span<const std::byte>>{} : std::span<const std::span<const std::byte>>(steps.columns);
+  proto::EncodeAppend(id, meta, in_frame, item_steps, priorities, item_columns, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  in_flight_.push_back(SentAdd{id, 0, count});
+  uint64_t columns_send = 0;
+  if (lent) {
+    PERSERVE_RETURN_IF_ERROR(connection_->SendColumnsFrom(steps.columns, &columns_send));
+  } else if (apart) {
+    std::vector<std::byte> columns = connection_->AcquireBuffer(column_bytes);
+    columns.resize(column_bytes);
+    std::byte* to = columns.data();
+    for (const auto& column : steps.columns) {
+      std::memcpy(to, column.data(), column.size());
+      to += column.size();
+    }
+    PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
+  }
+  in_flight_.push_back(SentAdd{id, columns_send, count, /*anchored=*/!item_per_step});
   steps_sent_ += count;
   return Status::Ok();
 }
@@ -225,12 +218,29 @@ Status ActorClient::CollectOldest(bool wait, bool* collected) {
     last_first_key_ = reply.first_key;
     items_acknowledged_ += reply.count;
     steps_acknowledged_ += oldest.steps;
+    RewindIfDrained();
     return Status::Ok();
   }
-  if (oldest.steps > 0) stream_rejected_ = true;
+  // A refused add's steps are not in the stream (the adds after it stand
+  // alone); a refused append refuses the appends after it (their first step
+  // is past the server's), and the stream goes on from what was acknowledged.
+  if (!oldest.anchored) {
+    steps_sent_ -= oldest.steps;
+  } else if (oldest.steps > 0) {
+    stream_rejected_ = true;
+  }
   ++rejected_batches_;
   if (unreported_rejections_++ == 0) first_rejection_ = status;
+  RewindIfDrained();
   return Status::Ok();
+}
+
+void ActorClient::RewindIfDrained() {
+  // Once every append after a refused one is answered (all refused too), the
+  // stream goes on from the steps the server acknowledged.
+  if (!stream_rejected_ || !in_flight_.empty()) return;
+  steps_sent_ = steps_acknowledged_;
+  stream_rejected_ = false;
 }
 
 Status ActorClient::TakePendingError(bool instead_of_send) {

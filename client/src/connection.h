@@ -28,13 +28,14 @@ class Connection {
  public:
   virtual ~Connection() = default;
 
-  // What an actor adds: a transition's columns, or a step's when the server
-  // stores step streams (steps()).
+  // What an actor appends: a step's columns (a transition's, when the
+  // server's items are its steps).
   virtual const Schema& schema() const = 0;
   // What a sample returns (the schema itself for transitions).
   virtual const Schema& sample_schema() const { return schema(); }
-  // Step streams: whether the server stores them, and the columns an actor
-  // sends with each item it creates.
+  // Whether the server's items are computed over steps (n-step items,
+  // sequences: actors name them) rather than being the steps, and the
+  // columns an actor sends with each item it creates.
   virtual bool steps() const { return false; }
   virtual const Schema& item_schema() const {
     static const Schema none;
@@ -43,6 +44,9 @@ class Connection {
   // An actor's stream's steps so far (a restored server's; else 0): where its
   // steps_appended starts.
   virtual int64_t first_step() const { return 0; }
+  // An append of at most this many steps may send its step columns apart
+  // (the server's ring has that many free slots past its newest step).
+  virtual int64_t max_steps_apart() const { return 0; }
   uint64_t NextRequestId() { return next_request_id_++; }
 
   // A buffer to encode the next frame into (recycled where the transport can).
@@ -52,8 +56,8 @@ class Connection {
   // it to be received; the buffer is kept until the send completes.
   virtual Status Send(std::vector<std::byte> frame) = 0;
 
-  // Whether SendColumns works here, and it: the columns of the add request
-  // sent last, as a message of their own (proto::kAddColumnsTag).
+  // Whether SendColumns works here, and it: the step columns of the append
+  // request sent last, as a message of their own (proto::kAddColumnsTag).
   virtual bool SendsColumnsApart() const { return false; }
   virtual Status SendColumns(std::vector<std::byte> columns) {
     (void)columns;
@@ -151,6 +155,7 @@ class MpiConnection final : public Connection {
   bool steps() const override { return join_.served.steps; }
   const Schema& item_schema() const override { return join_.served.items; }
   int64_t first_step() const override { return join_.first_step; }
+  int64_t max_steps_apart() const override { return join_.served.max_steps_apart; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(join_.servers.size()); }

@@ -2,49 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "perserve/importance_weight.h"
+#include "replay/batch_shuffle.h"
 #include "tree/tree_validation.h"
 
 namespace perserve::replay {
-namespace {
-
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-// Keeps the shuffle's stream apart from the tree's masses, which use the same
-// (seed, counter).
-constexpr uint64_t kShuffleStream = 0x5f3c2b7a91d4e806ULL;
-
-// SplitMix64's output function: a bijective 64-bit mixer.
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// Fisher-Yates over slots and their leaf values together, driven by a
-// SplitMix64 stream keyed by (seed, counter): the same call always gives the
-// same permutation. j is drawn uniformly from [0, i] by a 64x64 -> 128-bit
-// multiply (no modulo bias).
-void Shuffle(uint64_t seed, uint64_t counter, std::span<int64_t> slots, std::span<double> leaves) {
-  uint64_t state = Mix(seed ^ kShuffleStream) + Mix(counter + kGolden);
-  for (size_t i = slots.size(); i > 1; --i) {
-    state += kGolden;
-    const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(Mix(state)) * i) >> 64);
-    std::swap(slots[i - 1], slots[j]);
-    std::swap(leaves[i - 1], leaves[j]);
-  }
-}
-
-Status NothingLive(int64_t size) {
-  if (size == 0) return Status::FailedPrecondition("the replay is empty");
-  return Status::FailedPrecondition(
-      fmt::format("the replay is empty: the {} items it holds are all removed (leaf 0)", size));
-}
-
-}  // namespace
 
 Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_ptr<Replay>* replay) {
   if (!(options.alpha >= 0.0) || !std::isfinite(options.alpha)) {
@@ -56,11 +23,40 @@ Status Replay::Create(const ReplayOptions& options, Schema schema, std::unique_p
   if (!(options.priority_eps >= 0.0) || !std::isfinite(options.priority_eps)) {
     return Status::InvalidArgument(fmt::format("priority eps {} must be finite and >= 0", options.priority_eps));
   }
+  if (options.max_times_sampled < 0) {
+    return Status::InvalidArgument(
+        fmt::format("max times sampled {} must be >= 0 (0: no limit)", options.max_times_sampled));
+  }
+  if (table::SelectorKindName(options.sampler) == "unknown") {
+    return Status::InvalidArgument(fmt::format("unknown sampler kind {}", static_cast<int>(options.sampler)));
+  }
+  if (options.remover != RemoverKind::kOldestFirst && options.remover != RemoverKind::kLowestPriorityFirst) {
+    return Status::InvalidArgument(fmt::format("unknown remover kind {}", static_cast<int>(options.remover)));
+  }
   PERSERVE_RETURN_IF_ERROR(schema.Validate());
+  // The sampler and remover selectors, on the host (the tree below is
+  // today's prioritized sampler, wherever it lives).
+  std::unique_ptr<table::Selector> sampler;
+  if (options.sampler != table::SelectorKind::kPrioritized) {
+    PERSERVE_RETURN_IF_ERROR(table::Selector::Create(
+        options.sampler, table::SelectorOptions{options.capacity, options.alpha, tree::Device::kCpu}, &sampler));
+  }
+  std::unique_ptr<table::HeapSelector> remover;
+  if (options.remover == RemoverKind::kLowestPriorityFirst) {
+    remover = std::make_unique<table::HeapSelector>(table::SelectorKind::kMinHeap, options.capacity,
+                                                    table::HeapSelector::Ties::kInsertedFirst);
+  }
   std::unique_ptr<tree::PriorityTree> tree;
   PERSERVE_RETURN_IF_ERROR(tree::PriorityTree::Create(options.capacity, options.device, &tree));
   tree->PrepareAuto();  // before any request can wait for it
   replay->reset(new Replay(options, std::move(schema), std::move(tree)));
+  Replay& made = **replay;
+  made.has_selectors_ = sampler != nullptr || remover != nullptr || options.max_times_sampled > 0;
+  made.draws_through_selector_ = sampler != nullptr || options.max_times_sampled > 0;
+  made.sampler_ = std::move(sampler);
+  made.remover_ = std::move(remover);
+  if (made.has_selectors_) made.priorities_.assign(static_cast<size_t>(options.capacity), 0.0);
+  if (options.max_times_sampled > 0) made.times_sampled_.assign(static_cast<size_t>(options.capacity), 0);
   return Status::Ok();
 }
 
@@ -68,7 +64,8 @@ Replay::Replay(const ReplayOptions& options, Schema schema, std::unique_ptr<tree
     : options_(options),
       store_(std::move(schema), options.capacity, options.prefault_store),
       tree_(std::move(tree)),
-      zero_leaf_(static_cast<size_t>(options.capacity), 0) {}
+      slot_key_(static_cast<size_t>(options.capacity), kNoKey),
+      index_(options.capacity, &slot_key_, kNoKey) {}
 
 bool Replay::IsBadPriority(double p) const {
   const double shifted = p + options_.priority_eps;
@@ -89,23 +86,36 @@ Status Replay::BadPriority(double p, size_t position) const {
                                              p, position, options_.priority_eps));
 }
 
-uint64_t Replay::KeyAtSlot(int64_t slot) const {
-  // The newest key k < next_key with k mod capacity == slot.
-  const uint64_t capacity = static_cast<uint64_t>(options_.capacity);
-  const uint64_t newest = next_key_ - 1;
-  return newest - (newest - static_cast<uint64_t>(slot) + capacity) % capacity;
+uint64_t Replay::oldest_key() const { return order_.empty() ? next_key_ : order_.front(); }
+
+void Replay::Unlink(uint64_t key, int64_t slot) {
+  if (has_selectors_) DeleteFromSelectors(slot);
+  index_.Erase(key);
+  slot_key_[static_cast<size_t>(slot)] = kNoKey;
+  free_.push_back(slot);
+  --size_;
+  ++removed_in_order_;
 }
 
-Status Replay::Add(int64_t count, std::span<const std::byte> columns, std::span<const double> priorities,
-                   uint64_t* first_key) {
-  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
-  return AddInPlace(
-      count, priorities,
-      [columns](std::span<const std::span<std::byte>> regions) {
-        store::TransitionStore::CopyInto(columns, regions);
-        return Status::Ok();
-      },
-      first_key);
+int64_t Replay::TakeSlot() {
+  if (free_.empty()) return fresh_++;
+  const int64_t slot = free_.back();
+  free_.pop_back();
+  return slot;
+}
+
+void Replay::DropRemovedFromOrder() {
+  while (!order_.empty() && SlotOf(order_.front()) < 0) {
+    order_.pop_front();
+    --removed_in_order_;
+  }
+  // Removals from the middle (evicted steps) pile up behind held keys: once
+  // they outnumber the held ones, the order is rebuilt without them. O(1)
+  // amortized per removal.
+  if (removed_in_order_ > std::max<int64_t>(size_, 1024)) {
+    std::erase_if(order_, [this](uint64_t key) { return SlotOf(key) < 0; });
+    removed_in_order_ = 0;
+  }
 }
 
 Status Replay::CheckAddCount(int64_t count) const {
@@ -149,17 +159,63 @@ Status Replay::CheckAdd(int64_t count, std::span<const double> priorities) const
   }
   const double bound = tree_->Total() + static_cast<double>(count) * std::pow(largest, options_.alpha);
   if (bound <= tree::kMaxTreeTotal * 0.5) return Status::Ok();
-  std::vector<int64_t> slots(static_cast<size_t>(count));
+  std::vector<int64_t> slots;
+  PlanSlots({}, count, &slots);
   std::vector<double> shifted(static_cast<size_t>(count), largest);
-  for (int64_t j = 0; j < count; ++j) {
-    slots[j] = (next_slot() + j) % options_.capacity;
-    if (!priorities.empty()) shifted[j] = priorities[j] + options_.priority_eps;
-  }
+  for (int64_t j = 0; j < count && !priorities.empty(); ++j) shifted[j] = priorities[j] + options_.priority_eps;
   return tree::ValidateTotalStaysBounded(*tree_, slots, shifted, options_.alpha);
 }
 
-Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, const Fill& fill, uint64_t* first_key) {
+void Replay::PlanSlots(std::span<const uint64_t> removed, int64_t count, std::vector<int64_t>* slots,
+                       std::vector<int64_t>* pushed_out) const {
+  // As Add takes them: the removed items' slots are freed (in order), then
+  // the held ones the remover takes (the oldest, or the lowest priority);
+  // slots are taken from the last freed back, then from the earlier free
+  // list, then fresh.
+  plan_free_.clear();
+  for (const uint64_t key : removed) {
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) plan_free_.push_back(slot);
+  }
+  const size_t removed_slots = plan_free_.size();
+  int64_t over = size_ - static_cast<int64_t>(removed_slots) + count - options_.capacity;
+  if (over > 0) {
+    plan_sorted_.assign(plan_free_.begin(), plan_free_.end());
+    std::sort(plan_sorted_.begin(), plan_sorted_.end());
+    if (remover_ != nullptr) {
+      std::vector<int64_t> lowest;
+      PlanLowestPriority(over, plan_sorted_, &lowest);
+      plan_free_.insert(plan_free_.end(), lowest.begin(), lowest.end());
+      over = 0;
+    }
+    for (auto it = order_.begin(); over > 0 && it != order_.end(); ++it) {
+      const int64_t slot = SlotOf(*it);
+      if (slot < 0 || std::binary_search(plan_sorted_.begin(), plan_sorted_.end(), slot)) continue;
+      plan_free_.push_back(slot);
+      --over;
+    }
+  }
+  if (pushed_out != nullptr) {
+    pushed_out->assign(plan_free_.begin() + static_cast<std::ptrdiff_t>(removed_slots), plan_free_.end());
+  }
+  slots->clear();
+  size_t from_plan = plan_free_.size(), from_free = free_.size();
+  int64_t fresh = fresh_;
+  for (int64_t j = 0; j < count; ++j) {
+    if (from_plan > 0) {
+      slots->push_back(plan_free_[--from_plan]);
+    } else if (from_free > 0) {
+      slots->push_back(free_[--from_free]);
+    } else {
+      slots->push_back(fresh++);
+    }
+  }
+}
+
+Status Replay::Add(int64_t count, std::span<const std::byte> rows, std::span<const double> priorities,
+                   uint64_t* first_key, std::span<const uint64_t> removed) {
   PERSERVE_RETURN_IF_ERROR(CheckAdd(count, priorities));
+  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, rows));
   // What goes to the tree: each priority plus eps, or the running max (which
   // already includes eps) for a priority-less add.
   shifted_.resize(static_cast<size_t>(count));
@@ -168,28 +224,54 @@ Status Replay::AddInPlace(int64_t count, std::span<const double> priorities, con
   } else {
     for (size_t j = 0; j < priorities.size(); ++j) shifted_[j] = priorities[j] + options_.priority_eps;
   }
-
-  const int64_t first_slot = next_slot();
+  // Out go the removed items, then the oldest while too many would be held;
+  // in come the new ones, into the slots freed last first.
+  zeroed_.clear();
+  for (const uint64_t key : removed) {
+    const int64_t slot = SlotOf(key);
+    if (slot < 0) continue;
+    Unlink(key, slot);
+    zeroed_.push_back(slot);
+  }
+  while (remover_ != nullptr && size_ + count > options_.capacity) {  // the lowest priority first
+    const double any_fraction = 0.0;
+    int64_t slot = 0;
+    double probability = 0.0;
+    PERSERVE_RETURN_IF_ERROR(remover_->Select(std::span(&any_fraction, 1), std::span(&slot, 1),
+                                              std::span(&probability, 1)));
+    Unlink(KeyAt(slot), slot);
+    zeroed_.push_back(slot);
+  }
+  while (size_ + count > options_.capacity) {  // the oldest first
+    DropRemovedFromOrder();
+    const uint64_t key = order_.front();
+    const int64_t slot = SlotOf(key);
+    Unlink(key, slot);
+    zeroed_.push_back(slot);
+  }
   slots_.resize(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  // The tree computes the leaves (p + eps)^alpha (on the device where it lives), and
-  // fails without a change on a priority whose power overflows.
+  for (int64_t j = 0; j < count; ++j) slots_[j] = TakeSlot();
+  // Only the freed slots no new item took need a 0: the new items took the
+  // last freed first, so those are zeroed_'s first ones.
+  zeroed_.resize(zeroed_.size() - std::min(zeroed_.size(), static_cast<size_t>(count)));
+  if (!zeroed_.empty()) {
+    leaves_.assign(zeroed_.size(), 0.0);
+    PERSERVE_RETURN_IF_ERROR(tree_->Update(zeroed_, leaves_));
+  }
+  // The tree computes the leaves (p + eps)^alpha (on the device where it
+  // lives); CheckAdd made sure the powers and the total fit.
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
-  for (const int64_t slot : slots_) {  // removed items overwritten now: no longer counted
-    zero_leaves_ -= zero_leaf_[slot];
-    zero_leaf_[slot] = 0;
-  }
-  store_.Regions(first_slot, count, &regions_);
-  const Status filled = fill(regions_);
+  if (has_selectors_) PERSERVE_RETURN_IF_ERROR(InsertIntoSelectors(slots_, shifted_));
+  store_.Scatter(slots_, rows);
   *first_key = next_key_;
-  next_key_ += static_cast<uint64_t>(count);
-  if (!filled.ok()) {
-    shifted_.assign(static_cast<size_t>(count), 0.0);
-    (void)tree_->Update(slots_, shifted_);  // half-written rows are never drawn
-    for (const int64_t slot : slots_) zero_leaf_[slot] = 1;
-    zero_leaves_ += count;
-    return filled;
+  for (int64_t j = 0; j < count; ++j) {
+    const uint64_t key = next_key_++;
+    slot_key_[static_cast<size_t>(slots_[j])] = key;
+    index_.Insert(key, slots_[j]);
+    order_.push_back(key);
   }
+  size_ += count;
+  DropRemovedFromOrder();
   if (options_.max_priority_from_adds) {
     max_priority_ = std::max(max_priority_, *std::max_element(shifted_.begin(), shifted_.end()));
   }
@@ -202,7 +284,8 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   if (!std::isfinite(beta) || !(beta >= 0.0)) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
-  if (live_size() == 0) return NothingLive(size());
+  if (size_ == 0) return Status::FailedPrecondition("the replay is empty");
+  if (draws_through_selector_) return SampleThroughSelector(batch_size, beta, result);
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));
   leaves_.resize(static_cast<size_t>(batch_size));
@@ -212,6 +295,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   // learner splitting the batch gets unbiased parts.
   const uint64_t counter = samples_drawn_++;
   PERSERVE_RETURN_IF_ERROR(tree_->Sample(options_.seed, counter, result->slots, leaves_));
+  PrefetchKeys(result->slots);
   Shuffle(options_.seed, counter, result->slots, leaves_);
 
   // perserve/importance_weight.h: (leaf_i / min_leaf)^-beta, N and T
@@ -222,7 +306,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
   result->weights.resize(static_cast<size_t>(batch_size));
   result->probabilities.resize(static_cast<size_t>(batch_size));
   for (int64_t i = 0; i < batch_size; ++i) {
-    result->keys[i] = KeyAtSlot(result->slots[i]);
+    result->keys[i] = KeyAt(result->slots[i]);
     result->probabilities[i] = leaves_[i] / total;
     result->weights[i] = ImportanceWeight(leaves_[i], min_leaf, beta);
   }
@@ -234,23 +318,42 @@ ReplayState Replay::State() const {
   return ReplayState{next_key_, max_priority_, options_.seed, samples_drawn_, counters_};
 }
 
-Status Replay::RestoreItems(uint64_t first_key, int64_t count, std::span<const std::byte> columns,
-                            std::span<const double> leaves) {
-  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, columns));
-  if (leaves.size() != static_cast<size_t>(count)) {
-    return Status::InvalidArgument(fmt::format("{} items but {} leaves", count, leaves.size()));
+Status Replay::RestoreItems(std::span<const uint64_t> keys, std::span<const int64_t> slots,
+                            std::span<const std::byte> rows, std::span<const double> leaves) {
+  const int64_t count = static_cast<int64_t>(keys.size());
+  if (count == 0) return Status::Ok();
+  if (slots.size() != keys.size() || leaves.size() != keys.size()) {
+    return Status::InvalidArgument(fmt::format("{} keys, {} slots and {} leaves", keys.size(), slots.size(),
+                                               leaves.size()));
   }
-  const uint64_t capacity = static_cast<uint64_t>(options_.capacity);
-  const int64_t first_slot = static_cast<int64_t>(first_key % capacity);
-  slots_.resize(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) slots_[j] = (first_slot + j) % options_.capacity;
-  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves));
+  PERSERVE_RETURN_IF_ERROR(store_.CheckBatch(count, rows));
   for (int64_t j = 0; j < count; ++j) {
-    const uint8_t zero = leaves[j] == 0.0 ? 1 : 0;
-    zero_leaves_ += zero - zero_leaf_[slots_[j]];
-    zero_leaf_[slots_[j]] = zero;
+    const int64_t slot = slots[j];
+    if (slot < 0 || slot >= options_.capacity) {
+      return Status::InvalidArgument(fmt::format("key {}: slot {} is outside [0, capacity {})", keys[j], slot,
+                                                 options_.capacity));
+    }
+    // Each leaf a held item can have: finite, at least the smallest normal
+    // double (a priority's leaf is clamped up to it: tree/tree_algorithm.h).
+    if (!std::isfinite(leaves[j]) || !(leaves[j] >= std::numeric_limits<double>::min())) {
+      return Status::InvalidArgument(fmt::format("key {}: a leaf of {} is no held item's", keys[j], leaves[j]));
+    }
+    if (keys[j] == kNoKey || SlotOf(keys[j]) >= 0) {
+      return Status::InvalidArgument(fmt::format("key {} is held twice", keys[j]));
+    }
+    if (slot_key_[static_cast<size_t>(slot)] != kNoKey) {
+      return Status::InvalidArgument(fmt::format("keys {} and {} both in slot {}",
+                                                 slot_key_[static_cast<size_t>(slot)], keys[j], slot));
+    }
+    // Claimed now, so a repeat later in this call is caught as well.
+    slot_key_[static_cast<size_t>(slot)] = keys[j];
+    index_.Insert(keys[j], slot);
   }
-  store_.Write(first_slot, count, columns);
+  const Status updated = tree_->Update(slots, leaves);
+  if (!updated.ok()) return updated;
+  store_.Scatter(slots, rows);
+  for (int64_t j = 0; j < count; ++j) fresh_ = std::max(fresh_, slots[j] + 1);
+  size_ += count;
   return Status::Ok();
 }
 
@@ -258,11 +361,48 @@ Status Replay::RestoreState(const ReplayState& state) {
   if (!(state.max_priority > 0.0) || !std::isfinite(state.max_priority)) {
     return Status::InvalidArgument(fmt::format("a max priority of {}", state.max_priority));
   }
+  // The held keys in order, and the slots never restored free (the lowest taken first).
+  order_.clear();
+  free_.clear();
+  for (int64_t slot = fresh_ - 1; slot >= 0; --slot) {
+    const uint64_t key = slot_key_[static_cast<size_t>(slot)];
+    if (key == kNoKey) {
+      free_.push_back(slot);
+      continue;
+    }
+    if (key >= state.next_key) {
+      return Status::InvalidArgument(fmt::format("key {} is held, but the next key is {}", key, state.next_key));
+    }
+    order_.push_back(key);
+  }
+  std::sort(order_.begin(), order_.end());
+  removed_in_order_ = 0;
   next_key_ = state.next_key;
   max_priority_ = state.max_priority;
   options_.seed = state.seed;
   samples_drawn_ = state.samples_drawn;
   counters_ = state.counters;
+  return Status::Ok();
+}
+
+Status Replay::RestoreFreeSlots(int64_t slots_used, std::span<const int64_t> free_slots) {
+  if (slots_used < fresh_ || slots_used > options_.capacity ||
+      static_cast<int64_t>(free_slots.size()) != slots_used - size_) {
+    return Status::InvalidArgument(fmt::format("{} slots used, {} of them free, with {} items held in slots below {}: "
+                                               "not a table's",
+                                               slots_used, free_slots.size(), size_, fresh_));
+  }
+  std::vector<uint8_t> listed(static_cast<size_t>(slots_used), 0);
+  for (const int64_t slot : free_slots) {
+    if (slot < 0 || slot >= slots_used || listed[static_cast<size_t>(slot)] != 0 ||
+        slot_key_[static_cast<size_t>(slot)] != kNoKey) {
+      return Status::InvalidArgument(fmt::format("free slot {}: outside [0, {}), listed twice, or holding an item",
+                                                 slot, slots_used));
+    }
+    listed[static_cast<size_t>(slot)] = 1;
+  }
+  free_.assign(free_slots.begin(), free_slots.end());
+  fresh_ = slots_used;
   return Status::Ok();
 }
 
@@ -278,20 +418,27 @@ Status CheckFractions(std::span<const double> fractions) {
 
 Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result) {
   PERSERVE_RETURN_IF_ERROR(CheckFractions(fractions));
-  if (live_size() == 0 && !fractions.empty()) return NothingLive(size());
+  if (sampler_ != nullptr || options_.max_times_sampled > 0) {
+    return Status::FailedPrecondition(fmt::format(
+        "a shard's draw at given fractions needs a prioritized table without max times sampled; this one's "
+        "sampler is {}, max times sampled {}",
+        table::SelectorKindName(options_.sampler), options_.max_times_sampled));
+  }
+  if (size_ == 0 && !fractions.empty()) return Status::FailedPrecondition("the replay is empty");
   const double total = tree_->Total();
   const size_t count = fractions.size();
   leaves_.resize(count);
   for (size_t i = 0; i < count; ++i) leaves_[i] = fractions[i] * total;  // the masses, then the leaves
   result->slots.resize(count);
   PERSERVE_RETURN_IF_ERROR(tree_->FindPrefixSum(leaves_, result->slots));
+  PrefetchKeys(result->slots);
   result->leaves.resize(count);
   PERSERVE_RETURN_IF_ERROR(tree_->Get(result->slots, result->leaves));
   result->keys.resize(count);
   result->probabilities.resize(count);
   result->weights.clear();
   for (size_t i = 0; i < count; ++i) {
-    result->keys[i] = KeyAtSlot(result->slots[i]);
+    result->keys[i] = KeyAt(result->slots[i]);
     result->probabilities[i] = result->leaves[i] / total;
   }
   counters_.items_sampled += static_cast<int64_t>(count);
@@ -300,22 +447,18 @@ Status Replay::SampleAt(std::span<const double> fractions, SampleResult* result)
 
 Status Replay::Remove(std::span<const uint64_t> keys) {
   slots_.clear();
-  const uint64_t oldest = oldest_key();
   for (const uint64_t key : keys) {
-    if (key < oldest || key >= next_key_) continue;
-    const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(options_.capacity));
-    if (zero_leaf_[slot] != 0) continue;  // already 0 (or a repeat)
-    zero_leaf_[slot] = 1;
-    slots_.push_back(slot);
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) slots_.push_back(slot);  // a repeat twice: the same 0
   }
   if (slots_.empty()) return Status::Ok();
-  shifted_.assign(slots_.size(), 0.0);
-  const Status updated = tree_->Update(slots_, shifted_);
-  if (!updated.ok()) {
-    for (const int64_t slot : slots_) zero_leaf_[slot] = 0;
-    return updated;
+  leaves_.assign(slots_.size(), 0.0);
+  PERSERVE_RETURN_IF_ERROR(tree_->Update(slots_, leaves_));
+  for (const uint64_t key : keys) {
+    const int64_t slot = SlotOf(key);
+    if (slot >= 0) Unlink(key, slot);
   }
-  zero_leaves_ += static_cast<int64_t>(slots_.size());
+  DropRemovedFromOrder();
   return Status::Ok();
 }
 
@@ -323,6 +466,11 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
                                 UpdateCounts* counts) {
   if (keys.size() != priorities.size()) {
     return Status::InvalidArgument(fmt::format("{} keys but {} priorities", keys.size(), priorities.size()));
+  }
+  if (options_.sampler == table::SelectorKind::kUniform || options_.sampler == table::SelectorKind::kFifo ||
+      options_.sampler == table::SelectorKind::kLifo) {
+    return Status::FailedPrecondition(fmt::format("a table whose sampler is {} takes no priority updates",
+                                                  table::SelectorKindName(options_.sampler)));
   }
   for (size_t j = 0; j < keys.size(); ++j) {
     if (keys[j] >= next_key_) {
@@ -335,11 +483,9 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       if (IsBadPriority(priorities[j])) return BadPriority(priorities[j], j);
     }
   }
-  // Keys older than the newest `capacity` have been overwritten: drop them.
-  const uint64_t oldest_live = next_key_ > static_cast<uint64_t>(options_.capacity)
-                                   ? next_key_ - static_cast<uint64_t>(options_.capacity)
-                                   : 0;
   UpdateCounts result;
+  found_.resize(keys.size());
+  index_.FindMany(keys, found_);
   slots_.clear();
   shifted_.clear();
   double largest = 0.0;
@@ -348,8 +494,8 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
       ++result.dropped;
       continue;
     }
-    const int64_t slot = static_cast<int64_t>(keys[j] % static_cast<uint64_t>(options_.capacity));
-    if (keys[j] < oldest_live || zero_leaf_[slot] != 0) {  // overwritten, or removed: applying would revive it
+    const int64_t slot = found_[j];
+    if (slot < 0) {  // no longer held
       ++result.stale;
       continue;
     }
@@ -359,6 +505,12 @@ Status Replay::UpdatePriorities(std::span<const uint64_t> keys, std::span<const 
     largest = std::max(largest, shifted);
   }
   PERSERVE_RETURN_IF_ERROR(tree_->UpdateWithExponent(slots_, shifted_, options_.alpha));
+  if (has_selectors_) {
+    // Checked above: held slots, valid priorities. Repeats: the last wins, as in the tree.
+    for (size_t j = 0; j < slots_.size(); ++j) priorities_[static_cast<size_t>(slots_[j])] = shifted_[j];
+    if (sampler_ != nullptr) PERSERVE_RETURN_IF_ERROR(sampler_->Update(slots_, shifted_));
+    if (remover_ != nullptr) PERSERVE_RETURN_IF_ERROR(remover_->Update(slots_, shifted_));
+  }
   max_priority_ = std::max(max_priority_, largest);
   result.applied = static_cast<int64_t>(slots_.size());
   counters_.priorities_updated += result.applied;

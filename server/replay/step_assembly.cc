@@ -1,5 +1,5 @@
 // StepReplay::Assemble: a sample's items in sample_schema's layout, read
-// straight from the step ring.
+// straight from the step ring (a transition's row is its step's: a gather).
 //
 // What the stacking costs: every output byte is written once, and each frame
 // is read once per stack it appears in (obs and next_obs of an n-step item
@@ -12,10 +12,14 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <functional>
 
 #include "replay/step_replay.h"
 
 namespace perserve::replay {
+
+using store::TransitionStore;
+
 namespace {
 
 // Writes `frames` (each `elements` elements of kBytes bytes) interleaved onto
@@ -94,7 +98,7 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
     }
     item.n_step_return = ret;
     item.discount = ended ? 0.0 : g;
-  } else {
+  } else if (options_.kind == StepOptions::Kind::kSequence) {
     item.valid = options_.sequence_length;
     for (int64_t j = 0; j < options_.sequence_length; ++j) {
       if (steps_.Info(steps_.KeyOf(item.stream, item.t + j)).done != 0) {
@@ -145,7 +149,7 @@ void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, i
   using Source = SampleColumn::Source;
   switch (column.source) {
     case Source::kStep:
-      if (options_.kind == StepOptions::Kind::kNStep) {
+      if (options_.kind != StepOptions::Kind::kSequence) {
         WriteStacked(column.column, column.depth, item.stream, item.t, item.episode_start, out);
       } else {
         const int64_t row = column.bytes / options_.sequence_length;
@@ -174,17 +178,53 @@ void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, i
   }
 }
 
+void StepReplay::SetAssemblyThreads(int threads) {
+  pool_ = threads > 1 ? std::make_unique<AssemblyPool>(threads) : nullptr;
+}
+
 void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const {
   assert(out.size() == item_slots.size() * static_cast<size_t>(SampleItemBytes()));
-  std::vector<ItemView> items(item_slots.size());
-  for (size_t i = 0; i < item_slots.size(); ++i) items[i] = ViewItem(item_slots[i]);
-  std::byte* target = out.data();
-  for (const SampleColumn& column : layout_.columns) {
-    for (size_t i = 0; i < item_slots.size(); ++i) {
-      WriteColumn(column, items[i], item_slots[i], target);
-      target += column.bytes;
-    }
+  const int64_t count = static_cast<int64_t>(item_slots.size());
+  // Parts of the items, on the pool's threads when there is one: each part
+  // writes its own rows of every column, so no two threads touch a byte.
+  const auto parallel = [this, count](const std::function<void(int64_t, int64_t)>& body) {
+    if (pool_ != nullptr) return pool_->ParallelFor(count, body);
+    body(0, count);
+  };
+  if (RowsAreSteps()) {  // a transition: its step's row as stored
+    std::vector<int64_t> step_slots;
+    StepSlots(item_slots, &step_slots);
+    const TransitionStore& columns = steps_.columns();
+    parallel([&](int64_t begin, int64_t end) {
+      std::byte* column_out = out.data();
+      for (size_t c = 0; c < columns.schema().columns.size(); ++c) {
+        const int64_t bytes = columns.schema().columns[c].ItemBytes();
+        for (int64_t i = begin; i < end; ++i) {
+          std::memcpy(column_out + i * bytes, columns.Rows(static_cast<int>(c), step_slots[i], 1).data(),
+                      static_cast<size_t>(bytes));
+        }
+        column_out += count * bytes;
+      }
+    });
+    return;
   }
+  std::vector<ItemView> items(item_slots.size());
+  parallel([&](int64_t begin, int64_t end) {
+    // An item's view starts with two dependent cache misses (its row, then
+    // its first step's info): both started for every item first.
+    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(items_->store().Rows(0, item_slots[i], 1).data());
+    for (int64_t i = begin; i < end; ++i) {
+      uint64_t key = 0;
+      std::memcpy(&key, items_->store().Rows(0, item_slots[i], 1).data(), sizeof(key));
+      __builtin_prefetch(&steps_.Info(key));
+    }
+    for (int64_t i = begin; i < end; ++i) items[i] = ViewItem(item_slots[i]);
+    std::byte* column_out = out.data();
+    for (const SampleColumn& column : layout_.columns) {
+      for (int64_t i = begin; i < end; ++i) WriteColumn(column, items[i], item_slots[i], column_out + i * column.bytes);
+      column_out += count * column.bytes;
+    }
+  });
 }
 
 }  // namespace perserve::replay

@@ -17,6 +17,7 @@ using Kind = StepOptions::Kind;
 bool IsScalar(const Column& column) { return column.shape.empty(); }
 
 Status CheckKind(const StepOptions& options) {
+  if (options.kind == Kind::kTransition) return Status::Ok();
   if (options.kind == Kind::kNStep) {
     if (options.n_step < 1) return Status::InvalidArgument(fmt::format("n-step {} must be >= 1", options.n_step));
     if (!(options.discount >= 0.0 && options.discount <= 1.0)) {
@@ -112,15 +113,33 @@ Status BuildStepLayout(const StepOptions& options, const Schema& step_schema, St
   }
   if (options.streams < 1) return Status::InvalidArgument(fmt::format("{} streams: need >= 1", options.streams));
   StepLayout result;
-  PERSERVE_RETURN_IF_ERROR(FindReward(options, step_schema, &result.reward_column));
-  PERSERVE_RETURN_IF_ERROR(FindDone(options, step_schema, &result.done_column));
-  std::vector<bool> named;
-  PERSERVE_RETURN_IF_ERROR(FindStacks(options, step_schema, &result, &named));
+  const bool transition = options.kind == Kind::kTransition;
+  if (transition) {
+    // A transition is its own step: no episodes, nothing stacked or computed.
+    if (!options.stacks.empty()) {
+      return Status::InvalidArgument(fmt::format("stack {}:{}: transitions are not stacked (stacks are for n-step "
+                                                 "items and sequences: --n-step, --sequence-length)",
+                                                 options.stacks.front().first, options.stacks.front().second));
+    }
+    if (!options.item_columns.empty()) {
+      return Status::InvalidArgument(fmt::format("item column {}: transitions carry no item columns (they are for "
+                                                 "n-step items and sequences: --n-step, --sequence-length)",
+                                                 options.item_columns.front().ToString()));
+    }
+    result.depths.assign(step_schema.columns.size(), 1);
+  } else {
+    PERSERVE_RETURN_IF_ERROR(FindReward(options, step_schema, &result.reward_column));
+    PERSERVE_RETURN_IF_ERROR(FindDone(options, step_schema, &result.done_column));
+  }
+  std::vector<bool> named(step_schema.columns.size(), false);
+  if (!transition) PERSERVE_RETURN_IF_ERROR(FindStacks(options, step_schema, &result, &named));
 
   // An item needs steps t-K+1 .. t+n (n-step) or t-K+1 .. t+L-1 (sequence): all in the ring at once.
   const bool n_step = options.kind == Kind::kNStep;
-  const int64_t span = n_step ? int64_t{options.n_step} + result.max_depth
-                              : int64_t{options.sequence_length} + result.max_depth - 1;
+  const int64_t span = transition ? 1
+                       : n_step   ? int64_t{options.n_step} + result.max_depth
+                                  : int64_t{options.sequence_length} + result.max_depth - 1;
+  result.span = span;
   if (span > options.step_capacity) {
     return Status::InvalidArgument(fmt::format(
         "an item spans {} steps ({} {} and a stack of {}), more than the step ring holds ({} steps)", span,
@@ -134,7 +153,7 @@ Status BuildStepLayout(const StepOptions& options, const Schema& step_schema, St
     result.columns.push_back(source);
   };
   using Source = SampleColumn::Source;
-  const int length = n_step ? 0 : options.sequence_length;
+  const int length = n_step || transition ? 0 : options.sequence_length;
   for (int c = 0; c < static_cast<int>(step_schema.columns.size()); ++c) {
     if (n_step && (c == result.reward_column || c == result.done_column)) continue;
     add(Stacked(step_schema.columns[c], result.depths[c], length), {Source::kStep, c, result.depths[c]});
@@ -148,7 +167,7 @@ Status BuildStepLayout(const StepOptions& options, const Schema& step_schema, St
       next.name = "next_" + next.name;
       add(std::move(next), {Source::kNextStep, c, result.depths[c]});
     }
-  } else {
+  } else if (!transition) {
     add(Column{"mask", DType::kUInt8, {options.sequence_length}}, {Source::kMask});
   }
   result.stored_schema.columns.push_back(Column{"step", DType::kInt64, {}});

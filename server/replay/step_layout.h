@@ -16,7 +16,7 @@ struct StepOptions;
 
 struct SampleColumn {
   enum class Source {
-    kStep,      // a step column at t (kNStep) or at t .. t+L-1 (kSequence), stacked to `depth`
+    kStep,      // a step column at t (kTransition, kNStep) or at t .. t+L-1 (kSequence), stacked to `depth`
     kNextStep,  // kNStep's next_c: the step column at t+n', stacked to `depth`
     kReturn,    // kNStep's float64 n-step return
     kDiscount,  // kNStep's float64 discount
@@ -35,6 +35,7 @@ struct StepLayout {
   std::vector<SampleColumn> columns;  // one per sample_schema column
   std::vector<int> depths;            // per step column: its stack depth (1: not stacked)
   int max_depth = 1;                  // K: the deepest stack
+  int64_t span = 1;                   // steps an item needs at most: 1, n + K or L + K - 1
   int reward_column = -1;
   int done_column = -1;
   int64_t item_column_bytes = 0;      // one item's bytes of the item columns

@@ -1,6 +1,7 @@
 #include "replay/step_replay.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <limits>
 
@@ -9,9 +10,14 @@
 namespace perserve::replay {
 namespace {
 
-constexpr uint64_t kNoItem = std::numeric_limits<uint64_t>::max();
+constexpr int64_t kNoItem = -1;
 
 }  // namespace
+
+int64_t StepSlack(const Schema& step_schema, int64_t step_capacity) {
+  const int64_t bytes = std::max<int64_t>(1, step_schema.ItemBytes());
+  return std::min(step_capacity, std::clamp<int64_t>((int64_t{32} << 20) / bytes, 256, int64_t{1} << 16));
+}
 
 // The stream's steps as they will be once a request is in: those held now
 // (the store) and the request's (read from its columns), indices
@@ -39,33 +45,29 @@ struct StepReplay::RequestView {
   }
 };
 
-Status StepReplay::Create(const StepOptions& options, Schema step_schema, Replay* items,
+Status StepReplay::Create(const StepOptions& options, const ReplayOptions& items, Schema step_schema,
                           std::unique_ptr<StepReplay>* out) {
   StepLayout layout;
   PERSERVE_RETURN_IF_ERROR(BuildStepLayout(options, step_schema, &layout));
-  if (items == nullptr) return Status::InvalidArgument("no items' Replay");
-  if (items->store().schema().ToString() != layout.stored_schema.ToString()) {
-    return Status::InvalidArgument(fmt::format("the items' Replay stores {}; a step replay's items need {}",
-                                               items->store().schema().ToString(),
-                                               layout.stored_schema.ToString()));
-  }
-  if (items->next_key() != 0) {
-    return Status::FailedPrecondition(
-        fmt::format("the items' Replay already issued {} keys: a step replay adds all of its items",
-                    items->next_key()));
-  }
-  out->reset(new StepReplay(options, std::move(step_schema), std::move(layout), items));
+  std::unique_ptr<Replay> replay;
+  PERSERVE_RETURN_IF_ERROR(Replay::Create(items, layout.stored_schema, &replay));
+  out->reset(new StepReplay(options, std::move(step_schema), std::move(layout), std::move(replay)));
   return Status::Ok();
 }
 
-StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayout layout, Replay* items)
+StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayout layout,
+                       std::unique_ptr<Replay> items)
     : options_(options),
       layout_(std::move(layout)),
-      steps_(std::move(step_schema), options.step_capacity, options.streams, layout_.reward_column,
+      steps_(step_schema, options.step_capacity, StepSlack(step_schema, options.step_capacity), options.streams,
+             layout_.reward_column,
              layout_.done_column, options.prefault),
-      items_(items),
-      item_head_(static_cast<size_t>(options.step_capacity), kNoItem),
-      item_next_(static_cast<size_t>(items->capacity()), kNoItem) {
+      items_(std::move(items)),
+      item_head_(static_cast<size_t>(steps_.slots()), kNoItem),
+      item_next_(static_cast<size_t>(items_->capacity()), kNoItem),
+      item_prev_(static_cast<size_t>(items_->capacity()), kNoItem),
+      item_earliest_(static_cast<size_t>(items_->capacity()), 0),
+      item_over_(static_cast<size_t>(steps_.slots()), kNoItem) {
   int64_t stacked_bytes = 0;
   for (size_t c = 0; c < layout_.depths.size(); ++c) {
     if (layout_.depths[c] > 1) stacked_bytes = std::max(stacked_bytes, steps_.schema().columns[c].ItemBytes());
@@ -73,7 +75,20 @@ StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayou
   zero_frame_.assign(static_cast<size_t>(stacked_bytes), std::byte{0});
 }
 
-Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_t t, uint64_t* earliest_key) const {
+int64_t StepReplay::ReachableItems() const {
+  const int64_t capacity = options_.step_capacity;
+  int64_t items = capacity;
+  if (options_.kind == StepOptions::Kind::kNStep) {
+    items = capacity - options_.n_step - (layout_.max_depth - 1);
+  } else if (options_.kind == StepOptions::Kind::kSequence) {
+    const int64_t room = capacity - options_.sequence_length - (layout_.max_depth - 1);
+    items = room < 0 ? 0 : room / options_.sequence_period + 1;
+  }
+  return std::clamp<int64_t>(items, 0, items_->capacity());
+}
+
+Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_t t, uint64_t* step_key,
+                             uint64_t* earliest_key) const {
   const auto refuse = [&](const std::string& why) {
     return Status::InvalidArgument(
         fmt::format("item {} over step {} of stream {}: {}", position, t, request.stream, why));
@@ -84,8 +99,21 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
                               request.new_steps - 1));
   }
   if (t < request.oldest) {
+    if (request.oldest == request.old_steps) {
+      return refuse(fmt::format("the ring no longer holds it (it holds none of the stream's {} steps)",
+                                request.old_steps));
+    }
     return refuse(fmt::format("the ring no longer holds it (the stream holds steps {} .. {})", request.oldest,
                               request.old_steps - 1));
+  }
+  *step_key = request.Key(t);
+  if (options_.kind == StepOptions::Kind::kTransition) {
+    if (*step_key < request.oldest_key_after) {
+      return refuse(fmt::format("the ring no longer holds it once this request's {} steps are in",
+                                request.new_steps - request.old_steps));
+    }
+    *earliest_key = *step_key;
+    return Status::Ok();
   }
   if (request.Done(t) == store::kTruncated) {
     return refuse("it is a truncated episode's bootstrap observation (done 2): items end there, none starts there");
@@ -126,21 +154,63 @@ Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_
   return Status::Ok();
 }
 
-void StepReplay::CollectOverwrittenItems(int64_t steps) {
+void StepReplay::CollectEvicted(int64_t steps) {
   removed_.clear();
-  const uint64_t oldest_item = items_->oldest_key();
-  const uint64_t item_capacity = static_cast<uint64_t>(items_->capacity());
+  removed_slots_.clear();
   for (uint64_t key = steps_.oldest_key(); key < steps_.OldestKeyAfter(steps); ++key) {
-    // Newest first; an item no longer held means every older one is gone too
-    // (and its link may belong to its slot's new occupant: never read it).
-    for (uint64_t item = item_head_[static_cast<size_t>(steps_.SlotOf(key))];
-         item != kNoItem && item >= oldest_item; item = item_next_[item % item_capacity]) {
-      removed_.push_back(item);
+    for (int64_t item = item_head_[static_cast<size_t>(steps_.SlotOf(key))]; item != kNoItem;
+         item = item_next_[static_cast<size_t>(item)]) {
+      removed_.push_back(items_->KeyAt(item));
     }
   }
+  // Oldest key first, whatever the lists' order (a restore links them anew):
+  // the order their slots are freed in, and so taken again, is the table's.
+  std::sort(removed_.begin(), removed_.end());
+  for (const uint64_t key : removed_) removed_slots_.push_back(items_->SlotOf(key));
 }
 
-Status StepReplay::CheckCounts(int64_t steps, int64_t items) const {
+void StepReplay::Link(int64_t item_slot, uint64_t earliest_key) {
+  int64_t& head = item_head_[static_cast<size_t>(steps_.SlotOf(earliest_key))];
+  item_earliest_[static_cast<size_t>(item_slot)] = earliest_key;
+  item_prev_[static_cast<size_t>(item_slot)] = kNoItem;
+  item_next_[static_cast<size_t>(item_slot)] = head;
+  if (head != kNoItem) item_prev_[static_cast<size_t>(head)] = item_slot;
+  head = item_slot;
+  uint64_t step_key = 0;
+  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
+  item_over_[static_cast<size_t>(steps_.SlotOf(step_key))] = item_slot;
+}
+
+void StepReplay::Unlink(int64_t item_slot) {
+  const int64_t prev = item_prev_[static_cast<size_t>(item_slot)];
+  const int64_t next = item_next_[static_cast<size_t>(item_slot)];
+  if (prev != kNoItem) {
+    item_next_[static_cast<size_t>(prev)] = next;
+  } else {
+    item_head_[static_cast<size_t>(steps_.SlotOf(item_earliest_[static_cast<size_t>(item_slot)]))] = next;
+  }
+  if (next != kNoItem) item_prev_[static_cast<size_t>(next)] = prev;
+  uint64_t step_key = 0;
+  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
+  int64_t& over = item_over_[static_cast<size_t>(steps_.SlotOf(step_key))];
+  if (over == item_slot) over = kNoItem;
+}
+
+int64_t StepReplay::ItemOver(uint64_t step_key) const {
+  const int64_t item = item_over_[static_cast<size_t>(steps_.SlotOf(step_key))];
+  if (item == kNoItem || items_->KeyAt(item) == Replay::kNoKey) return kNoItem;
+  uint64_t key = 0;
+  std::memcpy(&key, items_->store().Rows(0, item, 1).data(), sizeof(key));
+  return key == step_key ? item : kNoItem;
+}
+
+Status StepReplay::CheckCounts(int64_t steps, int64_t items, bool item_per_step) const {
+  if (item_per_step) {  // an add: its items are its steps
+    const int64_t capacity = std::min(options_.step_capacity, items_->capacity());
+    if (steps >= 1 && steps <= capacity) return Status::Ok();
+    return Status::InvalidArgument(
+        fmt::format("an add of {} items: the count must be in [1, capacity {}]", steps, capacity));
+  }
   if (steps < 0 || steps > options_.step_capacity) {
     return Status::InvalidArgument(
         fmt::format("an append of {} steps: the count must be in [0, step capacity {}]", steps,
@@ -151,38 +221,45 @@ Status StepReplay::CheckCounts(int64_t steps, int64_t items) const {
         fmt::format("an append of {} items: the count must be in [0, item capacity {}]", items,
                     items_->capacity()));
   }
+  if (steps == 0 && items == 0) return Status::InvalidArgument("an append of no steps and no items");
   return Status::Ok();
 }
 
-Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::span<const std::byte> step_columns,
-                          std::span<const int64_t> item_steps, std::span<const double> priorities,
-                          std::span<const std::byte> item_columns, uint64_t* first_item_key) {
-  if (stream < 0 || stream >= options_.streams) {
-    return Status::InvalidArgument(fmt::format("stream {} is outside [0, {})", stream, options_.streams));
+Status StepReplay::Prepare(const AppendRequest& request) {
+  is_prepared_ = false;
+  const int stream = request.stream;
+  if (stream < 0 || stream >= steps_.streams()) {
+    return Status::InvalidArgument(fmt::format("stream {} is outside [0, {})", stream, steps_.streams()));
   }
+  const int64_t steps = request.steps.steps;
   const int64_t old_steps = steps_.stream_steps(stream);
-  if (first_step != old_steps) {
+  if (request.first_step != old_steps && !(request.first_step == AppendRequest::kAtEnd && request.item_per_step)) {
     return Status::FailedPrecondition(fmt::format(
         "stream {} sends steps from index {}, but its next step is {}: a request was lost or repeated", stream,
-        first_step, old_steps));
+        request.first_step, old_steps));
   }
-  const int64_t count = static_cast<int64_t>(item_steps.size());
-  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count));
+  if (request.item_per_step && options_.kind != StepOptions::Kind::kTransition) {
+    return Status::FailedPrecondition(
+        "this server's items are n-step transitions or sequences over steps (--n-step, --sequence-length): append "
+        "steps and name the steps items start at (Append; docs/steps.md), rather than adding transitions");
+  }
+  const int64_t count = request.item_count();
+  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count, request.item_per_step));
   if (steps > 0) {
-    PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(steps, step_columns));
-  } else if (!step_columns.empty()) {
-    return Status::InvalidArgument(fmt::format("no steps but {} bytes of step columns", step_columns.size()));
+    PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(request.steps));
+  } else if (!request.steps.bulk.empty()) {
+    return Status::InvalidArgument(fmt::format("no steps but {} bytes of step columns", request.steps.bulk.size()));
   }
   if (count > 0) {
-    PERSERVE_RETURN_IF_ERROR(items_->CheckAdd(count, priorities));
-  } else if (!priorities.empty()) {
-    return Status::InvalidArgument(fmt::format("no items but {} priorities", priorities.size()));
+    PERSERVE_RETURN_IF_ERROR(items_->CheckAdd(count, request.priorities));
+  } else if (!request.priorities.empty()) {
+    return Status::InvalidArgument(fmt::format("no items but {} priorities", request.priorities.size()));
   }
   const uint64_t expected_item_bytes = static_cast<uint64_t>(count * layout_.item_column_bytes);
-  if (item_columns.size() != expected_item_bytes) {
+  if (request.item_columns.size() != expected_item_bytes) {
     return Status::InvalidArgument(fmt::format("{} items must carry {} bytes of item columns ({} per item), got {}",
                                                count, expected_item_bytes, layout_.item_column_bytes,
-                                               item_columns.size()));
+                                               request.item_columns.size()));
   }
 
   // The request's steps' episodes, then every item against the steps as they will be.
@@ -191,65 +268,110 @@ Status StepReplay::Append(int stream, int64_t first_step, int64_t steps, std::sp
   int64_t episode_start = steps_.next_episode_start(stream);
   for (int64_t j = 0; j < steps; ++j) {
     request_episode_start_[j] = episode_start;
-    request_done_[j] = steps_.BulkDone(step_columns, steps, j);
+    request_done_[j] = steps_.Done(request.steps, j);
     if (request_done_[j] != 0) episode_start = old_steps + j + 1;
   }
-  const RequestView request{steps_,
-                            stream,
-                            steps_.stream_oldest(stream),
-                            old_steps,
-                            old_steps + steps,
-                            steps_.next_key(),
-                            steps_.OldestKeyAfter(steps),
-                            request_done_,
-                            request_episode_start_};
+  const RequestView view{steps_,
+                         stream,
+                         steps_.stream_oldest(stream),
+                         old_steps,
+                         old_steps + steps,
+                         steps_.next_key(),
+                         steps_.OldestKeyAfter(steps),
+                         request_done_,
+                         request_episode_start_};
   earliest_keys_.resize(static_cast<size_t>(count));
   item_step_keys_.resize(static_cast<size_t>(count));
-  for (size_t j = 0; j < item_steps.size(); ++j) {
-    PERSERVE_RETURN_IF_ERROR(CheckItem(request, j, item_steps[j], &earliest_keys_[j]));
-    item_step_keys_[j] = request.Key(item_steps[j]);
-  }
-
-  // Every item that needs a step this request overwrites leaves the tree,
-  // then the steps go in (their lists start empty), then the new items.
-  CollectOverwrittenItems(steps);
-  PERSERVE_RETURN_IF_ERROR(items_->Remove(removed_));
-  for (uint64_t key = steps_.oldest_key(); key < steps_.OldestKeyAfter(steps); ++key) {
-    item_head_[static_cast<size_t>(steps_.SlotOf(key))] = kNoItem;
-  }
-  if (steps > 0) steps_.Append(stream, steps, step_columns);
-  if (count == 0) {
-    *first_item_key = items_->next_key();
-    return Status::Ok();
-  }
-  const size_t key_bytes = static_cast<size_t>(count) * sizeof(uint64_t);
-  const auto fill = [&](std::span<const std::span<std::byte>> regions) {
-    // The step column's 1 or 2 regions, then the item columns' (Regions' order).
-    size_t written = 0;
-    for (const std::span<std::byte> region : regions) {
-      const std::byte* source = written < key_bytes
-                                    ? reinterpret_cast<const std::byte*>(item_step_keys_.data()) + written
-                                    : item_columns.data() + (written - key_bytes);
-      std::memcpy(region.data(), source, region.size());
-      written += region.size();
-    }
-    return Status::Ok();
-  };
-  uint64_t first = 0;
-  const Status added = items_->AddInPlace(count, priorities, fill, &first);
-  if (!added.ok()) {  // CheckAdd passed: only a failing tree device gets here
-    return Status::Internal(fmt::format("stream {}'s {} steps are appended, but its {} items failed: {}", stream,
-                                        steps, count, added.ToString()));
-  }
-  const uint64_t item_capacity = static_cast<uint64_t>(items_->capacity());
   for (int64_t j = 0; j < count; ++j) {
-    const uint64_t key = first + static_cast<uint64_t>(j);
-    uint64_t& head = item_head_[static_cast<size_t>(steps_.SlotOf(earliest_keys_[j]))];
-    item_next_[key % item_capacity] = head;
-    head = key;
+    const int64_t t = request.item_per_step ? old_steps + j : request.item_steps[j];
+    PERSERVE_RETURN_IF_ERROR(CheckItem(view, static_cast<size_t>(j), t, &item_step_keys_[j], &earliest_keys_[j]));
+    // One item per step: the ring's held steps may carry one already.
+    if (item_step_keys_[j] < view.first_new_key) {
+      const int64_t held = ItemOver(item_step_keys_[j]);
+      if (held != kNoItem) {
+        return Status::InvalidArgument(fmt::format("item {} over step {} of stream {}: the table holds an item over "
+                                                   "that step already (key {}); an item is created once",
+                                                   j, t, stream, items_->KeyAt(held)));
+      }
+    }
+  }
+  if (!request.item_per_step && count > 1) {
+    std::vector<uint64_t> sorted(item_step_keys_.begin(), item_step_keys_.end());
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    if (twice != sorted.end()) {
+      const auto first = std::find(item_step_keys_.begin(), item_step_keys_.end(), *twice);
+      return Status::InvalidArgument(fmt::format("the request creates two items over step {} of stream {}; an item "
+                                                 "is created once",
+                                                 request.item_steps[first - item_step_keys_.begin()], stream));
+    }
+  }
+  // The plan: the items the steps push out, and the item slots the new ones take.
+  CollectEvicted(steps);
+  items_->PlanSlots(removed_, count, &item_slots_, &pushed_out_);
+  prepared_ = request;
+  is_prepared_ = true;
+  return Status::Ok();
+}
+
+Status StepReplay::Commit(uint64_t* first_item_key) {
+  assert(is_prepared_);
+  is_prepared_ = false;
+  const AppendRequest& request = prepared_;
+  const int64_t count = request.item_count();
+  // Off their lists go the items leaving: evicted with their steps, and those
+  // the table's FIFO remover takes (their slots are about to be reused).
+  for (const int64_t slot : removed_slots_) Unlink(slot);
+  for (const int64_t slot : pushed_out_) Unlink(slot);
+  if (request.steps.steps > 0) {
+    // The new steps' slots start with no items: their lists and items belonged to keys long gone.
+    for (int64_t j = 0; j < request.steps.steps; ++j) {
+      const size_t slot = static_cast<size_t>(steps_.SlotOf(steps_.next_key() + static_cast<uint64_t>(j)));
+      item_head_[slot] = kNoItem;
+      item_over_[slot] = kNoItem;
+    }
+    steps_.Commit(request.stream, request.steps);
+  }
+  if (count == 0) {
+    const Status removed = items_->Remove(removed_);
+    *first_item_key = items_->next_key();
+    return removed;
+  }
+  // The stored rows: each item's step key, then the item columns as sent.
+  const size_t key_bytes = static_cast<size_t>(count) * sizeof(uint64_t);
+  rows_.resize(key_bytes + request.item_columns.size());
+  std::memcpy(rows_.data(), item_step_keys_.data(), key_bytes);
+  if (!request.item_columns.empty()) {
+    std::memcpy(rows_.data() + key_bytes, request.item_columns.data(), request.item_columns.size());
+  }
+  uint64_t first = 0;
+  const Status added = items_->Add(count, rows_, request.priorities, &first, removed_);
+  if (!added.ok()) {  // Prepare's checks passed: only a failing tree device gets here
+    return Status::Internal(fmt::format("stream {}'s {} steps are appended, but its {} items failed: {}",
+                                        request.stream, request.steps.steps, count, added.ToString()));
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    assert(items_->SlotOf(first + static_cast<uint64_t>(j)) == item_slots_[j]);
+    Link(item_slots_[j], earliest_keys_[j]);
   }
   *first_item_key = first;
   return Status::Ok();
+}
+
+Status StepReplay::Append(const AppendRequest& request, uint64_t* first_item_key) {
+  PERSERVE_RETURN_IF_ERROR(Prepare(request));
+  return Commit(first_item_key);
+}
+
+void StepReplay::StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const {
+  step_slots->resize(item_slots.size());
+  // Each item's row is a cache miss of its own: started for all at once.
+  for (const int64_t slot : item_slots) __builtin_prefetch(items_->store().Rows(0, slot, 1).data());
+  for (size_t i = 0; i < item_slots.size(); ++i) {
+    uint64_t key = 0;
+    std::memcpy(&key, items_->store().Rows(0, item_slots[i], 1).data(), sizeof(key));
+    (*step_slots)[i] = steps_.SlotOf(key);
+  }
 }
 
 Status StepReplay::StartRestore(uint64_t first_step_key, std::span<const int64_t> first_index,
@@ -263,34 +385,46 @@ Status StepReplay::StartRestore(uint64_t first_step_key, std::span<const int64_t
   return Status::Ok();
 }
 
-Status StepReplay::RestoreItem(uint64_t item_key, double leaf) {
-  if (leaf == 0.0) return Status::Ok();
-  const int64_t item_slot = static_cast<int64_t>(item_key % static_cast<uint64_t>(items_->capacity()));
-  uint64_t step_key = 0;
-  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
-  if (step_key < steps_.oldest_key() || step_key >= steps_.next_key()) {
-    return Status::InvalidArgument(fmt::format("item key {}: its step key {} is not held (the ring holds {} .. {})",
-                                               item_key, step_key, steps_.oldest_key(),
-                                               static_cast<int64_t>(steps_.next_key()) - 1));
-  }
-  const store::StepInfo& info = steps_.Info(step_key);
+Status StepReplay::RestoreSteps(int stream, int64_t steps, std::span<const std::byte> step_columns) {
+  const store::StepBatch batch{steps, step_columns, false};
+  PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(batch));
+  steps_.Commit(stream, batch);
+  return Status::Ok();
+}
+
+Status StepReplay::RestoreItems() {
   const std::vector<uint8_t> no_done;
   const std::vector<int64_t> no_start;
-  const RequestView held{steps_,
-                         info.stream,
-                         steps_.stream_oldest(info.stream),
-                         steps_.stream_steps(info.stream),
-                         steps_.stream_steps(info.stream),
-                         steps_.next_key(),
-                         steps_.oldest_key(),
-                         no_done,
-                         no_start};
-  uint64_t earliest = 0;
-  const Status checked = CheckItem(held, 0, info.index, &earliest);
-  if (!checked.ok()) return Status::InvalidArgument(fmt::format("item key {}: {}", item_key, checked.message()));
-  uint64_t& head = item_head_[static_cast<size_t>(steps_.SlotOf(earliest))];
-  item_next_[static_cast<size_t>(item_slot)] = head;
-  head = item_key;
+  for (int64_t item_slot = 0; item_slot < items_->slots_used(); ++item_slot) {
+    const uint64_t item_key = items_->KeyAt(item_slot);
+    if (item_key == Replay::kNoKey) continue;
+    uint64_t step_key = 0;
+    std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
+    if (step_key < steps_.oldest_key() || step_key >= steps_.next_key()) {
+      return Status::InvalidArgument(fmt::format("item key {}: its step key {} is not held (the ring holds {} .. {})",
+                                                 item_key, step_key, steps_.oldest_key(),
+                                                 static_cast<int64_t>(steps_.next_key()) - 1));
+    }
+    const store::StepInfo& info = steps_.Info(step_key);
+    const RequestView held{steps_,
+                           info.stream,
+                           steps_.stream_oldest(info.stream),
+                           steps_.stream_steps(info.stream),
+                           steps_.stream_steps(info.stream),
+                           steps_.next_key(),
+                           steps_.oldest_key(),
+                           no_done,
+                           no_start};
+    uint64_t checked_step = 0, earliest = 0;
+    const Status checked = CheckItem(held, 0, info.index, &checked_step, &earliest);
+    if (!checked.ok()) return Status::InvalidArgument(fmt::format("item key {}: {}", item_key, checked.message()));
+    const int64_t other = ItemOver(step_key);
+    if (other != kNoItem) {
+      return Status::InvalidArgument(fmt::format("item keys {} and {} are both over step key {}", items_->KeyAt(other),
+                                                 item_key, step_key));
+    }
+    Link(item_slot, earliest);
+  }
   return Status::Ok();
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "service/transport.h"
+#include "service/transport/transport.h"
 
 namespace perserve::service {
 

@@ -8,7 +8,10 @@
 namespace perserve::service {
 
 HeldAdds::HeldAdds(Transport* transport, int clients)
-    : transport_(transport), per_client_(static_cast<size_t>(clients), 0), ledger_(static_cast<size_t>(clients)) {}
+    : transport_(transport),
+      per_client_(static_cast<size_t>(clients), 0),
+      ledger_(static_cast<size_t>(clients)),
+      early_(static_cast<size_t>(clients)) {}
 
 void HeldAdds::Hold(HeldAdd add) {
   if (add.awaits_columns() && add.ticket == 0) add.ticket = Owe(add.client);
@@ -96,9 +99,13 @@ void HeldAdds::DropArrived(int client) {
   }
 }
 
-HeldAdds::Routed HeldAdds::Route(int client, std::span<const std::byte> bytes) {
+HeldAdds::Routed HeldAdds::Route(int client, std::span<const std::byte> bytes, int max_early) {
   std::deque<Owed>& owed = ledger_[client];
-  if (owed.empty()) return Routed::kStray;
+  if (owed.empty()) {
+    if (static_cast<int>(early_[client].size()) >= max_early) return Routed::kStray;
+    early_[client].emplace_back(bytes.begin(), bytes.end());
+    return Routed::kEarly;
+  }
   const Owed first = owed.front();
   owed.pop_front();
   if (first.drop) return Routed::kDropped;
@@ -112,6 +119,20 @@ HeldAdds::Routed HeldAdds::Route(int client, std::span<const std::byte> bytes) {
   // while it is being applied, when the loop receives nothing.
   spdlog::error("columns owed by an add no longer held (entry {}); dropped", first.ticket);
   return Routed::kDropped;
+}
+
+std::optional<std::vector<std::byte>> HeldAdds::TakeEarly(int client) {
+  std::deque<std::vector<std::byte>>& early = early_[client];
+  if (early.empty()) return std::nullopt;
+  std::vector<std::byte> bytes = std::move(early.front());
+  early.pop_front();
+  return bytes;
+}
+
+size_t HeldAdds::early() const {
+  size_t count = 0;
+  for (const auto& early : early_) count += early.size();
+  return count;
 }
 
 }  // namespace perserve::service

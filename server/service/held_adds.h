@@ -26,22 +26,27 @@
 #include <span>
 #include <vector>
 
-#include "service/transport.h"
+#include "proto/append.h"
+#include "service/transport/transport.h"
 
 namespace perserve::service {
 
+// A held append, kept as it was decoded: `append` views `message`, the
+// request's bytes as received (moved here, not copied).
 struct HeldAdd {
   using Clock = std::chrono::steady_clock;
   int client;
   uint64_t request_id;
-  int64_t count;
-  std::vector<std::byte> frame;  // the whole request, decoded again when applied
+  std::vector<std::byte> message;
+  proto::DecodedAppend append;
   Clock::time_point arrived;
   Clock::time_point deadline;
-  bool columns_follow = false;  // its columns come apart ...
-  std::optional<std::vector<std::byte>> columns{};  // ... and are here (the loop's receive took them) ...
+  std::optional<std::vector<std::byte>> columns{};  // its columns apart, here (the loop's receive took them) ...
   uint64_t ticket = 0;                              // ... or owed: its entry in the client's ledger
-  bool awaits_columns() const { return columns_follow && !columns; }
+  int64_t steps() const { return append.meta.steps; }
+  int64_t items() const { return append.meta.item_count(); }
+  bool columns_follow() const { return append.meta.columns_follow; }
+  bool awaits_columns() const { return columns_follow() && !columns; }
 };
 
 class HeldAdds {
@@ -91,9 +96,19 @@ class HeldAdds {
   // after every columns message the client owes now.
   void Refuse(int client, uint64_t ticket = 0);
 
-  // A columns message the loop's receive took from `client`.
-  enum class Routed { kKept, kDropped, kStray };
-  Routed Route(int client, std::span<const std::byte> bytes);
+  // A columns message the loop's receive took from `client`: kept with the
+  // held add it belongs to, dropped (a refused add's), or early: it came
+  // before its append request (a client may send them in that order), so it
+  // is kept for the client's next append apart (TakeEarly); one more than
+  // `max_early` waiting is dropped (kStray).
+  enum class Routed { kKept, kDropped, kEarly, kStray };
+  Routed Route(int client, std::span<const std::byte> bytes, int max_early);
+  // The oldest columns message `client` sent before its append request, for
+  // its next append apart (the one it belongs to: each client's columns
+  // messages go to its appends apart in order, whichever came first).
+  std::optional<std::vector<std::byte>> TakeEarly(int client);
+  // Early columns messages kept, over all clients (the stats line).
+  size_t early() const;
 
  private:
   struct Owed {
@@ -109,6 +124,7 @@ class HeldAdds {
   std::deque<HeldAdd> adds_;
   std::vector<int> per_client_;
   std::vector<std::deque<Owed>> ledger_;
+  std::vector<std::deque<std::vector<std::byte>>> early_;
   uint64_t next_ticket_ = 1;
 };
 

@@ -1,14 +1,11 @@
-// ReplayService: the replay rank's event loop over a Transport: decode each
-// frame, dispatch it to the Replay, reply, keep statistics, stop when every
-// client has closed.
-//
-// The loop dispatches and orders; each concern's state has one owner
-// (docs/architecture.md, "The replay rank's components"): ClientBook (roles,
-// open, last heard, a close waiting), HeldAdds (held adds and the columns
-// apart each client owes), WaitingSamples, RowPins (rows of replies in
-// flight), CheckpointDriver (checkpoints, their waiters, SIGTERM's final
-// one), RateLimiter, StatsLine. The service asks them and acts; none calls
-// another.
+// ReplayService: the replay rank's event loop over a Transport. It receives,
+// dispatches and orders; each concern's state has one owner
+// (docs/architecture.md, "The replay rank's components"): ClientBook
+// (roles, open, last heard, a close waiting), Intake (appends, with the
+// HeldAdds), Sampling (samples, with the WaitingSamples), Admission (what
+// holds a request), RowPins (rows of replies in flight), CheckpointDriver
+// (checkpoints, their waiters, SIGTERM's final one), RateLimiter, Shutdown,
+// StatsLine; Replies sends every answer. The service asks them and acts.
 //
 // Fairness: each Step() visits the open clients round-robin and takes at most
 // messages_per_client_pass messages (default 4) and about
@@ -29,7 +26,7 @@
 // (replies_dropped). Only a failing transport (MPI itself) ends Run.
 //
 // A sample request waits (is deferred, its reply held back) until
-// min_size_to_sample items are stored, and while its client has not received
+// min_size_to_sample items are held, and while its client has not received
 // earlier sample replies past its allowance (max_unread_sample_replies, or
 // max_unread_reply_bytes: one reply always goes out when none is unread);
 // other clients are served meanwhile. A client may have at most
@@ -47,31 +44,34 @@
 // clients silent for longer than an interval.
 //
 // Rate limiting (RateLimiter, with --samples-per-insert > 0): samples wait
-// while the learners are ahead, adds while the actors are. A held add is kept
-// whole (at most max_deferred_adds per client; an actor's own max_in_flight
-// bounds them first) and applied in its client's order; that client's close
-// waits behind its held adds. Nothing holds intake once no learner remains.
+// while the learners are ahead, appends that create items while the actors
+// are. A held append is kept whole (at most max_deferred_adds per client; an
+// actor's own max_in_flight bounds them first) and applied in its client's
+// order; that client's close waits behind its held appends. Nothing holds
+// intake once no learner remains.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "proto/codec.h"
 #include "replay/episode_tracker.h"
-#include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/checkpoint_driver.h"
+#include "service/admission.h"
+#include "service/checkpoint/checkpoint_driver.h"
 #include "service/client_book.h"
 #include "service/held_adds.h"
+#include "service/intake.h"
 #include "service/rate_limiter.h"
+#include "service/replies.h"
 #include "service/row_pins.h"
+#include "service/sampling.h"
+#include "service/shutdown.h"
 #include "service/stats_line.h"
-#include "service/transport.h"
-#include "service/waiting_samples.h"
+#include "service/transport/transport.h"
 
 namespace perserve::service {
 
@@ -93,7 +93,7 @@ struct ServiceOptions {
   int max_unread_sample_replies = 4;
   int64_t max_unread_reply_bytes = int64_t{256} << 20;
   int max_deferred_samples = 16;
-  // Adds of one client the rate limiter may hold; one more is refused.
+  // Appends of one client the rate limiter may hold; one more is refused.
   int max_deferred_adds = 32;
   // The rate limiter (off at 0); min_size_to_sample is its M.
   double samples_per_insert = 0.0;
@@ -105,19 +105,19 @@ struct ServiceOptions {
   // (proto::ShardKey); an update's key of another shard is refused.
   int shard = 0;
   int shards = 1;
-  // Checkpoints (service/checkpoint.h): under this directory (empty: none),
-  // every this many seconds (0: only when asked), writing for about
-  // checkpoint_slice per pass of the loop.
+  // Checkpoints (service/checkpoint/checkpoint.h): under this directory
+  // (empty: none), every this many seconds (0: only when asked), writing for
+  // about checkpoint_slice per pass of the loop.
   std::string checkpoint_dir{};
   double checkpoint_every_seconds = 0.0;
   std::chrono::microseconds checkpoint_slice{2000};
-  // Sample replies whose rows (one item, all columns) are at least this many
-  // bytes go out from the store where the transport can (MPI: a datatype over
-  // the rows, no gather copy) when the learner awaits them (SendDrawn); the
-  // rows stay pinned until the reply is sent,
-  // and an add that would overwrite them waits for that. Smaller rows are
-  // gathered into the reply: a copy is cheaper than a datatype of many tiny
-  // blocks (docs/performance.md, the crossover). < 0: always gathered.
+  // Sample replies of transitions whose rows are at least this many bytes go
+  // out from the ring where the transport can (MPI: a datatype over the rows,
+  // no gather copy) when the learner awaits them; the rows stay pinned until
+  // the reply is sent, and an append that would overwrite them waits for
+  // that. Smaller rows are gathered into the reply: a copy is cheaper than a
+  // datatype of many tiny blocks (docs/performance.md, the crossover). < 0:
+  // always gathered.
   int64_t zero_copy_min_row_bytes = 8192;
   // Polled each pass: SIGUSR1 asks for a checkpoint, SIGTERM for one and
   // then the end of serving; 0: nothing. Empty: never polled.
@@ -130,11 +130,8 @@ struct ServiceOptions {
 
 class ReplayService {
  public:
-  ReplayService(replay::Replay* replay, Transport* transport, ServiceOptions options);
-  // A server of step streams (docs/steps.md): `steps` appends the actors'
-  // steps and creates the items `replay` holds (StepReplay::Create made it
-  // over `replay`), and assembles the samples; neither owned.
-  ReplayService(replay::Replay* replay, replay::StepReplay* steps, Transport* transport, ServiceOptions options);
+  // Serves `replay` (not owned) to the transport's clients.
+  ReplayService(replay::StepReplay* replay, Transport* transport, ServiceOptions options);
 
   // Serves until every client has closed, then drains the last replies.
   Status Run();
@@ -144,12 +141,11 @@ class ReplayService {
   Status Step(bool* handled);
 
   // Every client has closed, or after SIGTERM they have had their grace
-  // period (kStopGrace) to see UNAVAILABLE and close; never while the final
-  // checkpoint SIGTERM asked for is being written, or waits for the one
-  // being written to end.
+  // period (Shutdown::kGrace) to see UNAVAILABLE and close; never while the
+  // final checkpoint SIGTERM asked for is being written, or waits for the
+  // one being written to end.
   bool done() const {
-    return !checkpoints_.final_unfinished() &&
-           (clients_.open_clients() == 0 || (stopping_ && Now() >= stop_deadline_));
+    return !checkpoints_.final_unfinished() && (clients_.open_clients() == 0 || shutdown_.Over(Now()));
   }
   // After a restore: the rate limiter's and the episodes' saved state.
   void Restore(const CheckpointState& state);
@@ -159,11 +155,11 @@ class ReplayService {
   Status RequestCheckpoint(const std::string& reason) { return checkpoints_.Request(reason); }
   const CheckpointWriter* checkpoints() const { return checkpoints_.writer(); }
   const ServiceCounters& counters() const { return counters_; }
-  // The adds of `client` held now (rate limiter, rows in flight, columns to come).
+  // The appends of `client` held now (rate limiter, rows in flight, columns to come).
   int held_adds(int client) const { return held_.count(client); }
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end.
-  std::string Summary() const { return service::Summary(*replay_, counters_, limiter_) + DescribeSteps(); }
+  std::string Summary() const;
   // The stats line's last part: the open clients by role, what waits, for
   // what and for how long, and the clients silent for over an interval.
   std::string DescribeClients() const;
@@ -171,160 +167,50 @@ class ReplayService {
  private:
   using Clock = std::chrono::steady_clock;
   Clock::time_point Now() const { return options_.clock ? options_.clock() : Clock::now(); }
-  // What keeps a sample from being served now.
-  enum class SampleWait { kNone, kMinSize, kRateLimiter, kUnread };
-  // What holds a held add, checked in this order.
-  enum class AddHold { kEarlierAdd, kColumns, kRowsInFlight, kRateLimiter, kNone };
 
-  // Dispatch.
   // Handle() with exceptions (allocation failures) turned into error replies.
-  void HandleGuarded(int client, int tag, std::span<const std::byte> bytes);
-  void Handle(int client, int tag, std::span<const std::byte> bytes);
-  void HandleAdd(int client, const proto::Frame& frame, std::span<const std::byte> bytes);
-  void HandleSample(int client, const proto::Frame& frame);
-  void HandleShardSample(int client, const proto::Frame& frame);
+  void HandleGuarded(int client, int tag);
+  void Handle(int client, int tag);
   void HandleUpdate(int client, const proto::Frame& frame);
   void HandleClose(int client, const proto::Frame& frame);
   void HandleCheckpoint(int client, const proto::Frame& frame);
-  // A columns message the loop received as a message (HeldAdds::Route); a
-  // stray one is logged and counted as an error (it has no request id).
-  void TakeColumns(int client, std::span<const std::byte> bytes);
-
-  // Intake.
-  // Stores a decoded add and replies. An add apart whose columns were not
-  // received yet (`columns_received` empty) has entry `ticket` first in its
-  // client's ledger: they go straight into the store, or are dropped.
-  void ApplyAdd(int client, const proto::Frame& frame, const proto::AddRequest& request,
-                std::optional<std::span<const std::byte>> columns_received, uint64_t ticket);
-  // The columns of `client`'s add sent apart, received into their slots.
-  // *taken: whether they were (else they are to be dropped).
-  Status AddColumnsApart(int client, int64_t count, std::span<const double> priorities, uint64_t* first_key,
-                         bool* taken);
-  // Whether an add of `count` items from `client` must be held: behind the
-  // client's held adds, or by the rate limiter, or rows in flight.
-  bool HoldAdd(int client, int64_t count) const;
-  // An add of transitions to a server of them, or an append of steps to a
-  // server of step streams, with sane counts.
-  Status CheckAddKind(const proto::AddRequest& request) const;
-  // An append of steps (and items over them) to the client's stream.
-  void ApplyAppend(int client, const proto::Frame& frame, const proto::AddRequest& request);
-  // Items that can be drawn: the replay's size, less (step streams) items
-  // whose steps were overwritten.
-  int64_t HeldItems() const;
-  // Bytes of one sampled item's columns in a reply.
-  int64_t SampleRowBytes() const;
-  // Step streams: "; steps: S held, I items whole (E evicted)"; "" for transitions.
-  std::string DescribeSteps() const;
-  bool LimiterHolds(int64_t count) const;
-  bool PinHolds(int64_t count) const { return pins_.Holds(replay_->next_slot(), count); }
-  // Whether the held add at `add` can go now (it is its client's oldest).
-  bool CanRelease(HeldAdds::Iterator add);
-  AddHold HeldBy(HeldAdds::ConstIterator add) const;
-  // Why the oldest held add waits (the stats line, the refusal of one more).
-  std::string DescribeAddHold() const;
-  // What `add` waits for (its DEADLINE_EXCEEDED says so).
-  std::string DescribeAddWait(HeldAdds::ConstIterator add) const;
-  // Takes a held add out: stores it (or answers why not) when `refusal` is
-  // OK, else answers `refusal`; a close that waited behind the client's held
-  // adds goes once the last is out. *it moves to the next.
-  void ReleaseHeldAdd(HeldAdds::Iterator* it, const Status& refusal);
-  void ServeHeldAdds(bool* any_blocked);
-
-  // Samples.
-  // Queues a sample that cannot be served now, or refuses it (hopeless, or
-  // too many of the client's waiting).
-  void Defer(WaitingSample sample, SampleWait wait);
-  void Serve(const WaitingSample& sample);
-  void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta, bool awaited);
-  void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions, bool awaited);
-  // Replies with what sample_ holds: `arrays` (its keys first, which this
-  // tags with the server's shard, in place), then its rows. They go from the
-  // store (pinned until received) only for a reply the client `awaited`: a
-  // prefetched one may stay unread while the learner waits for the actors
-  // (a barrier), and rows it pinned would hold their adds for ever.
-  void SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta, bool awaited,
-                 std::initializer_list<std::span<const std::byte>> arrays);
-  SampleWait WaitFor(const WaitingSample& sample) const;
-  SampleWait WaitFor(int client, int64_t batch_size) const;
-  std::string Describe(SampleWait wait, int client) const;
-  bool Hopeless(SampleWait wait) const {
-    return clients_.open_actors() == 0 && (wait == SampleWait::kMinSize || wait == SampleWait::kRateLimiter);
-  }
-  // Answers FAILED_PRECONDITION to a sample that can never be served. A
-  // learner's probe of this shard's state (a shard sample of no items) gets
-  // it too, but as the state it asked for, not an error: the learner leaves
-  // an actor-less shard out (warned about at start), so it is neither
-  // counted in `errors` nor logged as a warning.
-  void RefuseHopeless(const WaitingSample& sample, SampleWait wait);
-  void ServeWaitingSamples(bool* any_blocked);
-  // With no actor open: fails every waiting sample that can never be served.
-  void FailHopelessSamples();
-
-  // Each pass: held adds, then waiting samples, in arrival order.
+  // Each pass: deadlines, then held appends, then waiting samples, each in
+  // arrival order; when the rate limiter holds both kinds and neither can go,
+  // the oldest append goes anyway (logged once): a buffer too small for one
+  // add and one sample must not hang the job.
   void ServeDeferred();
-  // Answers DEADLINE_EXCEEDED to every waiting request past its timeout.
-  void ExpireDeadlines();
-
-  // Closing and stopping.
-  // Closes `client` (its adds all applied): the reply, then the bookkeeping.
+  // Closes `client` (its appends all applied): the reply, then the bookkeeping.
   void FinishClose(int client, uint64_t request_id);
   // SIGUSR1 and SIGTERM, polled each pass.
   void TakeSignal();
   // SIGTERM: answers every waiting and every later request UNAVAILABLE (but
-  // closes), until every client has closed or kStopGrace has passed. Called
+  // closes), until every client has closed or the grace has passed. Called
   // when the final checkpoint begins, so nothing is acknowledged that it
   // lacks (a checkpoint is the replay as it was at its Begin).
   void StopServing();
-  Status StoppedError() const;
-  static constexpr std::chrono::seconds kStopGrace{10};
-
-  // Replies.
-  static Clock::time_point DeadlineAfter(Clock::time_point arrived, double timeout_seconds);
-  // The whole frame a sample of `batch_size` items is answered with (at most,
-  // for a shard sample's reply).
-  int64_t SampleReplyBytes(int64_t batch_size) const;
-  // A request's timeout: >= 0 (NaN refused). A sample's reply: within one MPI message.
-  static Status CheckTimeout(double timeout_seconds);
-  Status CheckReplyFits(int64_t count) const;
-  void ReplyError(int client, uint64_t request_id, const Status& error);
-  template <class Meta>
-  void Reply(int client, proto::MessageKind kind, uint64_t request_id, const Meta& meta,
-             std::initializer_list<std::span<const std::byte>> bulk = {});
-  void Send(int client, uint64_t request_id, std::vector<std::byte> frame, bool sample_reply);
-  // A reply the transport refused to send: counted and logged.
-  void ReplyDropped(int client, uint64_t request_id, const Status& sent);
   void MaybeLogStats();
+  CheckpointState SaveState() const;
 
-  replay::Replay* replay_;
-  replay::StepReplay* steps_ = nullptr;  // step streams; nullptr: transitions
+  replay::StepReplay* replay_;
   Transport* transport_;
   ServiceOptions options_;
+  ServiceCounters counters_;
+  Replies replies_;
   ClientBook clients_;
   RateLimiter limiter_;
   HeldAdds held_;
-  WaitingSamples waiting_;
   RowPins pins_;
   CheckpointDriver checkpoints_;
   StatsLine stats_;
-  ServiceCounters counters_;
   replay::EpisodeTracker episodes_;
+  Admission admission_;
+  Intake intake_;
+  Sampling sampling_;
+  Shutdown shutdown_;
 
-  int next_client_ = 0;        // where the next round-robin pass starts
-  std::vector<bool> blocked_;  // ServeDeferred's scratch: clients whose oldest must wait
+  int next_client_ = 0;  // where the next round-robin pass starts
   std::vector<std::byte> receive_buffer_;
-  int64_t columns_bytes_taken_ = 0;            // the columns apart the last message brought (the pass's byte budget)
-  std::vector<std::span<std::byte>> regions_;  // where the last add apart went
-  replay::SampleResult sample_;
   std::vector<uint64_t> completed_tokens_;
-  std::vector<char> copy_row_;  // SendDrawn's scratch: which rows to copy
-  bool pin_hold_logged_ = false;
-  // Rows within capacity / kCopyGuardDivisor slots ahead of the ring's next
-  // write are copied into a reply sent from the store, so an add waits for a
-  // reply's rows only when the reply is still unread after that many adds.
-  static constexpr int64_t kCopyGuardDivisor = 8;
-  bool stopping_ = false;
-  // kStopGrace after SIGTERM's checkpoint is complete (max while it is unfinished).
-  Clock::time_point stop_deadline_ = Clock::time_point::max();
 };
 
 }  // namespace perserve::service

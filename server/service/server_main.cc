@@ -19,13 +19,16 @@
 #include "mpi/join.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/mpi_transport.h"
+#include "service/checkpoint/checkpoint.h"
 #include "service/replay_service.h"
+#include "service/transport/mpi_transport.h"
 
 namespace {
 
 struct Flags {
   int64_t capacity = int64_t{1} << 21;
+  int64_t max_items = 0;  // 0: --capacity
+  int assembly_threads = 0;  // 0: half the cores this rank may use, 1 to 8
   double alpha = 0.6;
   std::vector<std::string> columns;
   std::string device = "auto";
@@ -38,6 +41,7 @@ struct Flags {
   bool drop_bad_priorities = false;
   bool max_priority_from_adds = false;
   std::string restore;
+  bool min_size_given = false;
   // Step streams (docs/steps.md): n-step transitions or sequences over the
   // actors' appended steps, with stacked columns and item columns.
   int n_step = 0;
@@ -69,11 +73,14 @@ uint64_t ShardSeed(uint64_t seed, int world_rank) {
 // The last SIGUSR1 or SIGTERM, taken by the service loop each pass; and
 // whether SIGTERM ever came (the transport stops waiting for a dead sender).
 // SIGINT is taken as SIGTERM: srun forwards a double Ctrl-C to every task
-// as SIGINT, and a server started by hand is stopped with Ctrl-C.
+// as SIGINT, and a server started by hand is stopped with Ctrl-C. SIGUSR2
+// too: perserve-launch's stop, which mpirun and srun forward to every rank
+// at once (SIGTERM they do not forward: mpirun sends it only after its
+// grace), while the clients it starts ignore it (docs/launch.md).
 std::atomic<int> pending_signal{0};
 std::atomic<bool> terminating{false};
 void OnSignal(int signal) {
-  if (signal == SIGINT) signal = SIGTERM;
+  if (signal == SIGINT || signal == SIGUSR2) signal = SIGTERM;
   if (signal == SIGTERM) terminating.store(true);
   pending_signal.store(signal);
 }
@@ -117,16 +124,15 @@ class FinalCheckpointPause {
   std::exit(2);
 }
 
-// Whether the server stores step streams.
-bool StoresSteps(const Flags& flags) { return flags.n_step > 0 || flags.sequence_length > 0; }
-
-// The step streams' options from the flags (streams: set after the join).
+// The table's layout and the ring from the flags (streams: set after the join).
 perserve::Status StepOptionsOf(const Flags& flags, perserve::replay::StepOptions* options) {
   using perserve::replay::StepOptions;
   if (flags.n_step > 0 && flags.sequence_length > 0) {
     return perserve::Status::InvalidArgument("--n-step and --sequence-length choose the item kind: give one");
   }
-  options->kind = flags.n_step > 0 ? StepOptions::Kind::kNStep : StepOptions::Kind::kSequence;
+  options->kind = flags.n_step > 0           ? StepOptions::Kind::kNStep
+                  : flags.sequence_length > 0 ? StepOptions::Kind::kSequence
+                                              : StepOptions::Kind::kTransition;
   options->n_step = std::max(1, flags.n_step);
   options->discount = flags.discount;
   options->sequence_length = flags.sequence_length;
@@ -167,32 +173,40 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
 
   // The replay first (allocation, store prefault, the tree's auto calibration):
-  // clients wait in the join meanwhile, so no request waits for it.
-  // With step streams the replay holds the items (their step and item
-  // columns) and the StepReplay, made after the join, the steps.
-  perserve::proto::ServedSchemas served = perserve::proto::TransitionSchemas(schema);
+  // clients wait in the join meanwhile, so no request waits for it. A
+  // stream per rank of the job at most (its clients are fewer).
   perserve::replay::StepOptions step_options;
-  perserve::Schema stored = schema;
-  perserve::Status status;
-  if (StoresSteps(flags)) {
-    status = StepOptionsOf(flags, &step_options);
-    if (status.ok()) status = perserve::replay::StepSchemas(step_options, schema, &served.samples, &stored);
-    if (!status.ok()) Abort(status.ToString());
-    served.steps = true;
-    served.items = perserve::Schema{step_options.item_columns};
-  }
-  std::unique_ptr<perserve::replay::Replay> replay;
-  status = perserve::replay::Replay::Create(options, stored, &replay);
+  perserve::Status status = StepOptionsOf(flags, &step_options);
+  int world_size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  step_options.streams = world_size;
+  options.capacity = flags.max_items;
+  std::unique_ptr<perserve::replay::StepReplay> replay;
+  if (status.ok()) status = perserve::replay::StepReplay::Create(step_options, options, schema, &replay);
   if (!status.ok()) Abort(status.ToString());
-  // The step ring too (and its prefault) before the join; a stream per rank
-  // of the job at most (its clients are fewer).
-  std::unique_ptr<perserve::replay::StepReplay> steps;
-  if (served.steps) {
-    int world_size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    step_options.streams = world_size;
-    status = perserve::replay::StepReplay::Create(step_options, schema, replay.get(), &steps);
-    if (!status.ok()) Abort(status.ToString());
+  perserve::proto::ServedSchemas served = perserve::proto::TransitionSchemas(schema);
+  served.steps = !replay->RowsAreSteps();
+  served.samples = replay->sample_schema();
+  served.items = perserve::Schema{step_options.item_columns};
+  served.max_steps_apart = replay->steps().slack();
+  // By default half the cores this rank may use (the other half for MPI's
+  // progress and ranks beside it), at most 8: a sample's copy is memory-bound.
+  replay->SetAssemblyThreads(flags.assembly_threads > 0
+                                 ? flags.assembly_threads
+                                 : std::clamp(perserve::replay::AssemblyPool::UsableCores() / 2, 1, 8));
+  perserve::service::ServiceOptions service_options = flags.service;
+  if (!flags.min_size_given) {
+    // Never a minimum the table cannot reach: all of a ring of transitions,
+    // half the whole items of a ring of one long episode per stream.
+    const int64_t reachable = replay->ReachableItems();
+    service_options.min_size_to_sample = std::min<int64_t>(
+        service_options.min_size_to_sample, replay->RowsAreSteps() ? reachable : std::max<int64_t>(1, reachable / 2));
+  }
+  if (const perserve::Status s = perserve::service::RateLimiter::Validate({service_options.samples_per_insert,
+                                                                           service_options.error_buffer,
+                                                                           service_options.min_size_to_sample});
+      !s.ok()) {
+    Abort(s.ToString());
   }
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
@@ -201,23 +215,19 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   // meanwhile), so the join tells each actor its stream's steps. A
   // checkpoint that does not fit or is damaged ends the job before anything
   // is served.
-  perserve::service::CheckpointState restored;
+  perserve::service::CheckpointState restored;  // the service's parts of a restored checkpoint
   if (!flags.restore.empty()) {
     info.before_broadcast = [&](int shard, int shards, std::vector<int64_t>* stream_steps) {
       std::string loaded;
       const auto started = std::chrono::steady_clock::now();
-      const perserve::Status loaded_status = perserve::service::LoadCheckpoint(
-          flags.restore, shard, shards, replay.get(), &restored, &loaded, steps.get());
+      const perserve::Status loaded_status =
+          perserve::service::LoadCheckpoint(flags.restore, shard, shards, replay.get(), &restored, &loaded);
       if (!loaded_status.ok()) Abort("--restore " + flags.restore + ": " + loaded_status.ToString());
-      spdlog::info("restored {}: {} items, next key {}{}, in {:.2f} s", loaded, replay->size(), replay->next_key(),
-                   steps == nullptr ? ""
-                                    : fmt::format("; {} steps held, next step key {}", steps->steps().next_key() -
-                                                                                        steps->steps().oldest_key(),
-                                                  steps->next_step_key()),
+      const perserve::store::StepStore& ring = replay->steps();
+      spdlog::info("restored {}: {} items, next key {}; {} steps held, next step key {}, in {:.2f} s", loaded,
+                   replay->items().size(), replay->items().next_key(), ring.held(), ring.next_key(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-      if (steps != nullptr) {
-        for (int s = 0; s < steps->steps().streams(); ++s) stream_steps->push_back(steps->stream_steps(s));
-      }
+      for (int s = 0; s < ring.streams(); ++s) stream_steps->push_back(ring.stream_steps(s));
       return perserve::Status::Ok();
     };
   }
@@ -226,11 +236,11 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   if (!status.ok()) Abort("join failed: " + status.ToString());
   std::string shard_warning;
   const std::string shard = perserve::mpi::DescribeShard(joined, &shard_warning);
-  spdlog::info("serving {} clients ({}); {}capacity {}, alpha {}, min size to sample {}, tree on {}, schema {} "
-               "({} bytes an item)",
+  spdlog::info("serving {} clients ({}); {}{} steps, {} items at most, alpha {}, min size to sample {}, tree on {}, "
+               "{} assembly threads, schema {} ({} bytes a step)",
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
-               flags.capacity, flags.alpha, flags.service.min_size_to_sample, replay->tree().device_name(),
-               schema.ToString(), schema.ItemBytes());
+               flags.capacity, replay->items().capacity(), flags.alpha, service_options.min_size_to_sample,
+               replay->items().tree().device_name(), replay->assembly_threads(), schema.ToString(), schema.ItemBytes());
   if (served.steps) {
     spdlog::info("step streams: {}; a sample returns {} ({} bytes an item){}",
                  step_options.kind == perserve::replay::StepOptions::Kind::kNStep
@@ -239,6 +249,11 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
                                    step_options.sequence_period),
                  served.samples.ToString(), served.samples.ItemBytes(),
                  served.items.columns.empty() ? "" : "; items carry " + served.items.ToString());
+  }
+  if (service_options.min_size_to_sample > replay->ReachableItems()) {
+    spdlog::warn("--min-size-to-sample {}: a ring of {} steps holds at most {} whole items while each stream's "
+                 "episodes run long (more only with short episodes); sampling may wait for ever",
+                 service_options.min_size_to_sample, flags.capacity, replay->ReachableItems());
   }
   if (!shard_warning.empty()) spdlog::warn("{}", shard_warning);
   if (flags.service.samples_per_insert > 0) {
@@ -252,32 +267,50 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   FinalCheckpointPause pause;
   transport.SetStopWaiting({.terminating = [] { return terminating.load(); },
                             .paused = [&pause] { return pause.Paused(); }});
-  perserve::service::ServiceOptions service_options = flags.service;
   service_options.shard = std::max(0, joined.shard);
   service_options.shards = static_cast<int>(joined.server_ranks.size());
   service_options.take_signal = [&pause] { return pause.TakeSignal(); };
-  perserve::service::ReplayService service(replay.get(), steps.get(), &transport, service_options);
+  perserve::service::ReplayService service(replay.get(), &transport, service_options);
   pause.Watch(&service);
   if (!flags.restore.empty()) service.Restore(restored);
   status = service.Run();
   if (!status.ok()) Abort("stopped: " + status.ToString());  // clients would wait for replies forever
+  // After SIGTERM the transport gives up on receives it was making (a live
+  // client's add columns straight into the ring, under perserve-launch,
+  // whose clients outlive the stop): MPI may still complete them, into the
+  // ring, until MPI_Finalize. So the ring is not freed before it; the
+  // process's exit frees it. (Freed here, MPI_Finalize wrote into freed
+  // rows and crashed the server.)
+  if (terminating.load()) (void)replay.release();
   return 0;
 }
 
 }  // namespace
 
 static int Main(int argc, char** argv) {
+  // perserve-launch's stop may come while the server starts (a large
+  // --prefault-store takes seconds): taken from the first line, acted on at
+  // the loop's first pass, as SIGTERM during the start-up is.
+  std::signal(SIGUSR2, OnSignal);
   CLI::App app{"perserve-server: a prioritized experience replay rank"};
   Flags flags;
   app.set_config("--config", "", "TOML/INI file with any of these options (column = [\"obs:uint8:84,84,4\", ...])");
   app.add_option("--capacity", flags.capacity,
-                 "transitions held (FIFO ring); with step streams, steps held and items at most")->check(CLI::PositiveNumber)
-      ->capture_default_str();
+                 "steps the ring holds (all actors together; a transition is a step), oldest dropped first")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-items", flags.max_items,
+                 "items the table holds at most (default: --capacity); past it the oldest items leave first. An item "
+                 "also leaves when a step it needs leaves the ring")
+      ->check(CLI::PositiveNumber);
   app.add_option("--alpha", flags.alpha, "priority exponent: leaf = priority^alpha")->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--assembly-threads", flags.assembly_threads,
+                 "threads that copy a sample's items into its reply, the service loop's one of them (default: half "
+                 "the cores this rank may use, 1 to 8); the loop waits for them, so nothing changes under them")
+      ->check(CLI::PositiveNumber);
   app.add_option("--min-size-to-sample", flags.service.min_size_to_sample,
-                 "sample requests wait until this many transitions are stored, in [1, capacity] (default 1000 as "
-                 "in Baselines, or the capacity if smaller: never a batch of copies of a few items)")
+                 "sample requests wait until the table holds this many items, in [1, --max-items] (default 1000 as "
+                 "in Baselines, or fewer where the ring cannot hold so many whole items: half of those it can)")
       ->capture_default_str();
   app.add_option("--column", flags.columns,
                  "a schema column name:dtype:shape (repeat; dtypes uint8 int32 int64 float32 float64); "
@@ -338,8 +371,8 @@ static int Main(int argc, char** argv) {
                  "items x R + a sample's items, or an add is let through)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--checkpoint-dir", flags.service.checkpoint_dir,
-                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM or SIGINT, "
-                 "and with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
+                 "take checkpoints under this directory (when asked by a learner, on SIGUSR1, on SIGTERM, SIGINT "
+                 "or SIGUSR2, and with --checkpoint-every); each server rank writes DIR/shard-S-of-K/checkpoint-N");
   app.add_option("--checkpoint-every", flags.service.checkpoint_every_seconds,
                  "seconds between checkpoints (0: only when asked); needs --checkpoint-dir")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -373,19 +406,32 @@ static int Main(int argc, char** argv) {
     app.exit(e);
     Abort("bad command line");
   }
-  if (app.count("--min-size-to-sample") == 0) {
-    flags.service.min_size_to_sample = std::min(flags.service.min_size_to_sample, flags.capacity);
-  } else if (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.capacity) {
-    Abort(fmt::format("--min-size-to-sample {} must be in [1, --capacity {}]: no sample could ever be served",
-                      flags.service.min_size_to_sample, flags.capacity));
+  if (flags.max_items == 0) flags.max_items = flags.capacity;
+  flags.min_size_given = app.count("--min-size-to-sample") > 0;
+  if (flags.min_size_given &&
+      (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.max_items)) {
+    Abort(fmt::format("--min-size-to-sample {} must be in [1, {}]: the table holds at most {} items (--max-items, "
+                      "else --capacity); no sample could ever be served",
+                      flags.service.min_size_to_sample, flags.max_items, flags.max_items));
+  }
+  // The layout's flags without a layout: refused rather than ignored.
+  if (flags.n_step == 0 && flags.sequence_length == 0) {
+    for (const char* flag : {"--stack", "--item-column", "--sequence-period", "--discount"}) {
+      if (app.count(flag) > 0) {
+        Abort(fmt::format("{} shapes n-step items or sequences: give --n-step or --sequence-length too (without "
+                          "them the server stores transitions)",
+                          flag));
+      }
+    }
+  }
+  if (flags.n_step > 0 && app.count("--sequence-period") > 0) {
+    Abort("--sequence-period is for sequences (--sequence-length), not n-step items");
+  }
+  if (flags.sequence_length > 0 && app.count("--discount") > 0) {
+    Abort("--discount is for n-step items (--n-step); a sequence returns its rewards as they are");
   }
   if (flags.service.checkpoint_every_seconds > 0 && flags.service.checkpoint_dir.empty()) {
     Abort("--checkpoint-every needs --checkpoint-dir");
-  }
-  if (const perserve::Status s = perserve::service::RateLimiter::Validate(
-          {flags.service.samples_per_insert, flags.service.error_buffer, flags.service.min_size_to_sample});
-      !s.ok()) {
-    Abort(s.ToString());
   }
 
   perserve::Schema schema = flags.columns.empty() ? perserve::Schema::Default() : perserve::Schema{};

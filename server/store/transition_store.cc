@@ -67,4 +67,14 @@ void TransitionStore::Gather(std::span<const int64_t> slots, std::span<std::byte
   }
 }
 
+void TransitionStore::Scatter(std::span<const int64_t> slots, std::span<const std::byte> bulk) {
+  const std::byte* source = bulk.data();
+  for (ColumnArray& column : columns_) {
+    for (int64_t slot : slots) {
+      std::memcpy(column.data.get() + slot * column.item_bytes, source, column.item_bytes);
+      source += column.item_bytes;
+    }
+  }
+}
+
 }  // namespace perserve::store

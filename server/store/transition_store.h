@@ -50,6 +50,8 @@ class TransitionStore {
   // Copies the items in `slots` out, column after column, into `out`, which
   // must hold slots.size() * schema().ItemBytes() bytes.
   void Gather(std::span<const int64_t> slots, std::span<std::byte> out) const;
+  // The reverse: a checked batch (CheckBatch(slots.size(), bulk)) into `slots`.
+  void Scatter(std::span<const int64_t> slots, std::span<const std::byte> bulk);
 
   // Column `column`'s bytes of slots first_slot .. first_slot + count - 1, in
   // place (no wrap: first_slot + count <= capacity). For checkpoints.

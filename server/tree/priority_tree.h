@@ -81,14 +81,14 @@ class PriorityTree {
   virtual Status UpdateWithExponent(std::span<const int64_t> indices, std::span<const double> priorities,
                                     double alpha) = 0;
 
-  // For each mass, the leaf the descent lands on (DESIGN.md): the sampling
+  // For each mass, the leaf the descent lands on (docs/design.md): the sampling
   // primitive. Masses must be finite and >= 0 (a mass at or past the total is
   // allowed and lands on the last non-empty leaf); the total must be > 0 unless
   // the batch is empty. Never returns an empty leaf. O(k log n).
   virtual Status FindPrefixSum(std::span<const double> masses, std::span<int64_t> indices) const = 0;
 
   // Draws indices.size() leaves proportional to their values, stratified
-  // (DESIGN.md): mass_i = (i + u_i) * Total() / B with u_i in (0, 1] from a
+  // (docs/design.md): mass_i = (i + u_i) * Total() / B with u_i in (0, 1] from a
   // generator keyed by (seed, counter), so a call is reproducible and each
   // counter value gives fresh draws. Writes each leaf and its value (for
   // importance weights). The total must be > 0 unless the batch is empty.

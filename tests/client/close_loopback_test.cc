@@ -12,7 +12,9 @@
 #include "client/src/connection.h"
 #include "perserve/client.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "replay/step_replay.h"
+#include "server/replay/step_test_util.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::client_internal {
@@ -73,7 +75,9 @@ class ClientLoopbackTest : public ::testing::Test {
  protected:
   void SetUp() override {
     schema_ = Schema{{{"id", DType::kInt64, {}}}};
-    ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{64, 1.0, tree::Device::kCpu, 5}, schema_, &replay_).ok());
+    replay::step_test::StepFixture fixture;
+    ASSERT_TRUE(replay::step_test::MakeTransitionReplay(schema_, 64, 1, &fixture, 1.0, 5).ok());
+    replay_ = std::move(fixture.steps);
     transport_ = std::make_unique<service::LoopbackTransport>(1);
     service_ = std::make_unique<service::ReplayService>(replay_.get(), transport_.get(),
                                                         service::ServiceOptions{1, 0.0});
@@ -87,7 +91,7 @@ class ClientLoopbackTest : public ::testing::Test {
   }
 
   Schema schema_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<service::LoopbackTransport> transport_;
   std::unique_ptr<service::ReplayService> service_;
 };
@@ -105,7 +109,7 @@ TEST_F(ClientLoopbackTest, CloseDeliversEveryBatchInFlightWithoutAFlush) {
   ASSERT_TRUE(actor->Close().ok());
   EXPECT_EQ(actor->items_acknowledged(), 50);
   EXPECT_EQ(actor->last_first_key(), 40u);
-  EXPECT_EQ(replay_->size(), 50);
+  EXPECT_EQ(replay_->items().size(), 50);
   EXPECT_TRUE(service_->done());
   EXPECT_TRUE(actor->Close().ok()) << "Close is idempotent";
 }
@@ -123,7 +127,7 @@ TEST_F(ClientLoopbackTest, CloseReportsARejectionStillInFlight) {
   EXPECT_NE(closed.message().find("an earlier batch was rejected"), std::string::npos) << closed.ToString();
   EXPECT_EQ(actor->rejected_batches(), 1);
   EXPECT_EQ(actor->items_acknowledged(), 6);
-  EXPECT_EQ(replay_->size(), 6);
+  EXPECT_EQ(replay_->items().size(), 6);
   EXPECT_TRUE(service_->done()) << "the close went out despite the rejection";
 }
 

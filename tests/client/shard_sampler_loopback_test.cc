@@ -19,7 +19,10 @@
 #include "perserve/client.h"
 #include "proto/codec.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "replay/step_replay.h"
+#include "server/replay/step_test_util.h"
+#include "server/service/loopback_transport.h"
+#include "server/service/service_test_util.h"
 #include "service/replay_service.h"
 
 namespace perserve::client_internal {
@@ -37,7 +40,8 @@ constexpr int kActor = 0;
 constexpr int kLearner = 1;
 
 struct Shard {
-  std::unique_ptr<replay::Replay> replay;
+  std::unique_ptr<replay::StepReplay> replay;
+  int64_t steps = 0;  // its actor's stream's
   std::unique_ptr<service::LoopbackTransport> transport;
   std::unique_ptr<service::ReplayService> service;
 };
@@ -51,7 +55,7 @@ class ShardedLoopbackConnection final : public Connection {
   ShardedLoopbackConnection(std::vector<Shard>* shards, std::function<void()> between_steps)
       : shards_(shards), between_steps_(std::move(between_steps)) {}
 
-  const Schema& schema() const override { return shards_->front().replay->store().schema(); }
+  const Schema& schema() const override { return shards_->front().replay->step_schema(); }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override {
     std::vector<std::byte> buffer;
     buffer.reserve(expected_bytes);
@@ -114,9 +118,9 @@ class ShardSamplerLoopbackTest : public ::testing::Test {
     shards_.resize(static_cast<size_t>(count));
     for (int s = 0; s < count; ++s) {
       Shard& shard = shards_[static_cast<size_t>(s)];
-      ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 17u + s}, schema,
-                                         &shard.replay)
-                      .ok());
+      replay::step_test::StepFixture fixture;
+      ASSERT_TRUE(replay::step_test::MakeTransitionReplay(schema, capacity, 2, &fixture, 1.0, 17u + s).ok());
+      shard.replay = std::move(fixture.steps);
       shard.transport = std::make_unique<service::LoopbackTransport>(2);
       shard.transport->SetRole(kActor, service::ClientRole::kActor);
       shard.transport->SetRole(kLearner, service::ClientRole::kLearner);
@@ -149,11 +153,10 @@ class ShardSamplerLoopbackTest : public ::testing::Test {
   void Add(int s, int64_t count, double priority) {
     std::vector<int64_t> ids(static_cast<size_t>(count), s);
     std::vector<double> priorities(static_cast<size_t>(count), priority);
-    std::vector<std::byte> frame;
-    proto::EncodeFrame(proto::MessageKind::kAddRequest, next_id_++, proto::AddRequest{count, true},
-                       {std::as_bytes(std::span(ids)), std::as_bytes(std::span(priorities))}, &frame);
     Shard& shard = shards_[static_cast<size_t>(s)];
-    shard.transport->Push(kActor, std::move(frame));
+    shard.transport->Push(kActor, service::service_test::AddFrame(next_id_++, shard.steps, count,
+                                                                  std::as_bytes(std::span(ids)), priorities));
+    shard.steps += count;
     bool handled = false;
     ASSERT_TRUE(shard.service->Step(&handled).ok());
   }
@@ -363,19 +366,20 @@ TEST_F(ShardSamplerLoopbackTest, ANewBetaKeepsThePrefetchedSamplesAndWeighsThemF
     const double beta = 0.7;
     ASSERT_TRUE(learner->Sample(32, beta, &batch).ok());
     double min_leaf = std::numeric_limits<double>::infinity();
-    for (const Shard& shard : shards_) min_leaf = std::min(min_leaf, shard.replay->tree().Min());
+    for (const Shard& shard : shards_) min_leaf = std::min(min_leaf, shard.replay->items().tree().Min());
     for (size_t i = 0; i < batch.keys.size(); ++i) {
       const Shard& shard = shards_[static_cast<size_t>(proto::ShardOfKey(batch.keys[i]))];
       double leaf = 0.0;
-      const int64_t slot = static_cast<int64_t>(proto::LocalKey(batch.keys[i]) % 1024);
-      ASSERT_TRUE(shard.replay->tree().Get(std::span(&slot, 1), std::span(&leaf, 1)).ok());
+      const int64_t slot = shard.replay->items().SlotOf(proto::LocalKey(batch.keys[i]));
+      ASSERT_GE(slot, 0) << "item " << i << " is not held";
+      ASSERT_TRUE(shard.replay->items().tree().Get(std::span(&slot, 1), std::span(&leaf, 1)).ok());
       EXPECT_NEAR(batch.weights[i], std::pow(leaf / min_leaf, -beta), 1e-12) << "item " << i;
     }
     EXPECT_TRUE(learner->Close().ok());
     // Requests sent: 1 + 2 prefetched, then 1 more to keep 2 in flight (each
     // sampled by the servers: a dropped one was too).
     int64_t sampled = 0;
-    for (const Shard& shard : shards_) sampled += shard.replay->counters().items_sampled;
+    for (const Shard& shard : shards_) sampled += shard.replay->items().counters().items_sampled;
     EXPECT_EQ(sampled, 4 * 32);
     shards_.clear();
   }

@@ -86,7 +86,7 @@ class Tree:
 
 
 def reference_levels(leaves):
-    """Every level of the sum tree, bottom first, each node left + right, as DESIGN.md fixes it."""
+    """Every level of the sum tree, bottom first, each node left + right, as docs/design.md fixes it."""
     levels = [leaves.copy()]
     while len(levels[-1]) > 1:
         below = levels[-1]

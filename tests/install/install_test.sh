@@ -7,7 +7,7 @@
 #   4. all four run under mpirun beside P/bin/perserve-server
 #   5. the installed Python package imports from P (the extension finds P/lib)
 #   6. the installed first example runs from P/share/perserve/examples with
-#      PYTHONPATH=P/lib/python3/site-packages, as the README's Installing says
+#      PYTHONPATH=P/lib/python3/site-packages, as docs/status.md's Installing says
 # Usage: install_test.sh <build-dir> <python3>
 set -euo pipefail
 build=$(cd "$1" && pwd)

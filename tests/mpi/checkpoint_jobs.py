@@ -44,7 +44,7 @@ expect("one shard cannot restore two", out, r"holds no checkpoint for shard 0 of
        r"shard-0-of-2, shard-1-of-2\)", code=1, rc=rc)
 
 rc, out = job(2, 2, "read", 6000, server_flags=["--restore", ckpt], capacity=5000, timeout=60)
-expect("another capacity is refused", out, r"capacity 4000; this server has schema id:int64: and capacity 5000",
+expect("another capacity is refused", out, r"written with --capacity 4000; this server has --capacity 5000",
        code=1, rc=rc)
 
 # SIGTERM: a server that keeps serving until told, the clients (two actors, as in

@@ -15,8 +15,11 @@ class Job:
     """A job whose output is read line by line as it comes (a thread), so a
     test can act on what it prints and never blocks on a silent one."""
 
-    def __init__(self, command, env=None):
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    def __init__(self, command, env=None, new_session=False):
+        # new_session: the job leads its own process group, as a terminal's
+        # foreground job, and a test sends it Ctrl-C with os.killpg.
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                        start_new_session=new_session)
         self.lines = []
         self._queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -7,6 +7,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -46,24 +47,41 @@ TEST(JoinChecksTest, MoreThan1024ServersAreRefused) {
       << status.message();
 }
 
-// A restored server's stream counts travel in its schemas: decoded as sent;
-// a negative count, or counts from a server of transitions, refused.
-TEST(JoinChecksTest, StreamStepCountsAreCheckedWhenDecoded) {
+// A restored server's stream counts travel in its schemas, and the steps an
+// append may send apart (the ring's slack): decoded as sent; a negative
+// count refused. A server of transitions has streams too (the one item
+// model: an add is an append), so its counts travel as well; it samples what
+// it adds, with no item columns.
+TEST(JoinChecksTest, StreamStepCountsAndStepsApartAreCheckedWhenDecoded) {
   const Schema step{{{"obs", DType::kUInt8, {2}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
-  proto::ServedSchemas served{true, step, step, {}, {437, 0, 12}};
-  std::string bytes = proto::SerializeServedSchemas(served);
+  proto::ServedSchemas served{true, step, step, {}, {437, 0, 12}, 256};
+  const auto decode = [](const proto::ServedSchemas& sent, proto::ServedSchemas* decoded) {
+    const std::string bytes = proto::SerializeServedSchemas(sent);
+    return proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), decoded);
+  };
   proto::ServedSchemas decoded;
-  ASSERT_TRUE(proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded).ok());
+  ASSERT_TRUE(decode(served, &decoded).ok());
   EXPECT_EQ(decoded.stream_steps, served.stream_steps);
+  EXPECT_EQ(decoded.max_steps_apart, 256);
   served.stream_steps[1] = -1;
-  bytes = proto::SerializeServedSchemas(served);
-  Status status = proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded);
+  Status status = decode(served, &decoded);
   EXPECT_NE(status.message().find("stream 1 holds -1 steps"), std::string::npos) << status.ToString();
+  served.stream_steps[1] = 0;
+  served.max_steps_apart = -1;
+  status = decode(served, &decoded);
+  EXPECT_NE(status.message().find("-1 steps apart"), std::string::npos) << status.ToString();
+
   served = proto::TransitionSchemas(step);
   served.stream_steps = {3};
-  bytes = proto::SerializeServedSchemas(served);
-  status = proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), &decoded);
+  served.max_steps_apart = 64;
+  ASSERT_TRUE(decode(served, &decoded).ok());
+  EXPECT_FALSE(decoded.steps);
+  EXPECT_EQ(decoded.stream_steps, std::vector<int64_t>{3});
+  EXPECT_EQ(decoded.max_steps_apart, 64);
+  served.samples = Schema{{{"obs", DType::kUInt8, {2}}}};
+  status = decode(served, &decoded);
   EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message().find("must sample what it adds"), std::string::npos) << status.ToString();
 }
 
 }  // namespace

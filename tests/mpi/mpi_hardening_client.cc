@@ -42,10 +42,10 @@ using perserve::proto::MessageKind;
 
 using perserve::mpi_test::Contains;
 
+// The sender's first add (its stream from step 0): `count` rows of 7s.
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t count, int64_t item_bytes) {
   const std::vector<std::byte> rows(static_cast<size_t>(count * item_bytes), std::byte{7});
-  return Frame(MessageKind::kAddRequest, request_id, perserve::proto::AddRequest{count, false},
-               {std::span<const std::byte>(rows)});
+  return perserve::mpi_test::AddFrame(request_id, 0, count, rows);
 }
 
 std::vector<std::byte> SampleFrame(uint64_t request_id, int64_t batch_size) {

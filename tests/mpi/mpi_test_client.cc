@@ -269,33 +269,26 @@ int BadInputClient() {
   const std::vector<std::byte> short_items(2 * item_bytes - 1, std::byte{1});
   const std::vector<double> nan_priorities = {1.0, std::nan("")};
   const std::vector<double> negative = {-1.0, 1.0};
-  std::vector<std::byte> wrong_version = Frame(MessageKind::kAddRequest, 3, perserve::proto::AddRequest{2, false},
-                                               {std::span<const std::byte>(two_items)});
+  using perserve::mpi_test::AddFrame;
+  std::vector<std::byte> wrong_version = AddFrame(3, 0, 2, two_items);
   const uint16_t version = perserve::proto::kProtocolVersion + 1;
   std::memcpy(wrong_version.data() + 4, &version, 2);
-  std::vector<std::byte> truncated = Frame(MessageKind::kAddRequest, 4, perserve::proto::AddRequest{2, false},
-                                           {std::span<const std::byte>(two_items)});
+  std::vector<std::byte> truncated = AddFrame(4, 0, 2, two_items);
   truncated.resize(truncated.size() / 2);
 
   CHECK(raw.ErrorOf(std::vector<std::byte>(5, std::byte{0x7f})) == Status::Code::kInvalidArgument, "garbage");
-  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 2, perserve::proto::AddRequest{2, false},
-                          {std::span<const std::byte>(two_items)}),
-                    /*tag=*/12345) == Status::Code::kUnimplemented,
+  CHECK(raw.ErrorOf(AddFrame(2, 0, 2, two_items), /*tag=*/12345) == Status::Code::kUnimplemented,
         "unknown tag");
   CHECK(raw.ErrorOf(std::vector<std::byte>(100, std::byte{0x11})) == Status::Code::kInvalidArgument, "bad magic");
   CHECK(raw.ErrorOf(wrong_version) == Status::Code::kFailedPrecondition, "wrong version");
   CHECK(raw.ErrorOf(truncated) == Status::Code::kInvalidArgument, "truncated");
   CHECK(raw.ErrorOf(Frame(static_cast<MessageKind>(99), 5, perserve::proto::Empty{})) ==
             Status::Code::kUnimplemented, "unknown kind");
-  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 6, perserve::proto::AddRequest{2, false},
-                          {std::span<const std::byte>(short_items)})) == Status::Code::kInvalidArgument,
+  CHECK(raw.ErrorOf(AddFrame(6, 0, 2, short_items)) == Status::Code::kInvalidArgument,
         "wrong column sizes");
-  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 7, perserve::proto::AddRequest{2, true},
-                          {std::span<const std::byte>(two_items), std::as_bytes(std::span(nan_priorities))})) ==
-            Status::Code::kInvalidArgument, "NaN priority");
-  CHECK(raw.ErrorOf(Frame(MessageKind::kAddRequest, 8, perserve::proto::AddRequest{2, true},
-                          {std::span<const std::byte>(two_items), std::as_bytes(std::span(negative))})) ==
-            Status::Code::kInvalidArgument, "negative priority");
+  CHECK(raw.ErrorOf(AddFrame(7, 0, 2, two_items, nan_priorities)) == Status::Code::kInvalidArgument, "NaN priority");
+  CHECK(raw.ErrorOf(AddFrame(8, 0, 2, two_items, negative)) == Status::Code::kInvalidArgument, "negative priority");
+  CHECK(raw.ErrorOf(AddFrame(12, 5, 2, two_items)) == Status::Code::kFailedPrecondition, "a step index past the stream's");
   const std::vector<uint64_t> unknown_key = {12345};
   const std::vector<double> one = {1.0};
   CHECK(raw.ErrorOf(Frame(MessageKind::kUpdateRequest, 9, perserve::proto::UpdateRequest{1},
@@ -303,16 +296,14 @@ int BadInputClient() {
             Status::Code::kNotFound, "unknown key");
 
   // Still serving, and nothing of the rejected adds was stored: the first key issued is 0.
-  const perserve::proto::Frame added = raw.Exchange(Frame(MessageKind::kAddRequest, 10,
-                                                          perserve::proto::AddRequest{2, false},
-                                                          {std::span<const std::byte>(two_items)}));
+  const perserve::proto::Frame added = raw.Exchange(AddFrame(10, 0, 2, two_items));
   CHECK(added.kind() == MessageKind::kAddReply, "kind {}", added.header.kind);
   perserve::proto::AddReply reply;
   CHECK_OK(perserve::proto::DecodeMeta(added, &reply));
   CHECK(reply.first_key == 0 && reply.count == 2, "first key {} count {}", reply.first_key, reply.count);
   const perserve::proto::Frame closed = raw.Exchange(Frame(MessageKind::kCloseRequest, 11, perserve::proto::Empty{}));
   CHECK(closed.kind() == MessageKind::kCloseReply, "kind {}", closed.header.kind);
-  fmt::print("[rank {}] bad_input: 10 broken requests answered with their errors, server still serving\n", rank);
+  fmt::print("[rank {}] bad_input: 11 broken requests answered with their errors, server still serving\n", rank);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "mpi/join.h"
 #include "perserve/status.h"
+#include "proto/append.h"
 #include "proto/codec.h"
 
 namespace perserve::mpi_test {
@@ -24,6 +25,21 @@ std::vector<std::byte> Frame(proto::MessageKind kind, uint64_t request_id, const
                              std::initializer_list<std::span<const std::byte>> bulk = {}) {
   std::vector<std::byte> frame;
   proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
+  return frame;
+}
+
+// An append of `count` transitions (`columns`: each column's rows) from
+// index `first_step` of the sender's stream, each its own item (an add).
+inline std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_step, int64_t count,
+                                       std::span<const std::byte> columns, std::span<const double> priorities = {}) {
+  proto::AppendMeta meta;
+  meta.first_step = first_step;
+  meta.steps = count;
+  meta.item_per_step = true;
+  meta.has_priorities = !priorities.empty();
+  const std::span<const std::byte> one[] = {columns};
+  std::vector<std::byte> frame;
+  proto::EncodeAppend(request_id, meta, one, {}, priorities, {}, &frame);
   return frame;
 }
 

@@ -4,17 +4,24 @@
 
 #include <gtest/gtest.h>
 
+#include "proto/append.h"
 #include "proto/codec.h"
 
 namespace perserve::proto {
 namespace {
 
+// An append of 2 steps of 3 bytes, each its own item, with priorities.
 std::vector<std::byte> AddFrame(uint64_t id) {
   const double priorities[2] = {1.0, 2.0};
-  const std::byte columns[6] = {};
+  const std::byte columns[6] = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}, std::byte{6}};
+  AppendMeta meta;
+  meta.first_step = AppendMeta::kAtEnd;
+  meta.steps = 2;
+  meta.item_per_step = true;
+  meta.has_priorities = true;
+  const std::span<const std::byte> step_columns[] = {columns};
   std::vector<std::byte> frame;
-  EncodeFrame(MessageKind::kAddRequest, id, AddRequest{2, true},
-              {std::span<const std::byte>(columns), std::as_bytes(std::span(priorities))}, &frame);
+  EncodeAppend(id, meta, step_columns, {}, priorities, {}, &frame);
   return frame;
 }
 
@@ -22,16 +29,101 @@ TEST(CodecTest, RoundTripsHeaderMetaAndBulk) {
   const std::vector<std::byte> frame = AddFrame(42);
   Frame decoded;
   ASSERT_TRUE(DecodeFrame(frame, &decoded).ok());
-  EXPECT_EQ(decoded.kind(), MessageKind::kAddRequest);
+  EXPECT_EQ(decoded.kind(), MessageKind::kAppendRequest);
   EXPECT_EQ(decoded.header.request_id, 42u);
   EXPECT_EQ(decoded.bulk.size(), 6u + 2 * sizeof(double));
-  AddRequest request;
-  ASSERT_TRUE(DecodeMeta(decoded, &request).ok());
-  EXPECT_EQ(request.count, 2);
-  EXPECT_TRUE(request.has_priorities);
-  double second;
-  std::memcpy(&second, decoded.bulk.data() + 6 + sizeof(double), sizeof(double));
-  EXPECT_EQ(second, 2.0);
+  DecodedAppend append;
+  ASSERT_TRUE(DecodeAppend(decoded, /*step_bytes=*/3, /*item_bytes=*/0, &append).ok());
+  EXPECT_EQ(append.meta.steps, 2);
+  EXPECT_EQ(append.meta.item_count(), 2);
+  EXPECT_EQ(append.meta.first_step, AppendMeta::kAtEnd);
+  EXPECT_TRUE(append.meta.has_priorities);
+  ASSERT_EQ(append.step_columns.size(), 6u);
+  EXPECT_EQ(append.step_columns[5], std::byte{6});
+  EXPECT_TRUE(append.item_steps.empty());
+  EXPECT_EQ(append.priorities, (std::vector<double>{1.0, 2.0}));
+  EXPECT_TRUE(append.item_columns.empty());
+}
+
+// An append of steps and items over listed steps, with item columns: each
+// part where the layout (proto/append.h) puts it.
+TEST(CodecTest, AnAppendOfStepsAndListedItemsRoundTrips) {
+  AppendMeta meta;
+  meta.first_step = 7;
+  meta.steps = 3;
+  meta.items = 2;
+  meta.timeout_seconds = 1.5;
+  const std::vector<std::byte> first(3, std::byte{0xa}), second(6, std::byte{0xb});
+  const std::span<const std::byte> step_columns[] = {first, second};  // 1 + 2 bytes a step
+  const std::vector<int64_t> item_steps = {5, 9};
+  const std::vector<std::byte> state(8, std::byte{0xc});  // 4 bytes an item
+  const std::span<const std::byte> item_columns[] = {state};
+  std::vector<std::byte> frame;
+  EncodeAppend(3, meta, step_columns, item_steps, {}, item_columns, &frame);
+  Frame decoded;
+  ASSERT_TRUE(DecodeFrame(frame, &decoded).ok());
+  DecodedAppend append;
+  ASSERT_TRUE(DecodeAppend(decoded, 3, 4, &append).ok());
+  EXPECT_EQ(append.meta.first_step, 7);
+  EXPECT_EQ(append.meta.timeout_seconds, 1.5);
+  ASSERT_EQ(append.step_columns.size(), 9u);
+  EXPECT_EQ(append.step_columns[2], std::byte{0xa});
+  EXPECT_EQ(append.step_columns[3], std::byte{0xb});
+  EXPECT_EQ(append.item_steps, item_steps);
+  EXPECT_TRUE(append.priorities.empty());
+  ASSERT_EQ(append.item_columns.size(), 8u);
+  EXPECT_EQ(append.item_columns[0], std::byte{0xc});
+  // Against other byte counts it does not add up, and says so.
+  const Status wrong = DecodeAppend(decoded, 4, 4, &append);
+  EXPECT_EQ(wrong.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("carries 33 bulk bytes"), std::string::npos) << wrong.ToString();
+
+  // Its columns apart: none in the request.
+  meta.columns_follow = true;
+  EncodeAppend(4, meta, {}, item_steps, {}, item_columns, &frame);
+  ASSERT_TRUE(DecodeFrame(frame, &decoded).ok());
+  ASSERT_TRUE(DecodeAppend(decoded, 3, 4, &append).ok());
+  EXPECT_TRUE(append.step_columns.empty());
+  EXPECT_EQ(append.item_steps, item_steps);
+  EXPECT_EQ(append.item_columns.size(), 8u);
+}
+
+// Malformed appends are refused by the decoder, naming the problem.
+TEST(CodecTest, MalformedAppendsAreRefused) {
+  const auto decode = [](AppendMeta meta, size_t bulk_bytes) {
+    std::vector<std::byte> frame;
+    const std::vector<std::byte> bulk(bulk_bytes);
+    EncodeFrame(MessageKind::kAppendRequest, 1, meta, {std::span<const std::byte>(bulk)}, &frame);
+    Frame decoded;
+    EXPECT_TRUE(DecodeFrame(frame, &decoded).ok());
+    DecodedAppend append;
+    return DecodeAppend(decoded, 3, 0, &append);
+  };
+  AppendMeta none;
+  EXPECT_NE(decode(none, 0).message().find("an append of 0 steps and 0 items"), std::string::npos);
+  AppendMeta negative;
+  negative.steps = -1;
+  negative.items = 2;
+  EXPECT_EQ(decode(negative, 16).code(), Status::Code::kInvalidArgument);
+  AppendMeta both;  // items listed and an item per step
+  both.steps = 1;
+  both.items = 1;
+  both.item_per_step = true;
+  EXPECT_NE(decode(both, 11).message().find("(an item per step) is malformed"), std::string::npos);
+  AppendMeta at_end;  // only an add goes at the stream's end
+  at_end.first_step = AppendMeta::kAtEnd;
+  at_end.steps = 1;
+  EXPECT_NE(decode(at_end, 3).message().find("an append from step -1"), std::string::npos);
+  at_end.item_per_step = true;
+  EXPECT_TRUE(decode(at_end, 3).ok());
+  AppendMeta timeout;
+  timeout.steps = 1;
+  timeout.timeout_seconds = -1.0;
+  EXPECT_NE(decode(timeout, 3).message().find("timeout -1 s"), std::string::npos);
+  AppendMeta huge;  // counts far past the bulk: no overflow, a refusal
+  huge.steps = int64_t{1} << 62;
+  huge.items = int64_t{1} << 62;
+  EXPECT_EQ(decode(huge, 64).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(CodecTest, RejectsShortBadMagicAndInconsistentSizes) {
@@ -69,7 +161,7 @@ TEST(CodecTest, TruncatedOrOversizedMetaIsAnErrorNotACrash) {
   truncated.meta = decoded.meta.first(decoded.meta.size() - 3);
   SampleRequest request;
   EXPECT_EQ(DecodeMeta(truncated, &request).code(), Status::Code::kInvalidArgument);
-  AddRequest too_short_for;
+  AppendMeta too_short_for;
   Frame tiny = decoded;
   tiny.meta = decoded.meta.first(4);
   EXPECT_EQ(DecodeMeta(tiny, &too_short_for).code(), Status::Code::kInvalidArgument);

@@ -38,7 +38,10 @@ if comm.rank == learner_rank:
         elif mode == "read":
             expected = int(sys.argv[3])
             info = learner.info()
-            assert info.items_added == expected and info.size == min(expected, info.size), info
+            # Every item held is drawable: an add whose columns' receive was given
+            # up at SIGTERM (perserve-launch's clients outlive the stop) changed
+            # nothing, its columns having gone to the ring's free slots.
+            assert info.items_added == expected and info.size <= expected, info
             for _ in range(20):
                 batch = learner.sample(256, beta=0.4, timeout=30.0)
                 ids = batch.columns["id"]

@@ -207,36 +207,48 @@ def evaluate(q: FlatWeights, episodes: int, seed: int) -> float:
 
 class DoubleDQN:
     """The learner: double DQN with a target network, Huber loss weighted by
-    the importance-sampling weights, Adam. `train(columns, weights)` takes one
-    step on a sampled batch and returns its |TD errors| (new priorities)."""
+    the importance-sampling weights, Adam, on `device`. `train(columns,
+    weights)` takes one step on a sampled batch (torch tensors, as
+    perserve.torch's TensorSampler gives them on that device, or NumPy
+    arrays) and returns its |TD errors| (new priorities) as a tensor there."""
 
-    def __init__(self, config: Config, seed: int) -> None:
+    def __init__(self, config: Config, seed: int, device: str = "cpu") -> None:
         import torch  # the learner's only: actors act with NumPy
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         self.torch = torch
         self.config = config
+        self.device = torch.device(device)
 
         def mlp():
             return torch.nn.Sequential(torch.nn.Linear(OBS_SIZE, HIDDEN), torch.nn.ReLU(),
                                        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-                                       torch.nn.Linear(HIDDEN, NUM_ACTIONS))
+                                       torch.nn.Linear(HIDDEN, NUM_ACTIONS)).to(self.device)
         self.online, self.target = mlp(), mlp()
         self.target.load_state_dict(self.online.state_dict())
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.learning_rate)
         self.steps = 0
 
-    def train(self, columns: dict[str, np.ndarray], weights: np.ndarray) -> np.ndarray:
+    def _tensor(self, values, dtype):
+        """A tensor on the learner's device: the same one when it is already
+        there with this dtype, a view of a NumPy array on the CPU."""
+        return self.torch.as_tensor(values, device=self.device).to(dtype)
+
+    def _targets(self, columns):
+        """(obs, action, double-DQN targets) of a batch, without gradients."""
         torch = self.torch
-        obs = torch.from_numpy(np.asarray(columns["obs"], dtype=np.float32))
-        action = torch.from_numpy(np.asarray(columns["action"], dtype=np.int64))
-        ret = torch.from_numpy(np.asarray(columns["return"], dtype=np.float32))
-        next_obs = torch.from_numpy(np.asarray(columns["next_obs"], dtype=np.float32))
-        discount = torch.from_numpy(np.asarray(columns["discount"], dtype=np.float32))
-        is_weights = torch.from_numpy(np.asarray(weights, dtype=np.float32))
+        obs, next_obs = self._tensor(columns["obs"], torch.float32), self._tensor(columns["next_obs"], torch.float32)
+        action = self._tensor(columns["action"], torch.int64)
         with torch.no_grad():
             best = self.online(next_obs).argmax(dim=1, keepdim=True)
-            target = ret + discount * self.target(next_obs).gather(1, best).squeeze(1)
+            target = self._tensor(columns["return"], torch.float32) + \
+                self._tensor(columns["discount"], torch.float32) * self.target(next_obs).gather(1, best).squeeze(1)
+        return obs, action, target
+
+    def train(self, columns, weights):
+        torch = self.torch
+        obs, action, target = self._targets(columns)
+        is_weights = self._tensor(weights, torch.float32)
         q = self.online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
         td = target - q
         loss = (is_weights * torch.nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
@@ -247,19 +259,15 @@ class DoubleDQN:
         self.steps += 1
         if self.steps % self.config.target_update_every == 0:
             self.target.load_state_dict(self.online.state_dict())
-        return td.detach().abs().numpy().astype(np.float64)
+        return td.detach().abs()
 
     def td_errors(self, columns: dict[str, np.ndarray]) -> np.ndarray:
         """|double-DQN TD errors| of transitions, without training (the
         baseline's initial priorities)."""
-        torch = self.torch
-        with torch.no_grad():
-            obs, next_obs = torch.from_numpy(columns["obs"]), torch.from_numpy(columns["next_obs"])
-            best = self.online(next_obs).argmax(dim=1, keepdim=True)
-            target = torch.from_numpy(columns["return"]) + torch.from_numpy(columns["discount"]) * \
-                self.target(next_obs).gather(1, best).squeeze(1)
-            q = self.online(obs).gather(1, torch.from_numpy(columns["action"]).unsqueeze(1)).squeeze(1)
-            return (target - q).abs().numpy().astype(np.float64)
+        obs, action, target = self._targets(columns)
+        with self.torch.no_grad():
+            q = self.online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
+            return (target - q).abs().cpu().numpy().astype(np.float64)
 
     def flat_weights(self, out: np.ndarray) -> np.ndarray:
         """Writes the online network's parameters into `out` (float32, at least
@@ -267,6 +275,6 @@ class DoubleDQN:
         offset = 0
         for p in self.online.parameters():
             size = p.numel()
-            out[offset:offset + size] = p.detach().numpy().ravel()
+            out[offset:offset + size] = p.detach().cpu().numpy().ravel()
             offset += size
         return out

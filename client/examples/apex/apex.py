@@ -16,7 +16,9 @@ sends |TD| back as priorities, and every `--sync-every` steps publishes its
 weights with perserve.WeightBroadcast over the peers communicator (every rank
 but the server's): rounds of MPI_Ibcast that actors poll once per
 environment step, so neither side waits for the other; the last round tells
-the actors to stop. The learner counts environment steps as the items the
+the actors to stop. The learner's samples come as torch tensors on its
+device (perserve.torch.TensorSampler: views of the received message on the
+CPU, pinned and copied to a GPU by its thread) and |TD| goes back as a tensor. The learner counts environment steps as the items the
 replay received (Learner.info: one a step), evaluates the greedy policy (20
 episodes) every 2 s and stops when the mean reaches 475 or time is up.
 """
@@ -44,17 +46,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=Config.batch_size)
     parser.add_argument("--samples-per-insert", type=float, default=0.0,
                         help="the server's rate limiter, recorded in results.json (apex-dqn.sh sets the server's)")
+    parser.add_argument("--device", default="cpu", help="the learner's torch device (cuda: its samples are pinned "
+                        "and copied there by perserve.torch's sampler thread)")
     parser.add_argument("--solved-return", type=float, default=Config.solved_return,
                         help="stop once the greedy mean return reaches this (the smoke test stops early)")
     return parser.parse_args()
 
 
 def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> None:
+    import perserve.torch  # the learner's only: actors act with NumPy
     actors = comm.size - 2
     log = RunLog(args.out, config.solved_return, agent="apex", actors=actors, seed=args.seed,
                  batch_size=args.batch_size, sync_every=args.sync_every, n_step=config.n_step,
                  samples_per_insert=args.samples_per_insert)
-    dqn = DoubleDQN(config, args.seed)
+    dqn = DoubleDQN(config, args.seed, device=args.device)
     flat = np.zeros(num_weights(), dtype=np.float32)
     with perserve.Learner(comm, prefetch=2) as learner:
         peers = learner.peers()
@@ -62,20 +67,24 @@ def run_learner(args: argparse.Namespace, comm: MPI.Comm, config: Config) -> Non
         log.restart()  # the clock starts when the actors can act
         next_eval, next_sync = 0.0, args.sync_every
         solved = False
-        while not solved and log.seconds() < args.seconds:
-            batch = learner.sample(args.batch_size, beta=config.priority_beta, timeout=60.0)
-            td = dqn.train(batch.columns, batch.weights)
-            learner.update_priorities(batch.keys, td)
-            # A round starts once the last one has left; until then, train on.
-            if dqn.steps >= next_sync and weights.publish(dqn.flat_weights(flat)):
-                next_sync = dqn.steps + args.sync_every
-            if log.seconds() >= next_eval:
-                seconds = log.seconds()
-                env_steps = learner.info().items_added  # an item per environment step
-                mean = evaluate(FlatWeights(dqn.flat_weights(flat)), config.eval_episodes,
-                                seed=args.seed * 1000 + len(log.evaluations))
-                solved = log.record(mean, env_steps, dqn.steps, seconds)
-                next_eval = log.seconds() + config.eval_every_seconds
+        # Samples arrive as tensors on the learner's device, turned (and, for a
+        # GPU, pinned and copied) by the sampler's thread while this one trains.
+        with perserve.torch.TensorSampler(learner, args.batch_size, config.priority_beta, device=args.device,
+                                          timeout=60.0) as sampler:
+            while not solved and log.seconds() < args.seconds:
+                batch = sampler.next()
+                td = dqn.train(batch.columns, batch.weights)
+                sampler.update_priorities(batch.keys, td)
+                # A round starts once the last one has left; until then, train on.
+                if dqn.steps >= next_sync and weights.publish(dqn.flat_weights(flat)):
+                    next_sync = dqn.steps + args.sync_every
+                if log.seconds() >= next_eval:
+                    seconds = log.seconds()
+                    env_steps = learner.info().items_added  # an item per environment step
+                    mean = evaluate(FlatWeights(dqn.flat_weights(flat)), config.eval_episodes,
+                                    seed=args.seed * 1000 + len(log.evaluations))
+                    solved = log.record(mean, env_steps, dqn.steps, seconds)
+                    next_eval = log.seconds() + config.eval_every_seconds
         weights.close()  # the last round tells the actors to stop
         env_steps = learner.info().items_added
         updates = learner.flush()

@@ -71,7 +71,7 @@ def main() -> int:
                 replay.add(columns, dqn.td_errors(columns))
             if replay.size >= config.min_size_to_sample:
                 slots, is_weights, columns = replay.sample(args.batch_size, config.priority_beta)
-                replay.update(slots, dqn.train(columns, is_weights))
+                replay.update(slots, dqn.train(columns, is_weights).numpy().astype(np.float64))
                 dqn.flat_weights(weights)  # q views these
         if log.seconds() >= next_eval:
             seconds = log.seconds()

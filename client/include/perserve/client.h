@@ -205,6 +205,12 @@ class ActorClient {
   // are not in the stream (steps_appended() then counts the steps the server
   // acknowledged, once the rejection is reported). Copies, as Add.
   Status Append(const ColumnSpans& steps, const NewItems& items = {});
+  // Append without copying the step columns: an append whose step columns
+  // come to at least options.columns_apart_min_bytes sends them from the
+  // caller's memory straight into the server's ring (smaller ones, and the
+  // items, are copied, as by Append). The step columns must stay alive and
+  // unchanged until the append is acknowledged, as AddBorrowed's.
+  Status AppendBorrowed(const ColumnSpans& steps, const NewItems& items = {});
   // The steps this actor's stream holds so far, counting those sent: the
   // next appended step's index. After a server restored from a checkpoint
   // it starts at the steps the stream held there (docs/steps.md), and the
@@ -251,6 +257,16 @@ class ActorClient {
   void CloseAtFinalize();
   // Add and AddBorrowed: `borrow` sends columns apart from the caller's memory.
   Status Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow);
+  // Append and AppendBorrowed.
+  Status SendSteps(const ColumnSpans& steps, const NewItems& items, bool borrow);
+  // Every add and append: steps (size 0: none), then the items over this
+  // append's steps one each (item_per_step) or over `item_steps`.
+  Status SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
+                    std::span<const double> priorities, std::span<const std::span<const std::byte>> item_columns,
+                    bool borrow);
+  // After a refused append: once nothing is in flight, the stream goes on
+  // from the steps the server acknowledged.
+  void RewindIfDrained();
   // Takes the oldest batch's acknowledgement: waits for it, or with `wait`
   // false sets *collected false when it has not arrived. A borrowed batch's
   // columns are then sent for good (their memory is the caller's again).
@@ -264,6 +280,7 @@ class ActorClient {
     uint64_t request_id;
     uint64_t columns_send;  // the borrowed columns' send (Connection::AwaitSent), else 0
     int64_t steps = 0;      // an append's steps
+    bool anchored = false;  // it names its first step (an append; an add goes at the stream's end)
   };
   int64_t steps_sent_ = 0;          // the stream's steps sent (the next first_step)
   int64_t steps_acknowledged_ = 0;  // of those, acknowledged

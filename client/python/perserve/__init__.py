@@ -10,11 +10,14 @@
         batch = learner.sample(512, beta=0.4, timeout=30.0)   # DeadlineExceededError past it
         learner.update_priorities(batch.keys, new_priorities)
 
-Run under mpirun beside perserve-server, with ``python3 -m mpi4py script.py``
-so that an uncaught exception on one rank aborts the whole job.
+Run under perserve-launch (or mpirun) beside perserve-server, with
+``python3 -m mpi4py script.py`` so that an uncaught exception on one rank
+aborts the whole job (perserve-launch does that for a ``.py`` file).
+
+The clients load on first use (``perserve.Actor``): importing the package
+alone does not import mpi4py, so ``perserve.launch``, which starts the MPI
+job, never initializes MPI itself.
 """
-from .client import Actor, Bystander, Column, Learner, ReplayInfo, Sample, UpdateResult, join_bystander
-from .weights import WeightBroadcast
 from .errors import (Error, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      OutOfRangeError, ResourceExhaustedError, UnavailableError, UnimplementedError,
                      DeadlineExceededError)
@@ -26,3 +29,21 @@ __all__ = [
     "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError", "DeadlineExceededError",
 ]
 __version__ = "0.1.0"
+
+# Each name's module: imported (mpi4py, and MPI_Init with it) on first use.
+_LAZY = {name: ".client" for name in ("Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample",
+                                      "UpdateResult", "ReplayInfo")}
+_LAZY["WeightBroadcast"] = ".weights"
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'perserve' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -68,6 +68,15 @@ def _abort_job_on_uncaught_exception() -> None:
     sys.excepthook = print_then_abort
 
 
+def _host_array(values: Any, dtype: type) -> np.ndarray:
+    """A C-contiguous NumPy array of ``dtype`` from an array, a list or a
+    tensor on any device (torch's: detached and copied to the host; the
+    package does not import torch for it)."""
+    if hasattr(values, "detach") and hasattr(values, "cpu"):
+        values = values.detach().cpu().numpy()
+    return np.ascontiguousarray(values, dtype=dtype)
+
+
 def _timeout_seconds(timeout: Optional[float]) -> float:
     """A timeout as the C++ client takes it: seconds, 0 for none (None or infinity)."""
     if timeout is None:
@@ -78,6 +87,14 @@ def _timeout_seconds(timeout: Optional[float]) -> float:
     if not seconds > 0:  # also NaN
         raise InvalidArgumentError(f"timeout must be None or > 0 seconds, given {timeout!r}")
     return seconds
+
+
+def _update_arrays(keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An update's keys (uint64) and priorities (float64), checked to match."""
+    keys, priorities = _host_array(keys, np.uint64), _host_array(priorities, np.float64)
+    if keys.ndim != 1 or keys.shape != priorities.shape:
+        raise InvalidArgumentError(f"keys of shape {keys.shape} but priorities of shape {priorities.shape}")
+    return keys, priorities
 
 
 class UpdateResult(NamedTuple):
@@ -304,7 +321,25 @@ class Actor(_Client):
         return f"perserve.Actor(schema=[{'; '.join(map(str, self._schema))}], {state})"
 
 
-class Sample:
+class _Batch:
+    """What a sample is, in any form (this Sample, perserve.torch's
+    TensorSample): ``keys`` and ``columns`` by name, a size, and a repr."""
+
+    __slots__ = ()
+
+    @property
+    def size(self) -> int:
+        return int(self.keys.shape[0])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _describe(self, name: str, *more: str) -> str:
+        shapes = ", ".join(f"{column}: {a.dtype}{list(a.shape)}" for column, a in self.columns.items())
+        return f"{name}(size={self.size}, {', '.join(more + (shapes,))})"
+
+
+class Sample(_Batch):
     """One prioritized sample. ``columns`` maps each column name to an array
     of shape ``(size,) + column.shape`` with the column's dtype; those arrays,
     ``keys``, ``weights`` and ``probabilities`` are views of the received
@@ -316,16 +351,8 @@ class Sample:
         self.keys, self.weights, self.probabilities, self.message, arrays = raw
         self.columns = {column.name: array for column, array in zip(schema, arrays)}
 
-    @property
-    def size(self) -> int:
-        return int(self.keys.shape[0])
-
-    def __len__(self) -> int:
-        return self.size
-
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{name}: {a.dtype}{list(a.shape)}" for name, a in self.columns.items())
-        return f"perserve.Sample(size={self.size}, {shapes})"
+        return self._describe("perserve.Sample")
 
 
 class Learner(_Client):
@@ -397,7 +424,8 @@ class Learner(_Client):
         return 0 if self._handle is None else self._handle.samples_in_flight
 
     def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[UpdateResult]:
-        """New priorities for sampled keys (the server's policy judges them:
+        """New priorities for sampled keys (arrays, or torch tensors on any
+        device; the server's policy judges them:
         perserve-server refuses an update with a NaN, infinite, negative or,
         without --priority-eps, zero priority whole, or with
         --drop-bad-priorities drops just those and counts them). Returns at
@@ -407,10 +435,7 @@ class Learner(_Client):
         server and returns this update's ``UpdateResult(applied, stale,
         dropped)``, stale counting keys whose items were overwritten, dropped
         bad priorities the server dropped (``--drop-bad-priorities``)."""
-        keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        priorities = np.ascontiguousarray(priorities, dtype=np.float64)
-        if keys.ndim != 1 or keys.shape != priorities.shape:
-            raise InvalidArgumentError(f"keys of shape {keys.shape} but priorities of shape {priorities.shape}")
+        keys, priorities = _update_arrays(keys, priorities)
         if wait:
             return UpdateResult(*self._live().update_and_wait(keys, priorities))
         self._live().send_update(keys, priorities)

@@ -1,11 +1,15 @@
 // DescendBatch: many descents at once, at the pace of the memory rather than
 // of one descent's chain of dependent loads.
 //
-// A descent in a 2^21-leaf tree is 21 dependent loads whose lower levels miss
-// every cache (~170 ns each from DRAM here); one path after another, each
-// level waits for the last. The paths of a batch are independent, so this
-// advances up to kDescentLanes of them one level at a time and asks for each
-// path's next line as soon as it is known, keeping dozens of misses in flight.
+// A descent in a 2^21-leaf tree is a chain of dependent loads whose lower
+// levels miss every cache (~170 ns each from DRAM here); one path after
+// another, each level waits for the last. The paths of a batch are
+// independent, so this advances up to kDescentLanes of them two levels at a
+// time (one line: a node's four grandchildren, DescendTwoLevels) and asks
+// for each path's next line as soon as it is known, keeping dozens of misses
+// in flight: 11 lines a path instead of 21, and with the top levels cached
+// (a serving loop) a pass is as much arithmetic as waiting, which the
+// lanes' SSE2 steps (lane_steps.h) keep short.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +28,7 @@ namespace perserve::tree {
 inline constexpr size_t kDescentLanes = 512;
 
 // indices[i] = the leaf (0-based) the descent of masses[i] lands on, by
-// tree_algorithm.h's DescendStep for every path: bit-identical to
+// tree_algorithm.h's DescendTwoLevels for every path: bit-identical to
 // FindPrefixSumLeaf(nodes, capacity, masses[i]) for each i, whatever the batch
 // size and order. Same preconditions: capacity a power of two, every mass
 // finite and >= 0, the total (nodes[1].sum) > 0; sizes equal. Reads only;

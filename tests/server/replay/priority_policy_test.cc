@@ -12,9 +12,10 @@
 
 #include "proto/codec.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "server/replay/replay_test_util.h"
 #include "server/service/service_test_util.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "tree/priority_tree.h"
 
@@ -159,14 +160,22 @@ TEST(PriorityPolicyTest, WithoutDropBadPrioritiesTheWholeUpdateIsRefused) {
   EXPECT_EQ(replay->max_priority(), 1.0);
 }
 
-// The service passes the dropped count on in the update reply.
+// The service passes the dropped count on in the update reply (a table of
+// transitions: the same 10 adds, the FIFO remover taking keys 0 and 1).
 TEST(PriorityPolicyTest, TheUpdateReplyCarriesTheDroppedCount) {
   ReplayOptions options = Options(8, 1.0);
   options.drop_bad_priorities = true;
-  auto replay = MakeReplay(options);
+  StepOptions transitions;
+  transitions.kind = StepOptions::Kind::kTransition;
+  transitions.step_capacity = 8;
+  std::unique_ptr<StepReplay> replay;
+  ASSERT_TRUE(StepReplay::Create(transitions, options, IdSchema(), &replay).ok());
   uint64_t first = 0;
-  ASSERT_TRUE(replay->Add(8, Ids(0, 8), {}, &first).ok());
-  ASSERT_TRUE(replay->Add(2, Ids(8, 2), {}, &first).ok());
+  const std::vector<std::byte> rows = Ids(0, 10);
+  const std::span<const std::byte> all(rows);
+  ASSERT_TRUE(replay->Append(AppendRequest{0, 0, store::StepBatch{8, all.first(64)}, true}, &first).ok());
+  ASSERT_TRUE(replay->Append(AppendRequest{0, 8, store::StepBatch{2, all.subspan(64)}, true}, &first).ok());
+  ASSERT_EQ(replay->items().size(), 8);
   service::LoopbackTransport transport(1);
   service::ReplayService service(replay.get(), &transport, service::ServiceOptions{1, 0.0});
   const proto::UpdateRequest request{static_cast<int64_t>(kUpdateKeys.size())};

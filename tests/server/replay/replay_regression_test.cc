@@ -1,6 +1,6 @@
 // Replay defects that once slipped through the rest of the suite (issue 19),
 // each pinned by a direct test: the running max priority after an update, a
-// one-item replay's weights, and keys and rows after the ring wraps.
+// one-item replay's weights, and keys and rows once the table is full.
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -89,10 +89,12 @@ TEST(ReplayRegressionTest, AOneItemReplayGivesEveryDrawWeightExactlyOne) {
   }
 }
 
-// Capacity 4, 7 items in batches of 1, 2 and 4 (the last wraps the ring inside
-// the batch: slots 3, 0, 1, 2). After every add, every sampled key lies in the
-// live range [next_key - size, next_key), sits at slot key mod 4, and its row
-// in both columns is the one written for it; every live key gets drawn.
+// Capacity 4, 7 items in batches of 1, 2 and 4 (the last fills the table and
+// the FIFO remover takes the oldest: the new items take the freed slots, the
+// last freed first, and one never used). After every add, every sampled key
+// lies in the held range [next_key - size, next_key), sits at the slot the
+// table says it has (SlotOf, KeyAt), and its row in both columns is the one
+// written for it; every held key gets drawn.
 TEST(ReplayRegressionTest, AfterTheRingWrapsEverySampledKeyIsLiveAndItsRowIsItsOwn) {
   const int64_t capacity = 4;
   auto replay = MakeReplay(capacity, 1.0);
@@ -115,7 +117,8 @@ TEST(ReplayRegressionTest, AfterTheRingWrapsEverySampledKeyIsLiveAndItsRowIsItsO
         const uint64_t key = sample.keys[i];
         ASSERT_GE(key, live_begin) << "after " << added << " items";
         ASSERT_LT(key, live_end) << "after " << added << " items";
-        ASSERT_EQ(sample.slots[i], static_cast<int64_t>(key % capacity));
+        ASSERT_EQ(sample.slots[i], replay->SlotOf(key));
+        ASSERT_EQ(replay->KeyAt(sample.slots[i]), key);
         int64_t id = -1;
         std::memcpy(&id, rows.data() + 8 * i, 8);
         EXPECT_EQ(id, static_cast<int64_t>(key)) << "after " << added << " items: the id column of key " << key;

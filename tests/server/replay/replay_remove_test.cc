@@ -1,6 +1,7 @@
-// Replay::Remove, live_size and CheckAdd: what step replays build on
-// (issue 27). A removed item is never drawn, leaves the min, is not live, and
-// an update to it is stale; CheckAdd refuses exactly what Add would.
+// Replay::Remove and CheckAdd: what step replays build on (issues 27, 33).
+// A removed item is gone: never drawn, out of the min and the size, its slot
+// free for the next item, and an update to it is stale; CheckAdd refuses
+// exactly what Add would.
 #include <cmath>
 #include <limits>
 #include <set>
@@ -26,12 +27,16 @@ TEST(ReplayRemoveTest, RemovedItemsAreNeverDrawnAndLeaveTheMin) {
   ASSERT_TRUE(replay->Add(6, Ids(0, 6), std::vector<double>{0.5, 1, 2, 3, 4, 5}, &first).ok());
   EXPECT_EQ(replay->tree().Min(), 0.5);
   ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{0, 2, 2, 4}).ok());  // a repeat is ignored
-  EXPECT_EQ(replay->size(), 6);
-  EXPECT_EQ(replay->live_size(), 3);
-  EXPECT_EQ(Leaf(*replay, 0), 0.0);
-  EXPECT_EQ(Leaf(*replay, 2), 0.0);
+  // A removed item is gone: not held, its slot free and its leaf 0.
+  EXPECT_EQ(replay->size(), 3);
+  for (const uint64_t key : {0, 2, 4}) {
+    EXPECT_EQ(replay->SlotOf(key), -1) << key;
+    EXPECT_EQ(replay->KeyAt(static_cast<int64_t>(key)), Replay::kNoKey) << key;
+    EXPECT_EQ(Leaf(*replay, static_cast<int64_t>(key)), 0.0) << key;
+  }
   EXPECT_EQ(replay->tree().Min(), 1.0);
   EXPECT_EQ(replay->tree().Total(), 1.0 + 3.0 + 5.0);
+  EXPECT_EQ(replay->oldest_key(), 1u);
   SampleResult sample;
   for (int round = 0; round < 20; ++round) {
     ASSERT_TRUE(replay->Sample(32, 1.0, &sample).ok());
@@ -41,10 +46,12 @@ TEST(ReplayRemoveTest, RemovedItemsAreNeverDrawnAndLeaveTheMin) {
     }
   }
   ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{1, 3, 5}).ok());
-  EXPECT_EQ(replay->live_size(), 0);
+  EXPECT_EQ(replay->size(), 0);
+  EXPECT_EQ(replay->oldest_key(), replay->next_key());
+  EXPECT_EQ(replay->tree().Total(), 0.0);
   const Status empty = replay->Sample(4, 1.0, &sample);
   EXPECT_EQ(empty.code(), Status::Code::kFailedPrecondition);
-  EXPECT_NE(empty.message().find("all removed"), std::string::npos) << empty.ToString();
+  EXPECT_NE(empty.message().find("empty"), std::string::npos) << empty.ToString();
   EXPECT_EQ(replay->SampleAt(std::vector<double>{0.5}, &sample).code(), Status::Code::kFailedPrecondition);
 }
 
@@ -52,56 +59,49 @@ TEST(ReplayRemoveTest, KeysNotHeldAreIgnored) {
   auto replay = MakeReplay(4);
   uint64_t first = 0;
   ASSERT_TRUE(replay->Add(4, Ids(0, 4), {}, &first).ok());
-  ASSERT_TRUE(replay->Add(2, Ids(4, 2), {}, &first).ok());  // keys 4, 5 overwrite 0, 1
+  ASSERT_TRUE(replay->Add(2, Ids(4, 2), {}, &first).ok());  // full: the FIFO remover takes keys 0 and 1
   const double total = replay->tree().Total();
-  // 0 and 1 are overwritten (their slots hold 4 and 5), 6 and 99 never issued.
+  // 0 and 1 are gone (their slots hold 5 and 4), 6 and 99 never issued.
   ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{0, 1, 6, 99}).ok());
   EXPECT_EQ(replay->tree().Total(), total);
-  EXPECT_EQ(replay->live_size(), 4);
+  EXPECT_EQ(replay->size(), 4);
   EXPECT_EQ(Leaf(*replay, 0), 1.0);
+  EXPECT_EQ(replay->KeyAt(0), 5u);
   ASSERT_TRUE(replay->Remove({}).ok());
 }
 
-TEST(ReplayRemoveTest, LiveSizeCountsOverwrittenRemovedItemsBack) {
+// The one item model (it replaced the test of live_size, which counted
+// removed items that kept their slots until overwritten): size() is the
+// items held, a removed item's slot is taken again, the last freed first,
+// and the FIFO remover counts only the items held.
+TEST(ReplayRemoveTest, RemovedItemsFreeTheirSlotsAndSizeCountsHeldItems) {
   auto replay = MakeReplay(4);
   uint64_t first = 0;
   ASSERT_TRUE(replay->Add(3, Ids(0, 3), {}, &first).ok());
   ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{0, 1}).ok());
-  EXPECT_EQ(replay->live_size(), 1);
-  ASSERT_TRUE(replay->Add(1, Ids(3, 1), {}, &first).ok());  // slot 3: was empty, not removed
+  EXPECT_EQ(replay->size(), 1);
+  ASSERT_TRUE(replay->Add(1, Ids(3, 1), {}, &first).ok());  // key 3: slot 1, the last freed
+  EXPECT_EQ(replay->SlotOf(3), 1);
+  EXPECT_EQ(replay->size(), 2);
+  ASSERT_TRUE(replay->Add(1, Ids(4, 1), {}, &first).ok());  // key 4: slot 0
+  EXPECT_EQ(replay->SlotOf(4), 0);
+  EXPECT_EQ(replay->size(), 3);
+  EXPECT_EQ(replay->slots_used(), 3);
+  // One more fits; the second pushes out the oldest held item, key 2 (slot 2).
+  ASSERT_TRUE(replay->Add(2, Ids(5, 2), {}, &first).ok());
   EXPECT_EQ(replay->size(), 4);
-  EXPECT_EQ(replay->live_size(), 2);
-  ASSERT_TRUE(replay->Add(1, Ids(4, 1), {}, &first).ok());  // overwrites removed key 0
-  EXPECT_EQ(replay->live_size(), 3);
-  ASSERT_TRUE(replay->Add(2, Ids(5, 2), {}, &first).ok());  // removed key 1 and live key 2
-  EXPECT_EQ(replay->live_size(), 4);
+  EXPECT_EQ(replay->SlotOf(2), -1);
+  EXPECT_EQ(replay->SlotOf(5), 2);
+  EXPECT_EQ(replay->SlotOf(6), 3);
+  EXPECT_EQ(replay->oldest_key(), 3u);
   EXPECT_EQ(replay->tree().Total(), 4.0);
 }
 
-// A failed fill's items hold keys with leaf 0: not live, not removable again,
-// counted back once overwritten.
-TEST(ReplayRemoveTest, FailedFillsAreNotLive) {
-  auto replay = MakeReplay(4);
-  uint64_t first = 0;
-  ASSERT_TRUE(replay->Add(1, Ids(0, 1), {}, &first).ok());
-  const auto fail = [](std::span<const std::span<std::byte>>) { return Status::Unavailable("receive failed"); };
-  EXPECT_EQ(replay->AddInPlace(2, {}, fail, &first).code(), Status::Code::kUnavailable);
-  EXPECT_EQ(replay->size(), 3);
-  EXPECT_EQ(replay->live_size(), 1);
-  ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{1, 2}).ok());
-  EXPECT_EQ(replay->live_size(), 1);
-  ASSERT_TRUE(replay->Add(3, Ids(3, 3), {}, &first).ok());  // overwrites key 0 (live) and 1 (failed)
-  EXPECT_EQ(replay->size(), 4);
-  EXPECT_EQ(replay->live_size(), 3);
-}
-
-TEST(ReplayRemoveTest, UpdatesToRemovedOrFailedItemsAreStale) {
+TEST(ReplayRemoveTest, UpdatesToRemovedItemsAreStale) {
   auto replay = MakeReplay(8);
   uint64_t first = 0;
-  ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{1, 1, 1, 1}, &first).ok());
-  const auto fail = [](std::span<const std::span<std::byte>>) { return Status::Unavailable("receive failed"); };
-  EXPECT_FALSE(replay->AddInPlace(1, {}, fail, &first).ok());  // key 4, leaf 0
-  ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{1}).ok());
+  ASSERT_TRUE(replay->Add(5, Ids(0, 5), std::vector<double>{1, 1, 1, 1, 1}, &first).ok());
+  ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{1, 4}).ok());
   UpdateCounts counts;
   ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{1, 2, 4}, std::vector<double>{9, 9, 9}, &counts).ok());
   EXPECT_EQ(counts.applied, 1);
@@ -109,22 +109,58 @@ TEST(ReplayRemoveTest, UpdatesToRemovedOrFailedItemsAreStale) {
   EXPECT_EQ(Leaf(*replay, 1), 0.0);  // not brought back
   EXPECT_EQ(Leaf(*replay, 4), 0.0);
   EXPECT_EQ(Leaf(*replay, 2), 9.0);
-  EXPECT_EQ(replay->live_size(), 3);
+  EXPECT_EQ(replay->size(), 3);
   EXPECT_EQ(replay->counters().stale_updates_dropped, 2);
+  // Nor does a new item in the removed item's slot take the removed key's update.
+  ASSERT_TRUE(replay->Add(1, Ids(5, 1), std::vector<double>{2}, &first).ok());
+  EXPECT_EQ(replay->SlotOf(5), 4);
+  ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{4}, std::vector<double>{30}, &counts).ok());
+  EXPECT_EQ(counts.stale, 1);
+  EXPECT_EQ(Leaf(*replay, 4), 2.0);
 }
 
-// A checkpoint restores leaves as saved: 0s are removed items.
-TEST(ReplayRemoveTest, RestoredZeroLeavesAreNotLive) {
+// A checkpoint restores the held items as saved (key, slot, leaf), each leaf
+// a held item's (never 0: a removed item is not saved), and the slots no
+// item holds are free again, the lowest taken first. (It replaced the test
+// of restored 0 leaves, which the one item model no longer has.)
+TEST(ReplayRemoveTest, RestoredItemsKeepTheirSlotsAndTheOthersAreFree) {
   auto replay = MakeReplay(4);
-  ASSERT_TRUE(replay->RestoreItems(0, 3, Ids(0, 3), std::vector<double>{1, 0, 2}).ok());
+  const std::vector<uint64_t> keys = {0, 2};
+  const std::vector<int64_t> slots = {3, 1};
+  ASSERT_TRUE(replay->RestoreItems(keys, slots, Ids(0, 2), std::vector<double>{1, 2}).ok());
   ReplayState state;
   state.next_key = 3;
   ASSERT_TRUE(replay->RestoreState(state).ok());
-  EXPECT_EQ(replay->size(), 3);
-  EXPECT_EQ(replay->live_size(), 2);
+  EXPECT_EQ(replay->size(), 2);
+  EXPECT_EQ(replay->SlotOf(0), 3);
+  EXPECT_EQ(replay->SlotOf(2), 1);
+  EXPECT_EQ(replay->oldest_key(), 0u);
   UpdateCounts counts;
   ASSERT_TRUE(replay->UpdatePriorities(std::vector<uint64_t>{1}, std::vector<double>{5}, &counts).ok());
   EXPECT_EQ(counts.stale, 1);
+  uint64_t first = 0;
+  ASSERT_TRUE(replay->Add(2, Ids(3, 2), {}, &first).ok());
+  EXPECT_EQ(first, 3u);
+  EXPECT_EQ(replay->SlotOf(3), 0);
+  EXPECT_EQ(replay->SlotOf(4), 2);
+  // One more: the FIFO remover takes key 0, the oldest.
+  ASSERT_TRUE(replay->Add(1, Ids(5, 1), {}, &first).ok());
+  EXPECT_EQ(replay->SlotOf(0), -1);
+  EXPECT_EQ(replay->SlotOf(5), 3);
+
+  // Refused: a 0 leaf (a removed item is never saved), a slot outside the
+  // capacity or taken twice, a key held twice.
+  auto fresh = MakeReplay(4);
+  const auto restore = [&](std::vector<uint64_t> k, std::vector<int64_t> s, std::vector<double> l) {
+    return fresh->RestoreItems(k, s, Ids(0, static_cast<int64_t>(k.size())), l).code();
+  };
+  EXPECT_EQ(restore({0}, {0}, {0.0}), Status::Code::kInvalidArgument);
+  EXPECT_EQ(restore({0}, {4}, {1.0}), Status::Code::kInvalidArgument);
+  EXPECT_EQ(restore({0, 1}, {2, 2}, {1.0, 1.0}), Status::Code::kInvalidArgument);
+  auto twice = MakeReplay(4);
+  EXPECT_EQ(twice->RestoreItems(std::vector<uint64_t>{7, 7}, std::vector<int64_t>{0, 1}, Ids(0, 2),
+                                std::vector<double>{1, 1}).code(),
+            Status::Code::kInvalidArgument);
 }
 
 // CheckAdd refuses exactly what Add refuses, with Add's messages, and

@@ -116,24 +116,23 @@ TEST(ReplayTest, APriorityWhosePowerUnderflowsLeavesEveryWeightPositive) {
   for (uint64_t key = 1; key < 8; ++key) EXPECT_TRUE(seen[key]) << key;
 }
 
-// An add whose columns cannot be written (a receive that failed) keeps its
-// keys but its items are never drawn (leaf 0); they must not become the min:
-// the other items' weights stay what they were.
-TEST(ReplayTest, ItemsWhoseColumnsFailedAreNeverDrawnAndLeaveTheMinAlone) {
+// A removed item is gone (the one item model: no item keeps a slot with
+// leaf 0): never drawn, and the min the weights divide by is the held
+// items' alone. (It replaced the test of AddInPlace's failed fills, an
+// operation the one item model no longer has: columns received into the
+// step ring are checked before anything changes.)
+TEST(ReplayTest, RemovedItemsAreNeverDrawnAndLeaveTheMinAlone) {
   auto replay = MakeReplay(16, 1.0);
   uint64_t first = 0;
-  ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{1, 2, 4, 8}, &first).ok());
-  const Status failed = replay->AddInPlace(
-      3, std::vector<double>{0.5, 0.5, 0.5},
-      [](std::span<const std::span<std::byte>>) { return Status::Unavailable("the receive failed"); }, &first);
-  EXPECT_EQ(failed.code(), Status::Code::kUnavailable);
-  EXPECT_EQ(first, 4u);
+  ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{0.5, 1, 2, 4}, &first).ok());
+  ASSERT_TRUE(replay->Remove(std::vector<uint64_t>{0}).ok());
+  EXPECT_EQ(replay->size(), 3);
   EXPECT_EQ(replay->tree().Min(), 1.0);
   SampleResult sample;
   ASSERT_TRUE(replay->Sample(256, 1.0, &sample).ok());
   for (size_t i = 0; i < sample.keys.size(); ++i) {
-    ASSERT_LT(sample.keys[i], 4u) << "an item whose columns failed was drawn";
-    EXPECT_EQ(sample.weights[i], 1.0 / static_cast<double>(uint64_t{1} << sample.keys[i]));
+    ASSERT_NE(sample.keys[i], 0u) << "a removed item was drawn";
+    EXPECT_EQ(sample.weights[i], 1.0 / static_cast<double>(uint64_t{1} << (sample.keys[i] - 1)));
   }
 }
 
@@ -141,15 +140,18 @@ TEST(ReplayTest, UpdatesForOverwrittenKeysAreDroppedAndCountedNeverAppliedToTheN
   auto replay = MakeReplay(4, 1.0);
   uint64_t first = 0;
   ASSERT_TRUE(replay->Add(4, Ids(0, 4), std::vector<double>{1, 1, 1, 1}, &first).ok());
-  ASSERT_TRUE(replay->Add(2, Ids(4, 2), std::vector<double>{2, 2}, &first).ok());  // keys 4, 5 overwrite 0, 1
+  // Full: the FIFO remover takes keys 0 and 1; keys 4 and 5 take their slots (the last freed first).
+  ASSERT_TRUE(replay->Add(2, Ids(4, 2), std::vector<double>{2, 2}, &first).ok());
+  EXPECT_EQ(replay->SlotOf(4), 1);
+  EXPECT_EQ(replay->SlotOf(5), 0);
   UpdateCounts counts;
   const std::vector<uint64_t> keys = {0, 5, 1, 3};
   ASSERT_TRUE(replay->UpdatePriorities(keys, std::vector<double>{50, 7, 60, 3}, &counts).ok());
   EXPECT_EQ(counts.applied, 2);
   EXPECT_EQ(counts.stale, 2);
   EXPECT_EQ(counts.dropped, 0);
-  EXPECT_EQ(Leaf(*replay, 0), 2.0);  // slot 0 holds key 4: untouched by the update for key 0
-  EXPECT_EQ(Leaf(*replay, 1), 7.0);  // key 5
+  EXPECT_EQ(Leaf(*replay, 1), 2.0);  // slot 1 holds key 4: untouched by the updates for keys 0 and 1
+  EXPECT_EQ(Leaf(*replay, 0), 7.0);  // key 5
   EXPECT_EQ(Leaf(*replay, 3), 3.0);
   EXPECT_EQ(replay->counters().stale_updates_dropped, 2);
 }

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perserve/schema.h"
@@ -105,7 +107,37 @@ class StepReference {
     return std::max(EpisodeStart(stream, t), t - std::max(max_depth_, 1) + 1);
   }
 
-  void AddItem(uint64_t key, RefItem item) { items_[key] = std::move(item); }
+  // The table's items (issue 33's one item model): an item leaves when its
+  // earliest step leaves the ring, or when the table is full (the oldest
+  // first). Called once an append's steps are in, before its `count` new
+  // items are added (AddItem), for a table of `capacity` items.
+  void RemoveItemsBeforeAdd(int64_t count, int64_t capacity) {
+    const uint64_t oldest_step = OldestKeyAfter(0);
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (EarliestKey(*it) < oldest_step) {
+        over_.erase({items_.at(*it).stream, items_.at(*it).t});
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (count > 0 && static_cast<int64_t>(held_.size()) + count > capacity) {
+      over_.erase({items_.at(*held_.begin()).stream, items_.at(*held_.begin()).t});
+      held_.erase(held_.begin());
+      ++pushed_out_;
+    }
+  }
+  void AddItem(uint64_t key, RefItem item) {
+    held_.insert(key);
+    over_[{item.stream, item.t}] = key;
+    items_[key] = std::move(item);
+  }
+  bool Held(uint64_t key) const { return held_.count(key) != 0; }
+  // Whether the table holds an item over step t of `stream` (one item a step).
+  bool ItemOver(int stream, int64_t t) const { return over_.count({stream, t}) != 0; }
+  int64_t held_items() const { return static_cast<int64_t>(held_.size()); }
+  // Items the FIFO remover took (the table full).
+  int64_t pushed_out() const { return pushed_out_; }
   const RefItem& item(uint64_t key) const { return items_.at(key); }
   uint64_t EarliestKey(uint64_t item_key) const {
     const RefItem& item = items_.at(item_key);
@@ -214,7 +246,10 @@ class StepReference {
   std::vector<int> depth_;
   int max_depth_ = 1;
   std::vector<std::vector<RefStep>> streams_;
-  std::map<uint64_t, RefItem> items_;
+  std::map<uint64_t, RefItem> items_;             // every item ever created
+  std::set<uint64_t> held_;                        // the keys the table holds
+  std::map<std::pair<int, int64_t>, uint64_t> over_;  // (stream, t) -> the held item's key
+  int64_t pushed_out_ = 0;
   uint64_t next_key_ = 0;
 };
 

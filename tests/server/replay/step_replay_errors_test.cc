@@ -44,6 +44,7 @@ void ExpectRefused(const Status& status, const std::string& fragment) {
 
 TEST(StepSchemasTest, OptionsAreCheckedAgainstTheStepSchema) {
   StepOptions n_step;
+  n_step.kind = StepOptions::Kind::kNStep;
   n_step.stacks = {{"obs", 4}};
   EXPECT_TRUE(Schemas(n_step).ok());
   StepOptions o = n_step;
@@ -123,6 +124,7 @@ TEST(StepSchemasTest, AnItemSpanLongerThanTheRingIsRefusedAtCreate) {
   ExpectRefused(MakeStepReplay(sequence, TestStepSchema(), 16, &fixture),
                 "an item spans 8 steps (sequence length 6 and a stack of 3), more than the step ring holds (7 steps)");
   StepOptions n_step;
+  n_step.kind = StepOptions::Kind::kNStep;
   n_step.n_step = 3;
   n_step.stacks = {{"obs", 4}};
   n_step.step_capacity = 6;
@@ -131,20 +133,28 @@ TEST(StepSchemasTest, AnItemSpanLongerThanTheRingIsRefusedAtCreate) {
   EXPECT_TRUE(MakeStepReplay(n_step, TestStepSchema(), 16, &fixture).ok());
 }
 
-TEST(StepSchemasTest, CreateNeedsAnEmptyItemsReplayOfTheStoredSchema) {
+// The table's items live in a Replay of its own, created with it (the one
+// item model: no Replay is handed in): of the stored schema (the step key,
+// then the item columns) and the item options given; Replay::Create's
+// refusals are Create's.
+TEST(StepSchemasTest, CreateMakesTheItemsReplayOfTheStoredSchema) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
+  options.stacks = {{"obs", 2}};
+  options.item_columns = {Column{"state", DType::kFloat32, {3}}};
   Schema sample, stored;
   ASSERT_TRUE(StepSchemas(options, TestStepSchema(), &sample, &stored).ok());
-  std::unique_ptr<Replay> wrong;
-  ASSERT_TRUE(Replay::Create(ReplayOptions{8, 1.0, tree::Device::kCpu, 1}, TestStepSchema(), &wrong).ok());
+  EXPECT_EQ(stored.ToString(), (Schema{{{"step", DType::kInt64, {}}, {"state", DType::kFloat32, {3}}}}).ToString());
   std::unique_ptr<StepReplay> steps;
-  ExpectRefused(StepReplay::Create(options, TestStepSchema(), wrong.get(), &steps), "a step replay's items need step:int64");
-  std::unique_ptr<Replay> used;
-  ASSERT_TRUE(Replay::Create(ReplayOptions{8, 1.0, tree::Device::kCpu, 1}, stored, &used).ok());
-  uint64_t first = 0;
-  ASSERT_TRUE(used->Add(1, std::vector<std::byte>(8), {}, &first).ok());
-  EXPECT_EQ(StepReplay::Create(options, TestStepSchema(), used.get(), &steps).code(),
-            Status::Code::kFailedPrecondition);
+  ASSERT_TRUE(StepReplay::Create(options, ReplayOptions{8, 0.5, tree::Device::kCpu, 1}, TestStepSchema(), &steps).ok());
+  EXPECT_EQ(steps->items().store().schema().ToString(), stored.ToString());
+  EXPECT_EQ(steps->items().capacity(), 8);
+  EXPECT_EQ(steps->items().alpha(), 0.5);
+  EXPECT_EQ(steps->items().size(), 0);
+  ExpectRefused(StepReplay::Create(options, ReplayOptions{0, 0.5, tree::Device::kCpu, 1}, TestStepSchema(), &steps),
+                "capacity 0");
+  ExpectRefused(StepReplay::Create(options, ReplayOptions{8, -1.0, tree::Device::kCpu, 1}, TestStepSchema(), &steps),
+                "alpha -1");
 }
 
 // What a refused Append must leave as it was.
@@ -154,15 +164,16 @@ struct Snapshot {
   uint64_t next_item;
   double total;
   int64_t live;
+  std::vector<int64_t> slots;      // every held item's, by key
   std::vector<std::byte> samples;  // every held slot assembled
 
   static Snapshot Of(const StepFixture& f, int streams) {
-    Snapshot s{f.steps->next_step_key(), {}, f.items->next_key(), f.items->tree().Total(), f.items->live_size(), {}};
+    Snapshot s{f.steps->next_step_key(), {}, f.items->next_key(), f.items->tree().Total(), f.items->size(), {}, {}};
     for (int i = 0; i < streams; ++i) s.stream_steps.push_back(f.steps->stream_steps(i));
-    std::vector<int64_t> slots;
-    for (uint64_t key = f.items->oldest_key(); key < f.items->next_key(); ++key) {
-      const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(f.items->capacity()));
-      if (Leaf(*f.items, slot) != 0.0) slots.push_back(slot);
+    std::vector<int64_t>& slots = s.slots;
+    for (uint64_t key = 0; key < f.items->next_key(); ++key) {
+      const int64_t slot = f.items->SlotOf(key);
+      if (slot >= 0) slots.push_back(slot);
     }
     s.samples.resize(slots.size() * static_cast<size_t>(f.steps->SampleItemBytes()));
     f.steps->Assemble(slots, s.samples);
@@ -175,6 +186,7 @@ class StepAppendErrorsTest : public ::testing::Test {
  protected:
   // n-step 2 over obs:3, a ring of 12 steps, 2 streams, a float32[2] item column.
   void SetUp() override {
+    options_.kind = StepOptions::Kind::kNStep;
     options_.n_step = 2;
     options_.stacks = {{"obs", 3}};
     options_.step_capacity = 12;
@@ -223,7 +235,8 @@ TEST_F(StepAppendErrorsTest, BadRequestsChangeNothing) {
   std::vector<std::byte> short_steps = MakeSteps(10, 2);
   short_steps.pop_back();
   ExpectUnchanged(Append(0, 10, 2, short_steps, {}, {}, &first), "must carry");
-  ExpectUnchanged(Append(0, 10, 0, MakeSteps(10, 1), {}, {}, &first), "no steps but");
+  ExpectUnchanged(Append(0, 10, 0, MakeSteps(10, 1), {}, {}, &first), "an append of no steps and no items");
+  ExpectUnchanged(Append(0, 10, 0, MakeSteps(10, 1), {8}, {}, &first), "no steps but");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {1.0, 2.0}, &first), "2 priorities for 1 items");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {std::nan("")}, &first), "position 0");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {-1.0}, &first), "position 0");
@@ -248,13 +261,64 @@ TEST_F(StepAppendErrorsTest, ItemsOverStepsNotHeldOrNotYetAppendedChangeNothing)
   ExpectUnchanged(Append(0, 10, 2, two, {1}, {}, &first), "needs step 0");
   // Step 3's stack (frames 1..3) starts at step 1, which this request overwrites.
   ExpectUnchanged(Append(0, 10, 2, two, {3}, {}, &first), "needs step 1 (the first of its stack of 3");
-  // Step 6 begins an episode: its stack needs nothing before it; fine.
-  ASSERT_TRUE(Append(0, 10, 2, two, {4, 6}, {}, &first).ok());
+  // Step 7's stack stops at its episode's first step, 6: fine.
+  ASSERT_TRUE(Append(0, 10, 2, two, {4, 7}, {}, &first).ok());
   // Now steps 0, 1 of stream 0 are gone from the ring.
   EXPECT_EQ(f_.steps->steps().stream_oldest(0), 2);
   before_ = Snapshot::Of(f_, 2);
   ExpectUnchanged(Append(0, 12, 0, {}, {0}, {}, &first), "the ring no longer holds it (the stream holds steps 2 .. 11)");
   ExpectUnchanged(Append(1, 2, 0, {}, {0}, {}, &first), "item 0 over step 0 of stream 1: it needs step 2");
+}
+
+// Issue 33, finding 7: the same item created twice (in one request, or over
+// a step the table holds an item over already) is refused, naming the step,
+// and nothing of the request is stored; once the table no longer holds the
+// item (its FIFO remover took it) the step may have one again.
+TEST_F(StepAppendErrorsTest, AnItemCreatedTwiceIsRefusedAndNothingStored) {
+  uint64_t first = 0;
+  const std::vector<std::byte> two = MakeSteps(10, 2);
+  ExpectUnchanged(Append(0, 10, 2, two, {7, 8, 7}, {}, &first),
+                  "the request creates two items over step 7 of stream 0; an item is created once");
+  ExpectUnchanged(Append(0, 10, 0, {}, {6}, {}, &first),
+                  "item 0 over step 6 of stream 0: the table holds an item over that step already (key 1); an item "
+                  "is created once");
+  ExpectUnchanged(Append(0, 10, 0, {}, {4, 1}, {}, &first), "item 1 over step 1 of stream 0: the table holds an item");
+  // Three more items fill the table (capacity 4): the oldest, key 0 over step 1, leaves.
+  ASSERT_TRUE(Append(0, 10, 0, {}, {2, 3, 4}, {}, &first).ok());
+  EXPECT_EQ(f_.items->SlotOf(0), -1);
+  ASSERT_TRUE(Append(0, 10, 0, {}, {1}, {}, &first).ok());
+  EXPECT_EQ(first, 5u);
+  EXPECT_EQ(f_.items->SlotOf(1), -1);  // key 1, over step 6, pushed out in turn
+  ASSERT_TRUE(Append(0, 10, 0, {}, {6}, {}, &first).ok());
+  EXPECT_EQ(first, 6u);
+  before_ = Snapshot::Of(f_, 2);
+  ExpectUnchanged(Append(0, 10, 0, {}, {3}, {}, &first), "(key 3)");  // keys 3 .. 6 held
+}
+
+// Issue 33: an item over a step of a stream whose steps have all left the
+// ring says so, not "the stream holds steps 3 .. 2".
+TEST(StepAppendMessagesTest, AStreamHoldingNoStepIsDescribedAsHoldingNone) {
+  StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
+  options.n_step = 1;
+  options.stacks = {{"obs", 1}};
+  options.step_capacity = 4;
+  options.streams = 2;
+  StepFixture f;
+  ASSERT_TRUE(MakeStepReplay(options, TestStepSchema(), 8, &f).ok());
+  uint64_t first = 0;
+  ASSERT_TRUE(f.steps->Append(0, 0, 3, MakeSteps(0, 3), {}, {}, {}, &first).ok());
+  ASSERT_TRUE(f.steps->Append(1, 0, 4, MakeSteps(0, 4), {}, {}, {}, &first).ok());
+  ASSERT_EQ(f.steps->steps().stream_oldest(0), 3);  // none of stream 0's steps held
+  const Status none = f.steps->Append(0, 3, 0, {}, std::vector<int64_t>{1}, {}, {}, &first);
+  ExpectRefused(none, "item 0 over step 1 of stream 0: the ring no longer holds it (it holds none of the stream's 3 "
+                      "steps)");
+  EXPECT_EQ(none.message().find("3 .. 2"), std::string::npos) << none.ToString();
+  // A stream holding some says which.
+  ASSERT_TRUE(f.steps->Append(0, 3, 2, MakeSteps(3, 2), {}, {}, {}, &first).ok());
+  ExpectRefused(f.steps->Append(0, 5, 0, {}, std::vector<int64_t>{1}, {}, {}, &first),
+                "the ring no longer holds it (the stream holds steps 3 .. 4)");
+  EXPECT_EQ(f.items->next_key(), 0u);
 }
 
 TEST(StepAppendSequenceErrorsTest, ASequenceMustStartAMultipleOfThePeriodIntoItsEpisode) {

@@ -25,6 +25,7 @@ TEST(StepLayoutTest, AtariNStepStacksFramesOnANewLastAxis) {
                       {"reward", DType::kFloat32, {}},
                       {"done", DType::kUInt8, {}}}};
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 3;
   options.stacks = {{"obs", 4}};
   Schema sample, stored;
@@ -39,7 +40,9 @@ TEST(StepLayoutTest, CartPoleGetsNextObsWithoutStacks) {
                          {"reward", DType::kFloat32, {}},
                          {"done", DType::kUInt8, {}}}};
   Schema sample, stored;
-  ASSERT_TRUE(StepSchemas(StepOptions{}, cartpole, &sample, &stored).ok());
+  StepOptions n_step;
+  n_step.kind = StepOptions::Kind::kNStep;
+  ASSERT_TRUE(StepSchemas(n_step, cartpole, &sample, &stored).ok());
   EXPECT_EQ(Names(sample), "obs:float32:4 action:int64: return:float64: discount:float64: next_obs:float32:4 ");
 }
 
@@ -84,7 +87,8 @@ struct TinyNStep {
 };
 
 TinyNStep AssembleTiny(const StepFixture& f, uint64_t key) {
-  const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(f.items->capacity()));
+  const int64_t slot = f.items->SlotOf(key);
+  EXPECT_GE(slot, 0) << "item " << key << " is not held";
   std::vector<std::byte> bytes(static_cast<size_t>(f.steps->SampleItemBytes()));
   EXPECT_EQ(bytes.size(), 6u + 8 + 8 + 6);
   f.steps->Assemble(std::span<const int64_t>(&slot, 1), bytes);
@@ -107,6 +111,7 @@ std::vector<uint8_t> Bytes(const uint8_t (&values)[6]) { return {values, values 
 
 TEST(StepNStepTest, ReturnsDiscountsAndStacksStopAtTheEpisodesEnd) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 3;
   options.discount = 0.5;
   options.stacks = {{"obs", 3}};
@@ -143,6 +148,7 @@ TEST(StepNStepTest, ReturnsDiscountsAndStacksStopAtTheEpisodesEnd) {
 
 TEST(StepNStepTest, ATruncatedEpisodeBootstrapsFromItsLastObservation) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 3;
   options.discount = 0.5;
   options.stacks = {{"obs", 3}};
@@ -183,6 +189,7 @@ TEST(StepNStepTest, ATruncatedEpisodeBootstrapsFromItsLastObservation) {
 
 TEST(StepNStepTest, AnItemIsWholeOnceItsTruncatedEpisodesBootstrapStepIsIn) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 3;
   options.stacks = {{"obs", 3}};
   options.step_capacity = 16;
@@ -213,7 +220,8 @@ TEST(StepSequenceTest, ATruncatedEpisodesBootstrapStepIsInItsSequencesWithMaskOn
   EXPECT_EQ(f.steps->Append(0, 3, 0, {}, std::vector<int64_t>{2}, {}, {}, &first).code(),
             Status::Code::kInvalidArgument);  // a sequence cannot start at it either
   std::vector<std::byte> out(32);
-  const int64_t slot = 0;
+  const int64_t slot = f.items->SlotOf(0);
+  ASSERT_EQ(slot, 0);
   f.steps->Assemble(std::span<const int64_t>(&slot, 1), out);
   EXPECT_EQ(static_cast<int>(out[8 + 16 + 2]), 2);  // done, step 2
   EXPECT_EQ(static_cast<int>(out[8 + 16 + 4 + 2]), 1);  // mask, step 2
@@ -233,7 +241,7 @@ TEST(StepSequenceTest, StepsPastTheEpisodesEndAreZeroAndMasked) {
   ASSERT_TRUE(f.steps->Append(0, 0, 7, TinySteps(0, 7, 2), std::vector<int64_t>{0, 2, 3}, {}, {}, &first).ok());
   // obs [4,2], reward [4], done [4], mask [4]: 8 + 16 + 4 + 4 bytes.
   ASSERT_EQ(f.steps->SampleItemBytes(), 32);
-  const std::vector<int64_t> slots = {0, 1, 2};
+  const std::vector<int64_t> slots = {f.items->SlotOf(0), f.items->SlotOf(1), f.items->SlotOf(2)};
   std::vector<std::byte> out(3 * 32);
   f.steps->Assemble(slots, out);
   const auto u8 = [&out](size_t offset, size_t count) {
@@ -260,6 +268,7 @@ TEST(StepSequenceTest, StepsPastTheEpisodesEndAreZeroAndMasked) {
 
 TEST(StepEvictionTest, OverwritingAStepRemovesExactlyTheItemsThatNeedIt) {
   StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
   options.n_step = 1;
   options.stacks = {{"obs", 2}};
   options.step_capacity = 6;
@@ -268,9 +277,12 @@ TEST(StepEvictionTest, OverwritingAStepRemovesExactlyTheItemsThatNeedIt) {
   uint64_t first = 0;
   // Items at steps 0..4 (item t needs t-1 .. t+1); item 1's stack starts at step 0.
   ASSERT_TRUE(f.steps->Append(0, 0, 6, TinySteps(0, 6, -1), std::vector<int64_t>{0, 1, 2, 3, 4}, {}, {}, &first).ok());
-  EXPECT_EQ(f.items->live_size(), 5);
+  EXPECT_EQ(f.items->size(), 5);
   ASSERT_TRUE(f.steps->Append(0, 6, 1, TinySteps(6, 1, -1), {}, {}, {}, &first).ok());  // overwrites step 0
-  EXPECT_EQ(f.items->live_size(), 3);
+  // Items 0 and 1 are gone: not held, their slots free, their leaves 0.
+  EXPECT_EQ(f.items->size(), 3);
+  EXPECT_EQ(f.items->SlotOf(0), -1);
+  EXPECT_EQ(f.items->SlotOf(1), -1);
   EXPECT_EQ(Leaf(*f.items, 0), 0.0);
   EXPECT_EQ(Leaf(*f.items, 1), 0.0);
   EXPECT_EQ(Leaf(*f.items, 2), 1.0);
@@ -281,7 +293,9 @@ TEST(StepEvictionTest, OverwritingAStepRemovesExactlyTheItemsThatNeedIt) {
   EXPECT_EQ(counts.applied, 1);
   EXPECT_EQ(Leaf(*f.items, 1), 0.0);
   ASSERT_TRUE(f.steps->Append(0, 7, 1, TinySteps(7, 1, -1), std::vector<int64_t>{6}, {}, {}, &first).ok());
-  EXPECT_EQ(f.items->live_size(), 3);  // item 2 gone with step 1; the item at 6 in
+  EXPECT_EQ(f.items->size(), 3);  // item 2 gone with step 1; the item at 6 in, in its slot
+  EXPECT_EQ(f.items->SlotOf(2), -1);
+  EXPECT_EQ(f.items->SlotOf(5), 2);
   std::set<uint64_t> drawn;
   SampleResult sample;
   for (int round = 0; round < 50; ++round) {

@@ -1,10 +1,12 @@
 // StepReplay against a plain reference (step_reference.h): random streams
 // interleaved, random episode lengths (1-step episodes too), n-step items and
 // sequences over stacked columns, random batch sizes, a ring small enough to
-// wrap many times. At many moments every item the items' Replay holds is
-// checked: live (leaf not 0) exactly when the reference says all its steps
-// are in the ring, and, when live, its assembled sample bit for bit the
-// reference's. Random invalid items are refused with nothing changed.
+// wrap many times, an items' table small enough to fill. At many moments
+// every item ever created is checked: held exactly when the reference says
+// (the one item model: it leaves when its earliest step leaves the ring, or
+// when the table is full, the oldest first), and, when held, its assembled
+// sample bit for bit the reference's. Random invalid items (one over a step
+// that has an item already among them) are refused with nothing changed.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -62,9 +64,11 @@ Workload RandomWorkload(std::mt19937_64& rng) {
 // What a run exercised, so the test can insist it exercised enough.
 struct Coverage {
   int64_t items = 0;         // created
-  int64_t live_checked = 0;  // live items assembled and compared
-  int64_t removed_seen = 0;  // held items found removed (leaf 0), as expected
+  int64_t live_checked = 0;  // held items assembled and compared
+  int64_t removed_seen = 0;  // items found gone, as expected
+  int64_t pushed_out = 0;    // items the table's FIFO remover took (full)
   int64_t refused = 0;       // invalid items refused
+  int64_t twice = 0;         // of them, items over a step that has one already
   int64_t stale = 0;         // updates to removed items counted stale
   int64_t truncated = 0;     // items created over a truncated episode's bootstrap step
   void Add(const Coverage& o) {
@@ -72,7 +76,9 @@ struct Coverage {
     items += o.items;
     live_checked += o.live_checked;
     removed_seen += o.removed_seen;
+    pushed_out += o.pushed_out;
     refused += o.refused;
+    twice += o.twice;
     stale += o.stale;
   }
 };
@@ -101,14 +107,18 @@ class StepExactnessRun {
     reference_.Append(stream, rows);
     const std::vector<std::byte> bulk = WireLayout(rows, w_.schema.columns.size());
 
-    // Items: up to 4 creatable steps among the stream's recent ones (repeats allowed).
+    // Items: up to 4 creatable steps among the stream's recent ones, each
+    // without an item yet (one item a step), none twice.
     const int64_t have = reference_.steps(stream);
     const uint64_t oldest_after = reference_.OldestKeyAfter(0);
     std::vector<int64_t> item_steps;
     const int64_t wanted = Pick(0, 4);
     for (int tries = 0; tries < 20 && static_cast<int64_t>(item_steps.size()) < wanted; ++tries) {
       const int64_t t = Pick(std::max<int64_t>(0, have - 14), have - 1);
-      if (reference_.Creatable(stream, t, oldest_after)) item_steps.push_back(t);
+      if (reference_.Creatable(stream, t, oldest_after) && !reference_.ItemOver(stream, t) &&
+          std::find(item_steps.begin(), item_steps.end(), t) == item_steps.end()) {
+        item_steps.push_back(t);
+      }
     }
     std::vector<double> priorities;
     if (Pick(0, 1) == 0) {
@@ -119,6 +129,7 @@ class StepExactnessRun {
     const std::vector<std::byte> item_bulk = WireLayout(item_rows, w_.options.item_columns.size());
 
     if (Pick(0, 3) == 0 && !TryInvalidItem(stream, first_step, steps, bulk, have, oldest_after)) return false;
+    if (steps == 0 && item_steps.empty()) return true;  // an append of nothing is refused (CheckCounts)
 
     uint64_t first_key = 0;
     const Status appended = fixture_.steps->Append(stream, first_step, steps, bulk, item_steps, priorities,
@@ -126,6 +137,7 @@ class StepExactnessRun {
     EXPECT_TRUE(appended.ok()) << appended.ToString();
     if (!appended.ok()) return false;
     coverage_.items += static_cast<int64_t>(item_steps.size());
+    reference_.RemoveItemsBeforeAdd(static_cast<int64_t>(item_steps.size()), w_.item_capacity);
     const int64_t reach = w_.options.kind == StepOptions::Kind::kNStep ? w_.options.n_step : w_.options.sequence_length - 1;
     for (size_t j = 0; j < item_steps.size(); ++j) {
       for (int64_t i = item_steps[j] + 1; i <= std::min(item_steps[j] + reach, have - 1); ++i) {
@@ -137,17 +149,18 @@ class StepExactnessRun {
     return true;
   }
 
-  // Every held item: live exactly when all its steps are in the ring, and
-  // its sample the reference's; a sampled batch assembled at once too.
+  // Every item ever created: held exactly when the reference says (never
+  // one with a step out of the ring), and its sample the reference's; a
+  // sampled batch assembled at once too.
   bool CheckEverything() {
     const Replay& items = *fixture_.items;
     const uint64_t oldest_step = reference_.OldestKeyAfter(0);
     EXPECT_EQ(fixture_.steps->next_step_key(), reference_.next_key());
     int64_t live = 0;
-    for (uint64_t key = items.oldest_key(); key < items.next_key(); ++key) {
-      const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(items.capacity()));
-      const bool expect_live = reference_.EarliestKey(key) >= oldest_step;
-      const bool is_live = Leaf(items, slot) != 0.0;
+    for (uint64_t key = 0; key < items.next_key(); ++key) {
+      const int64_t slot = items.SlotOf(key);
+      const bool expect_live = reference_.Held(key);
+      const bool is_live = slot >= 0;
       EXPECT_EQ(is_live, expect_live) << "item " << key << " at step " << reference_.item(key).t << " of stream "
                                       << reference_.item(key).stream;
       if (is_live != expect_live) return false;
@@ -155,6 +168,9 @@ class StepExactnessRun {
         ++coverage_.removed_seen;
         continue;
       }
+      EXPECT_GE(reference_.EarliestKey(key), oldest_step) << "item " << key;
+      EXPECT_GT(Leaf(items, slot), 0.0) << "item " << key;
+      EXPECT_EQ(items.KeyAt(slot), key);
       ++live;
       ++coverage_.live_checked;
       std::vector<std::byte> got(static_cast<size_t>(fixture_.steps->SampleItemBytes()));
@@ -164,7 +180,9 @@ class StepExactnessRun {
       EXPECT_EQ(got, want) << "item " << key << " at step " << reference_.item(key).t;
       if (got != want) return false;
     }
-    EXPECT_EQ(items.live_size(), live);
+    EXPECT_EQ(items.size(), live);
+    EXPECT_EQ(reference_.held_items(), live);
+    coverage_.pushed_out = reference_.pushed_out();
     if (live > 0 && !CheckSampledBatch()) return false;
     for (int s = 0; s < w_.options.streams; ++s) {
       EXPECT_EQ(fixture_.steps->stream_steps(s), reference_.steps(s));
@@ -176,18 +194,20 @@ class StepExactnessRun {
     return !::testing::Test::HasFailure();
   }
 
-  // Updates to random held items: applied to live ones, stale for removed
-  // ones (which stay at leaf 0).
+  // Updates to random recent items (from those the table held a table's
+  // worth of items ago): applied to held ones, stale for those gone (which
+  // stay gone).
   void UpdateSome() {
     Replay& items = *fixture_.items;
-    if (items.size() == 0) return;
+    if (items.next_key() == 0) return;
     std::vector<uint64_t> keys;
     int64_t removed = 0;
     for (int j = 0; j < 3; ++j) {
-      const uint64_t key = items.oldest_key() + static_cast<uint64_t>(Pick(0, items.size() - 1));
+      const int64_t from = std::max<int64_t>(0, static_cast<int64_t>(items.next_key()) - 2 * items.capacity());
+      const uint64_t key = static_cast<uint64_t>(Pick(from, static_cast<int64_t>(items.next_key()) - 1));
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
       keys.push_back(key);
-      removed += Leaf(items, static_cast<int64_t>(key % static_cast<uint64_t>(items.capacity()))) == 0.0;
+      removed += !reference_.Held(key);
     }
     UpdateCounts counts;
     ASSERT_TRUE(items.UpdatePriorities(keys, std::vector<double>(keys.size(), 2.5), &counts).ok());
@@ -238,24 +258,30 @@ class StepExactnessRun {
   bool TryInvalidItem(int stream, int64_t first_step, int64_t steps, const std::vector<std::byte>& bulk,
                       int64_t have, uint64_t oldest_after) {
     const int64_t t = Pick(std::max<int64_t>(-2, have - 16), have + 2);
-    if (reference_.Creatable(stream, t, oldest_after)) return true;
+    const bool twice = reference_.ItemOver(stream, t);
+    if (reference_.Creatable(stream, t, oldest_after) && !twice) return true;
     const Replay& items = *fixture_.items;
     const uint64_t next_item = items.next_key();
     const double total = items.tree().Total();
-    const int64_t live = items.live_size();
+    const int64_t live = items.size();
     const std::vector<std::vector<std::vector<std::byte>>> one_item = {RandomItemColumns()};
     uint64_t first_key = 0;
     const Status refused = fixture_.steps->Append(stream, first_step, steps, bulk, std::vector<int64_t>{t}, {},
                                                   WireLayout(one_item, w_.options.item_columns.size()), &first_key);
     ++coverage_.refused;
+    coverage_.twice += twice;
     EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << "item at step " << t << ": " << refused.ToString();
+    if (twice && reference_.Creatable(stream, t, oldest_after)) {
+      EXPECT_NE(refused.message().find("holds an item over that step already"), std::string::npos)
+          << refused.ToString();
+    }
     EXPECT_NE(refused.message().find("item 0 over step " + std::to_string(t)), std::string::npos)
         << refused.ToString();
     EXPECT_EQ(fixture_.steps->stream_steps(stream), first_step);
     EXPECT_EQ(fixture_.steps->next_step_key(), reference_.next_key() - static_cast<uint64_t>(steps));
     EXPECT_EQ(items.next_key(), next_item);
     EXPECT_EQ(items.tree().Total(), total);
-    EXPECT_EQ(items.live_size(), live);
+    EXPECT_EQ(items.size(), live);
     return refused.code() == Status::Code::kInvalidArgument;
   }
 
@@ -286,7 +312,7 @@ class StepExactnessRun {
   Coverage coverage_;
 };
 
-TEST(StepReplayExactnessTest, EveryHeldItemIsLiveExactlyWhenWholeAndAssemblesAsTheReference) {
+TEST(StepReplayExactnessTest, EveryItemIsHeldExactlyAsTheReferenceSaysAndAssemblesAsTheReference) {
   Coverage total;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     std::mt19937_64 rng(seed);
@@ -306,16 +332,19 @@ TEST(StepReplayExactnessTest, EveryHeldItemIsLiveExactlyWhenWholeAndAssemblesAsT
     }
     total.Add(run.coverage());
   }
-  std::printf("created %lld items (%lld over a truncated episode's bootstrap step); compared %lld live ones, saw %lld "
-              "removed; refused %lld invalid; %lld stale\n",
+  std::printf("created %lld items (%lld over a truncated episode's bootstrap step); compared %lld held ones, saw %lld "
+              "gone (%lld taken by the FIFO remover); refused %lld invalid (%lld over a step with an item); %lld "
+              "stale\n",
               static_cast<long long>(total.items), static_cast<long long>(total.truncated),
-              static_cast<long long>(total.live_checked),
-              static_cast<long long>(total.removed_seen), static_cast<long long>(total.refused),
-              static_cast<long long>(total.stale));
+              static_cast<long long>(total.live_checked), static_cast<long long>(total.removed_seen),
+              static_cast<long long>(total.pushed_out), static_cast<long long>(total.refused),
+              static_cast<long long>(total.twice), static_cast<long long>(total.stale));
   EXPECT_GT(total.items, 40000);
   EXPECT_GT(total.live_checked, 40000);
   EXPECT_GT(total.removed_seen, 40000);
   EXPECT_GT(total.refused, 4000);
+  EXPECT_GT(total.twice, 500);
+  EXPECT_GT(total.pushed_out, 1000);
   EXPECT_GT(total.stale, 2000);
   EXPECT_GT(total.truncated, 5000);
 }

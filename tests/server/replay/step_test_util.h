@@ -25,19 +25,32 @@ inline Schema TestStepSchema(DType reward = DType::kFloat32) {
                  {"action", DType::kInt32, {}}}};
 }
 
-// A StepReplay and the items' Replay it adds to.
+// A StepReplay and its items' Replay.
 struct StepFixture {
-  std::unique_ptr<Replay> items;
   std::unique_ptr<StepReplay> steps;
+  Replay* items = nullptr;  // steps' own
 };
 
 inline Status MakeStepReplay(const StepOptions& options, const Schema& step_schema, int64_t item_capacity,
                              StepFixture* fixture, double alpha = 1.0) {
-  Schema sample, stored;
-  PERSERVE_RETURN_IF_ERROR(StepSchemas(options, step_schema, &sample, &stored));
-  PERSERVE_RETURN_IF_ERROR(
-      Replay::Create(ReplayOptions{item_capacity, alpha, tree::Device::kCpu, 11}, stored, &fixture->items));
-  return StepReplay::Create(options, step_schema, fixture->items.get(), &fixture->steps);
+  PERSERVE_RETURN_IF_ERROR(StepReplay::Create(options, ReplayOptions{item_capacity, alpha, tree::Device::kCpu, 11},
+                                              step_schema, &fixture->steps));
+  fixture->items = &fixture->steps->mutable_items();
+  return Status::Ok();
+}
+
+// A table of transitions (each step its own item) of `schema`: a ring of
+// `capacity` steps, as many items, `streams` streams.
+inline Status MakeTransitionReplay(const Schema& schema, int64_t capacity, int streams, StepFixture* fixture,
+                                   double alpha = 1.0, uint64_t seed = 11) {
+  StepOptions options;
+  options.kind = StepOptions::Kind::kTransition;
+  options.step_capacity = capacity;
+  options.streams = streams;
+  PERSERVE_RETURN_IF_ERROR(StepReplay::Create(options, ReplayOptions{capacity, alpha, tree::Device::kCpu, seed},
+                                              schema, &fixture->steps));
+  fixture->items = &fixture->steps->mutable_items();
+  return Status::Ok();
 }
 
 // Rows (rows[j][c]: step j's bytes of column c) in the wire layout: each

@@ -3,9 +3,11 @@
 // probe claims, columns messages of one client are non-overtaking).
 #include "service/held_adds.h"
 
+#include <optional>
+
 #include <gtest/gtest.h>
 
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 
 namespace perserve::service {
 namespace {
@@ -14,9 +16,17 @@ constexpr int kClient = 0;
 
 std::vector<std::byte> Columns(uint8_t tag, size_t bytes = 4) { return std::vector<std::byte>(bytes, std::byte{tag}); }
 
+// A held append of one step whose columns come apart.
 HeldAdd AddApart(uint64_t request_id) {
-  return HeldAdd{kClient, request_id, 1, {}, {}, HeldAdd::Clock::time_point::max(), /*columns_follow=*/true};
+  proto::DecodedAppend append;
+  append.meta.first_step = proto::AppendMeta::kAtEnd;
+  append.meta.steps = 1;
+  append.meta.item_per_step = true;
+  append.meta.columns_follow = true;
+  return HeldAdd{kClient, request_id, {}, append, {}, HeldAdd::Clock::time_point::max()};
 }
+
+constexpr int kMaxEarly = 2;
 
 class HeldAddsTest : public ::testing::Test {
  protected:
@@ -29,7 +39,7 @@ class HeldAddsTest : public ::testing::Test {
     EXPECT_TRUE(transport_.TryReceive(kClient, &buffer, &tag, &received).ok());
     EXPECT_TRUE(received);
     EXPECT_EQ(tag, proto::kAddColumnsTag);
-    return held_.Route(kClient, buffer);
+    return held_.Route(kClient, buffer, kMaxEarly);
   }
   // Receives the claimed columns of the add at the ledger's front: their first byte.
   uint8_t ReceiveInPlace() {
@@ -139,7 +149,41 @@ TEST_F(HeldAddsTest, TakeAllLeavesTheOwedColumnsToBeDroppedAsTheyCome) {
   EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kDropped);
   EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kDropped);
   PushColumns(3);
-  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kStray) << "nothing owed any more";
+  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kEarly) << "nothing owed any more: kept for the next add apart";
+}
+
+// Issue 33, finding 8: a columns message that comes before its append
+// request is kept (kEarly) for the client's next append apart, in order;
+// more than max_early waiting is stray. An early message never goes to an
+// add whose columns the ledger owes: the ledger's adds come first.
+TEST_F(HeldAddsTest, ColumnsBeforeTheirAppendAreKeptForTheClientsNextAppendsApartInOrder) {
+  PushColumns(1);
+  PushColumns(2);
+  PushColumns(3);
+  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kEarly);
+  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kEarly);
+  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kStray) << "a third one past the 2 kept";
+  EXPECT_EQ(held_.early(), 2u);
+  EXPECT_FALSE(held_.Owes(kClient)) << "early columns are nobody's debt";
+  std::optional<std::vector<std::byte>> first = held_.TakeEarly(kClient);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->at(0), std::byte{1});
+  // An add apart held meanwhile owes its columns: the next message is its, not kept early.
+  held_.Hold(AddApart(5));
+  PushColumns(9);
+  EXPECT_EQ(ReceiveAndRoute(), HeldAdds::Routed::kKept);
+  EXPECT_EQ(held_.front().columns->at(0), std::byte{9});
+  std::optional<std::vector<std::byte>> second = held_.TakeEarly(kClient);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->at(0), std::byte{2});
+  EXPECT_FALSE(held_.TakeEarly(kClient));
+  EXPECT_EQ(held_.early(), 0u);
+  // Another client's early columns are its own.
+  LoopbackTransport two(2);
+  HeldAdds held(&two, 2);
+  EXPECT_EQ(held.Route(1, Columns(4), 1), HeldAdds::Routed::kEarly);
+  EXPECT_FALSE(held.TakeEarly(0));
+  EXPECT_EQ(held.TakeEarly(1)->at(0), std::byte{4});
 }
 
 TEST_F(HeldAddsTest, AnAddAppliedAtOnceOwesItsColumnsOnlyWhileApplied) {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/codec.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "server/service/service_test_util.h"
 
@@ -18,6 +18,8 @@ using service_test::Frame;
 
 Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUInt8, {2}}}}; }
 
+// An add (an append of `count` transitions at the end of the sender's
+// stream, each its own item) of items numbered first_item ..
 std::vector<std::byte> AddFrame(uint64_t id, int64_t first_item, int64_t count, const std::vector<double>& priorities) {
   std::vector<int64_t> ids;
   std::vector<uint8_t> tags;
@@ -26,12 +28,12 @@ std::vector<std::byte> AddFrame(uint64_t id, int64_t first_item, int64_t count, 
     tags.push_back(static_cast<uint8_t>(first_item + j));
     tags.push_back(static_cast<uint8_t>(255 - first_item - j));
   }
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(MessageKind::kAddRequest, id, proto::AddRequest{count, !priorities.empty()},
-                     {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags)),
-                      std::as_bytes(std::span(priorities))},
-                     &frame);
-  return frame;
+  std::vector<std::byte> columns;
+  const auto id_bytes = std::as_bytes(std::span(ids));
+  const auto tag_bytes = std::as_bytes(std::span(tags));
+  columns.insert(columns.end(), id_bytes.begin(), id_bytes.end());
+  columns.insert(columns.end(), tag_bytes.begin(), tag_bytes.end());
+  return service_test::AddFrame(id, proto::AppendMeta::kAtEnd, count, columns, priorities);
 }
 
 
@@ -41,8 +43,9 @@ class ServiceTest : public ::testing::Test {
 
   void Start(int clients, int64_t min_size, int messages_per_client_pass = 4, double alpha = 1.0) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
-    ASSERT_TRUE(
-        replay::Replay::Create(replay::ReplayOptions{64, alpha, tree::Device::kCpu, 3}, IdSchema(), &replay_).ok());
+    replay::step_test::StepFixture fixture;
+    ASSERT_TRUE(replay::step_test::MakeTransitionReplay(IdSchema(), 64, clients, &fixture, alpha, 3).ok());
+    replay_ = std::move(fixture.steps);
     ServiceOptions options{min_size, 0.0};
     options.messages_per_client_pass = messages_per_client_pass;
     service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
@@ -66,7 +69,7 @@ class ServiceTest : public ::testing::Test {
   }
 
   std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<ReplayService> service_;
   std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
@@ -128,7 +131,7 @@ TEST_F(ServiceTest, AddSampleUpdateCloseRoundTrip) {
   proto::UpdateReply updated;
   ASSERT_TRUE(proto::DecodeMeta(Reply(1, MessageKind::kUpdateReply, 3), &updated).ok());
   EXPECT_EQ(updated.applied, 2);
-  EXPECT_EQ(replay_->tree().Total(), 9.0 + 2.0 + 3.0 + 0.5);
+  EXPECT_EQ(replay_->items().tree().Total(), 9.0 + 2.0 + 3.0 + 0.5);
 
   transport_->Push(0, Frame(MessageKind::kCloseRequest, 4, proto::Empty{}));
   transport_->Push(1, Frame(MessageKind::kCloseRequest, 5, proto::Empty{}));
@@ -155,6 +158,13 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
   const std::vector<uint64_t> one_key = {0};
   const std::vector<double> negative = {-1.0};
   const std::vector<std::byte> columns_wrong(11);
+  proto::AppendMeta two_adds;  // 2 transitions, whose 20 bytes of columns are 11
+  two_adds.first_step = proto::AppendMeta::kAtEnd;
+  two_adds.steps = 2;
+  two_adds.item_per_step = true;
+  proto::AppendMeta huge_add = two_adds;
+  huge_add.steps = int64_t{1} << 62;
+  huge_add.has_priorities = true;
 
   struct Case {
     std::vector<std::byte> frame;
@@ -170,10 +180,9 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
       {Frame(static_cast<MessageKind>(77), 16, proto::Empty{}), 16, Status::Code::kUnimplemented},
       {AddFrame(17, 0, 2, {1.0, nan}), 17, Status::Code::kInvalidArgument},
       {AddFrame(18, 0, 2, {1.0, -3.0}), 18, Status::Code::kInvalidArgument},
-      {Frame(MessageKind::kAddRequest, 19, proto::AddRequest{2, false}, {std::span<const std::byte>(columns_wrong)}),
-       19, Status::Code::kInvalidArgument},
-      {Frame(MessageKind::kAddRequest, 20, proto::AddRequest{int64_t{1} << 62, true}), 20,
+      {Frame(MessageKind::kAppendRequest, 19, two_adds, {std::span<const std::byte>(columns_wrong)}), 19,
        Status::Code::kInvalidArgument},
+      {Frame(MessageKind::kAppendRequest, 20, huge_add), 20, Status::Code::kInvalidArgument},
       {Frame(MessageKind::kSampleRequest, 21, proto::SampleRequest{0, 0.4}), 21, Status::Code::kInvalidArgument},
       {Frame(MessageKind::kSampleRequest, 25, proto::SampleRequest{int64_t{1} << 62, 0.4}), 25,
        Status::Code::kInvalidArgument},
@@ -190,7 +199,9 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
   transport_->Push(0, AddFrame(24, 0, 2, {}), /*tag=*/proto::kRequestTag + 40);
   Step();
   EXPECT_EQ(ErrorCode(0, 24), Status::Code::kUnimplemented) << "unknown tag";
-  EXPECT_EQ(replay_->next_key(), 0u) << "a rejected add stored something";
+  EXPECT_EQ(replay_->items().next_key(), 0u) << "a rejected add stored something";
+  EXPECT_EQ(replay_->next_step_key(), 0u) << "a rejected add stored steps";
+  EXPECT_EQ(replay_->stream_steps(0), 0);
 
   // The server still serves, and later requests see nothing of the rejected ones.
   transport_->Push(0, AddFrame(30, 0, 2, {1.0, 2.0}));
@@ -206,7 +217,7 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
   Step();
   EXPECT_EQ(ErrorCode(0, 31), Status::Code::kNotFound);
   EXPECT_EQ(ErrorCode(0, 32), Status::Code::kInvalidArgument);
-  EXPECT_EQ(replay_->tree().Total(), 3.0) << "a rejected update changed a priority";
+  EXPECT_EQ(replay_->items().tree().Total(), 3.0) << "a rejected update changed a priority";
   EXPECT_EQ(service_->counters().errors, static_cast<int64_t>(cases.size()) + 3);
 }
 

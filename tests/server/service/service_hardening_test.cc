@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/codec.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "service/resident_memory.h"
 #include "server/service/service_test_util.h"
@@ -33,14 +33,15 @@ using service_test::Frame;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-// `count` items of a one-column (uint8 × item_bytes) schema, byte j of item i
-// being (i + j) mod 251; priorities follow when given.
+// An add of `count` transitions (at the end of the sender's stream) of a
+// one-column (uint8 × item_bytes) schema, byte j of item i being (i + j) mod
+// 251; priorities follow when given.
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t count, int64_t item_bytes,
                                 const std::vector<double>& priorities = {}) {
   std::vector<uint8_t> rows(static_cast<size_t>(count * item_bytes));
   for (size_t b = 0; b < rows.size(); ++b) rows[b] = static_cast<uint8_t>((b / item_bytes + b % item_bytes) % 251);
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, !priorities.empty()},
-               {std::as_bytes(std::span(rows)), std::as_bytes(std::span(priorities))});
+  return service_test::AddFrame(request_id, proto::AppendMeta::kAtEnd, count, std::as_bytes(std::span(rows)),
+                                priorities);
 }
 
 std::vector<std::byte> SampleFrame(uint64_t request_id, int64_t batch_size) {
@@ -100,7 +101,7 @@ TEST_F(ServiceHardeningTest, AReplyJustOverTwoGiBIsRefusedAndOneItemLessIsAccept
   EXPECT_NE(message.find("2147483686-byte reply"), std::string::npos) << message;
   EXPECT_TRUE(transport_->outbox(0).empty()) << "the fitting request waits for the minimum size";
   EXPECT_EQ(service_->counters().deferred_samples, 1);
-  EXPECT_EQ(replay_->size(), 1);
+  EXPECT_EQ(items().size(), 1);
 }
 
 // Bytes the codec used to trust: has_priorities as a byte of 2 (undefined
@@ -110,7 +111,8 @@ TEST_F(ServiceHardeningTest, AReplyJustOverTwoGiBIsRefusedAndOneItemLessIsAccept
 TEST_F(ServiceHardeningTest, NonBooleanReservedAndCloseFieldsAreRefused) {
   Start(1, 8, 4, Options(1));
   std::vector<std::byte> two = AddFrame(1, 2, 4);
-  two[proto::kFrameHeaderBytes + sizeof(int64_t)] = std::byte{2};  // AddRequest: count, then has_priorities
+  // AppendMeta: first_step, steps, items, item_per_step, then has_priorities.
+  two[proto::kFrameHeaderBytes + 3 * sizeof(int64_t) + 1] = std::byte{2};
   transport_->Push(0, std::move(two));
   std::vector<std::byte> reserved = AddFrame(2, 2, 4);
   reserved[20] = std::byte{1};  // FrameHeader::reserved
@@ -123,7 +125,7 @@ TEST_F(ServiceHardeningTest, NonBooleanReservedAndCloseFieldsAreRefused) {
   EXPECT_EQ(Error(0, 2, &message), Status::Code::kInvalidArgument);
   EXPECT_NE(message.find("reserved"), std::string::npos) << message;
   EXPECT_EQ(Error(0, 3, &message), Status::Code::kInvalidArgument);
-  EXPECT_EQ(replay_->size(), 0);
+  EXPECT_EQ(items().size(), 0);
   EXPECT_FALSE(service_->done()) << "a malformed close does not close";
 
   transport_->Push(0, AddFrame(4, 2, 4));
@@ -147,7 +149,7 @@ TEST_F(ServiceHardeningTest, APrioritySumThatWouldOverflowIsRefusedWhole) {
   EXPECT_EQ(Error(0, 1, &message), Status::Code::kInvalidArgument);
   EXPECT_NE(message.find("past the largest total"), std::string::npos) << message;
   ExpectAdded(0, 2, 2);
-  EXPECT_EQ(replay_->size(), 2);
+  EXPECT_EQ(items().size(), 2);
 
   const std::vector<uint64_t> keys = {0, 1};
   const std::vector<double> huge = {1e308, 1e308};
@@ -158,8 +160,8 @@ TEST_F(ServiceHardeningTest, APrioritySumThatWouldOverflowIsRefusedWhole) {
   EXPECT_EQ(Error(0, 3, &message), Status::Code::kInvalidArgument);
   EXPECT_NE(message.find("past the largest total"), std::string::npos) << message;
   ExpectSample(0, 4, 64);
-  EXPECT_TRUE(std::isfinite(replay_->tree().Total()));
-  EXPECT_EQ(replay_->tree().Total(), 3.0) << "nothing of the refused update was applied";
+  EXPECT_TRUE(std::isfinite(items().tree().Total()));
+  EXPECT_EQ(items().tree().Total(), 3.0) << "nothing of the refused update was applied";
 }
 
 // The defect: sample replies a client never read were kept without limit
@@ -258,7 +260,7 @@ TEST_F(ServiceHardeningTest, AHugeRejectedFrameDoesNotPinItsMemory) {
   }
   Step();
   EXPECT_EQ(Error(0, 1), Status::Code::kInvalidArgument);
-  EXPECT_EQ(replay_->size(), 0);
+  EXPECT_EQ(items().size(), 0);
   const int64_t grown = ResidentBytes() - before;
   if (PERSERVE_RSS_IS_MEANINGFUL) {
     EXPECT_LT(grown, 64 * kMiB) << "resident memory still " << grown / kMiB << " MiB above before the 400 MB frame";
@@ -277,7 +279,7 @@ TEST_F(ServiceHardeningTest, AReplyThatCannotBeSentIsCountedAndServingGoesOn) {
   transport_->Push(0, SampleFrame(2, 4));
   Step();
   EXPECT_EQ(service_->counters().replies_dropped, 2);
-  EXPECT_EQ(replay_->size(), 2) << "the add was applied; only its reply was lost";
+  EXPECT_EQ(items().size(), 2) << "the add was applied; only its reply was lost";
   EXPECT_NE(service_->Summary().find("2 replies dropped"), std::string::npos) << service_->Summary();
 
   transport_->FailSends(false);
@@ -286,7 +288,7 @@ TEST_F(ServiceHardeningTest, AReplyThatCannotBeSentIsCountedAndServingGoesOn) {
   Step();
   ExpectAdded(0, 3, 1);
   ExpectSample(0, 4, 4);
-  EXPECT_EQ(replay_->size(), 3);
+  EXPECT_EQ(items().size(), 3);
 }
 
 }  // namespace

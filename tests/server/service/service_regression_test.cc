@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/codec.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "server/service/service_test_util.h"
 
@@ -23,7 +23,8 @@ Schema IdSchema() { return Schema{{{"id", DType::kInt64, {}}, {"tag", DType::kUI
 
 uint8_t Tag(int64_t id, int b) { return static_cast<uint8_t>(b == 0 ? id * 3 + 1 : 200 - id); }
 
-// An add of items numbered first_item, first_item + 1, ..., without priorities.
+// An add of items numbered first_item, first_item + 1, ..., without
+// priorities: transitions at the end of the sender's stream.
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_item, int64_t count) {
   std::vector<int64_t> ids;
   std::vector<uint8_t> tags;
@@ -32,10 +33,12 @@ std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_item, int64_t
     tags.push_back(Tag(id, 0));
     tags.push_back(Tag(id, 1));
   }
-  std::vector<std::byte> frame;
-  proto::EncodeFrame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false},
-                     {std::as_bytes(std::span(ids)), std::as_bytes(std::span(tags))}, &frame);
-  return frame;
+  std::vector<std::byte> columns;
+  const auto id_bytes = std::as_bytes(std::span(ids));
+  const auto tag_bytes = std::as_bytes(std::span(tags));
+  columns.insert(columns.end(), id_bytes.begin(), id_bytes.end());
+  columns.insert(columns.end(), tag_bytes.begin(), tag_bytes.end());
+  return service_test::AddFrame(request_id, proto::AppendMeta::kAtEnd, count, columns);
 }
 
 
@@ -43,9 +46,10 @@ class ServiceRegressionTest : public ::testing::Test {
  protected:
   void Start(int clients, int64_t capacity, int messages_per_client_pass) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
-    const Status created =
-        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 5}, IdSchema(), &replay_);
+    replay::step_test::StepFixture fixture;
+    const Status created = replay::step_test::MakeTransitionReplay(IdSchema(), capacity, clients, &fixture, 1.0, 5);
     ASSERT_TRUE(created.ok()) << created.ToString();
+    replay_ = std::move(fixture.steps);
     ServiceOptions options{1, 0.0};
     options.messages_per_client_pass = messages_per_client_pass;
     service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
@@ -68,7 +72,7 @@ class ServiceRegressionTest : public ::testing::Test {
   }
 
   std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<ReplayService> service_;
   std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
@@ -127,11 +131,15 @@ TEST_F(ServiceRegressionTest, EveryAddQueuedBeforeACloseIsStoredAndAcknowledgedF
     EXPECT_TRUE(transport_->outbox(client).empty()) << "client " << client << ": replies after the close reply";
   }
   Reply(1, MessageKind::kCloseReply, 100);
-  ASSERT_EQ(replay_->next_key(), static_cast<uint64_t>(next_item)) << "items lost at close";
-  std::vector<int64_t> slots(static_cast<size_t>(next_item));
-  for (int64_t s = 0; s < next_item; ++s) slots[s] = s;
-  std::vector<std::byte> rows(static_cast<size_t>(next_item * replay_->store().schema().ItemBytes()));
-  replay_->store().Gather(slots, rows);
+  ASSERT_EQ(replay_->items().next_key(), static_cast<uint64_t>(next_item)) << "items lost at close";
+  ASSERT_EQ(replay_->items().size(), next_item);
+  // Each item's row is its step's, in the ring.
+  std::vector<int64_t> item_slots(static_cast<size_t>(next_item)), slots;
+  for (int64_t key = 0; key < next_item; ++key) item_slots[key] = replay_->items().SlotOf(static_cast<uint64_t>(key));
+  replay_->StepSlots(item_slots, &slots);
+  const store::TransitionStore& ring = replay_->steps().columns();
+  std::vector<std::byte> rows(static_cast<size_t>(next_item * ring.schema().ItemBytes()));
+  ring.Gather(slots, rows);
   std::set<int64_t> stored;
   for (int64_t s = 0; s < next_item; ++s) {
     int64_t id = -1;
@@ -144,7 +152,7 @@ TEST_F(ServiceRegressionTest, EveryAddQueuedBeforeACloseIsStoredAndAcknowledgedF
 }
 
 // A sample reply after the ring wraps (capacity 4, 7 items; the second add
-// wraps inside the batch): every key in it is live, and the rows the reply
+// wraps inside the batch): every key in it is held, and the rows the reply
 // carries for it, both columns, are the ones added for that key.
 TEST_F(ServiceRegressionTest, ASampleReplyAfterTheRingWrapsCarriesEachKeysOwnRow) {
   Start(2, 4, 4);
@@ -176,7 +184,7 @@ TEST_F(ServiceRegressionTest, ASampleReplyAfterTheRingWrapsCarriesEachKeysOwnRow
       drawn.insert(key);
     }
   }
-  EXPECT_EQ(drawn.size(), 4u) << "a live key never drawn";
+  EXPECT_EQ(drawn.size(), 4u) << "a held key never drawn";
 }
 
 }  // namespace

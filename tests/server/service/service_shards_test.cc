@@ -19,13 +19,14 @@ using service_test::Frame;
 
 Schema IdOnly() { return Schema{{Column{"id", DType::kInt64, {}}}}; }
 
-// An add of ids first_id.. with priorities 1, 2, 3, ... (alpha 1: the leaves).
+// An add of ids first_id.. with priorities 1, 2, 3, ... (alpha 1: the
+// leaves): transitions at the end of the sender's stream.
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_id, int64_t count) {
   std::vector<int64_t> ids(static_cast<size_t>(count));
   std::vector<double> priorities(static_cast<size_t>(count));
   for (int64_t j = 0; j < count; ++j) ids[j] = first_id + j, priorities[j] = static_cast<double>(j + 1);
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, true},
-               {std::as_bytes(std::span(ids)), std::as_bytes(std::span(priorities))});
+  return service_test::AddFrame(request_id, proto::AppendMeta::kAtEnd, count, std::as_bytes(std::span(ids)),
+                                priorities);
 }
 
 std::vector<std::byte> ShardSampleFrame(uint64_t request_id, std::vector<double> fractions, bool wait,
@@ -64,7 +65,7 @@ TEST_F(ServiceShardsTest, KeysCarryTheShardAndAnUpdateOfAnotherShardsKeyIsRefuse
       << refused.message();
   double leaf = 0.0;
   const std::vector<int64_t> slot = {1};
-  ASSERT_TRUE(replay_->tree().Get(slot, std::span(&leaf, 1)).ok());
+  ASSERT_TRUE(items().tree().Get(slot, std::span(&leaf, 1)).ok());
   EXPECT_EQ(leaf, 2.0) << "nothing of the refused update is applied";
 
   const std::vector<uint64_t> right = {proto::ShardKey(3, 1)};
@@ -175,7 +176,7 @@ TEST_F(ServiceShardsTest, BadShardSamplesGetTypedErrors) {
   for (uint64_t id = 2; id <= 6; ++id) {
     EXPECT_EQ(ErrorStatus(1, id).code(), Status::Code::kInvalidArgument) << "request " << id;
   }
-  EXPECT_EQ(replay_->counters().items_sampled, 0);
+  EXPECT_EQ(items().counters().items_sampled, 0);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <initializer_list>
@@ -13,7 +15,8 @@
 
 #include "proto/codec.h"
 #include "replay/replay.h"
-#include "service/loopback_transport.h"
+#include "server/replay/step_test_util.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::service_test {
@@ -23,6 +26,27 @@ std::vector<std::byte> Frame(proto::MessageKind kind, uint64_t request_id, const
                              std::initializer_list<std::span<const std::byte>> bulk = {}) {
   std::vector<std::byte> frame;
   proto::EncodeFrame(kind, request_id, meta, bulk, &frame);
+  return frame;
+}
+
+// An append request's frame: `count` steps (bulk: the wire layout, each
+// column's rows; empty with columns_follow) from index `first_step` of the
+// sender's stream, each its own item (a transition add), with priorities
+// (empty: none).
+inline std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_step, int64_t count,
+                                       std::span<const std::byte> columns, std::span<const double> priorities = {},
+                                       double timeout_seconds = 0.0, bool columns_follow = false) {
+  proto::AppendMeta meta;
+  meta.first_step = first_step;
+  meta.steps = count;
+  meta.item_per_step = true;
+  meta.has_priorities = !priorities.empty();
+  meta.columns_follow = columns_follow;
+  meta.timeout_seconds = timeout_seconds;
+  const std::span<const std::byte> one[] = {columns};
+  std::vector<std::byte> frame;
+  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : one, {},
+                      priorities, {}, &frame);
   return frame;
 }
 
@@ -42,8 +66,8 @@ inline proto::Frame PopReply(LoopbackTransport& transport, int client, proto::Me
   return frame;
 }
 
-// A replay (CPU tree, alpha 1) behind a ReplayService on a LoopbackTransport,
-// and the steps and replies a test needs.
+// A replay of transitions (CPU tree, alpha 1) behind a ReplayService on a
+// LoopbackTransport, and the steps and replies a test needs.
 class ServiceFixture : public ::testing::Test {
  protected:
   // roles: what each client joined as (empty: unknown, counted as both).
@@ -51,11 +75,26 @@ class ServiceFixture : public ::testing::Test {
              const std::vector<ClientRole>& roles = {}) {
     transport_ = std::make_unique<LoopbackTransport>(clients);
     for (size_t client = 0; client < roles.size(); ++client) transport_->SetRole(static_cast<int>(client), roles[client]);
-    const Status created =
-        replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 11}, schema, &replay_);
+    replay::step_test::StepFixture fixture;
+    const Status created = replay::step_test::MakeTransitionReplay(schema, capacity, clients, &fixture);
     ASSERT_TRUE(created.ok()) << created.ToString();
+    replay_ = std::move(fixture.steps);
     service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+    sent_steps_.assign(static_cast<size_t>(clients), 0);
   }
+
+  // The table's items.
+  replay::Replay& items() { return replay_->mutable_items(); }
+
+  // An add of `count` transitions from `client`, pushed into its inbox; its
+  // stream goes on after them (RefusedSteps: not, when the server refuses it).
+  void PushAdd(int client, uint64_t request_id, int64_t count, std::span<const std::byte> columns,
+               std::span<const double> priorities = {}, double timeout_seconds = 0.0) {
+    transport_->Push(client, AddFrame(request_id, sent_steps_[client], count, columns, priorities, timeout_seconds));
+    sent_steps_[client] += count;
+  }
+  // `client`'s add of `count` steps was refused: its stream stays where it was.
+  void RefusedSteps(int client, int64_t count) { sent_steps_[client] -= count; }
 
   // Default options but for the minimum size, and no stats lines.
   static ServiceOptions Options(int64_t min_size) {
@@ -74,6 +113,25 @@ class ServiceFixture : public ::testing::Test {
     return PopReply(*transport_, client, kind, request_id, kept_);
   }
 
+  // The add reply to request_id.
+  proto::AddReply Added(int client, uint64_t request_id) {
+    proto::AddReply added;
+    EXPECT_TRUE(proto::DecodeMeta(Reply(client, proto::MessageKind::kAddReply, request_id), &added).ok());
+    return added;
+  }
+
+  // The first column (an int64 id) of the held item `key`, read where the
+  // table says its row is: its step's, in the ring (-1: not held).
+  int64_t StoredId(uint64_t key) {
+    const int64_t item_slot = items().SlotOf(key);
+    if (item_slot < 0) return -1;
+    std::vector<int64_t> step_slots;
+    replay_->StepSlots(std::span<const int64_t>(&item_slot, 1), &step_slots);
+    int64_t id = -1;
+    std::memcpy(&id, replay_->steps().columns().Rows(0, step_slots[0], 1).data(), sizeof(id));
+    return id;
+  }
+
   // The status an error reply to request_id carries.
   Status ErrorStatus(int client, uint64_t request_id) {
     proto::ErrorReply error;
@@ -82,8 +140,9 @@ class ServiceFixture : public ::testing::Test {
   }
 
   std::unique_ptr<LoopbackTransport> transport_;
-  std::unique_ptr<replay::Replay> replay_;
+  std::unique_ptr<replay::StepReplay> replay_;
   std::unique_ptr<ReplayService> service_;
+  std::vector<int64_t> sent_steps_;  // per client: the steps its pushed adds carried
   std::deque<std::vector<std::byte>> kept_;  // the replies' bytes, which decoded frames point into
 };
 

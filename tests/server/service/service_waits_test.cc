@@ -12,7 +12,7 @@
 
 #include "proto/codec.h"
 #include "server/service/service_test_util.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/rate_limiter.h"
 #include "service/replay_service.h"
 
@@ -22,10 +22,11 @@ namespace {
 using proto::MessageKind;
 using service_test::Frame;
 
+// An add of `count` transitions at the end of the sender's stream.
 std::vector<std::byte> AddFrame(uint64_t request_id, int64_t count, double timeout_seconds = 0.0) {
   const std::vector<int64_t> ids(static_cast<size_t>(count), 7);
-  return Frame(MessageKind::kAddRequest, request_id, proto::AddRequest{count, false, timeout_seconds},
-               {std::as_bytes(std::span(ids))});
+  return service_test::AddFrame(request_id, proto::AppendMeta::kAtEnd, count, std::as_bytes(std::span(ids)), {},
+                                timeout_seconds);
 }
 
 std::vector<std::byte> SampleFrame(uint64_t request_id, int64_t batch_size, double timeout_seconds = 0.0) {
@@ -168,7 +169,7 @@ TEST_F(ServiceWaitsTest, TheRateLimiterHoldsAddsWhileTheActorsAreAheadAndTheClos
   Reply(0, MessageKind::kAddReply, 1);
   Reply(0, MessageKind::kAddReply, 2);
   EXPECT_TRUE(transport_->outbox(0).empty()) << "add 3 is held, the close waits behind it";
-  EXPECT_EQ(replay_->size(), 8);
+  EXPECT_EQ(items().size(), 8);
   EXPECT_EQ(service_->counters().deferred_adds, 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(80));
   Step();
@@ -181,7 +182,7 @@ TEST_F(ServiceWaitsTest, TheRateLimiterHoldsAddsWhileTheActorsAreAheadAndTheClos
   Reply(1, MessageKind::kSampleReply, 6);
   Reply(0, MessageKind::kAddReply, 3);
   Reply(0, MessageKind::kCloseReply, 5);
-  EXPECT_EQ(replay_->size(), 12);
+  EXPECT_EQ(items().size(), 12);
   EXPECT_EQ(service_->counters().limiter_overrides, 0);
 }
 

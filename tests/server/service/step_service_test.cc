@@ -13,7 +13,7 @@
 #include "proto/codec.h"
 #include "replay/replay.h"
 #include "replay/step_replay.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 #include "server/service/service_test_util.h"
 
@@ -35,6 +35,7 @@ class StepServiceTest : public ::testing::Test {
  protected:
   void Start(ServiceOptions options, int64_t capacity = 64, bool learner = false) {
     replay::StepOptions step_options;
+    step_options.kind = replay::StepOptions::Kind::kNStep;
     step_options.n_step = 2;
     step_options.discount = 0.5;
     step_options.stacks = {{"obs", 2}};
@@ -42,16 +43,17 @@ class StepServiceTest : public ::testing::Test {
     step_options.streams = 2;
     Schema stored;
     ASSERT_TRUE(replay::StepSchemas(step_options, StepSchema(), &sample_schema_, &stored).ok());
-    ASSERT_TRUE(replay::Replay::Create(replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 5}, stored, &replay_)
+    ASSERT_TRUE(replay::StepReplay::Create(step_options, replay::ReplayOptions{capacity, 1.0, tree::Device::kCpu, 5},
+                                           StepSchema(), &steps_)
                     .ok());
-    ASSERT_TRUE(replay::StepReplay::Create(step_options, StepSchema(), replay_.get(), &steps_).ok());
+    replay_ = &steps_->mutable_items();
     transport_ = std::make_unique<LoopbackTransport>(2);
     if (learner) {
       transport_->SetRole(0, ClientRole::kActor);
       transport_->SetRole(1, ClientRole::kLearner);
     }
     options.stats_interval_seconds = 0.0;
-    service_ = std::make_unique<ReplayService>(replay_.get(), steps_.get(), transport_.get(), options);
+    service_ = std::make_unique<ReplayService>(steps_.get(), transport_.get(), options);
   }
 
   // An append of steps first_step .. first_step + count - 1 of `actor` (obs
@@ -70,13 +72,16 @@ class StepServiceTest : public ::testing::Test {
       done.push_back(i % 5 == 4);
     }
     const std::vector<double> priorities(items.size(), 1.0);
-    proto::AddRequest request{count, !items.empty()};
-    request.first_step = first_step;
-    request.items = static_cast<int64_t>(items.size());
-    return Frame(MessageKind::kAddRequest, request_id, request,
-                 {std::as_bytes(std::span(obs)), std::as_bytes(std::span(action)), std::as_bytes(std::span(reward)),
-                  std::as_bytes(std::span(done)), std::as_bytes(std::span(items)),
-                  std::as_bytes(std::span(priorities))});
+    proto::AppendMeta meta;
+    meta.first_step = first_step;
+    meta.steps = count;
+    meta.items = static_cast<int64_t>(items.size());
+    meta.has_priorities = !items.empty();
+    const std::span<const std::byte> columns[] = {std::as_bytes(std::span(obs)), std::as_bytes(std::span(action)),
+                                                  std::as_bytes(std::span(reward)), std::as_bytes(std::span(done))};
+    std::vector<std::byte> frame;
+    proto::EncodeAppend(request_id, meta, columns, items, priorities, {}, &frame);
+    return frame;
   }
 
   void Step() {
@@ -95,8 +100,8 @@ class StepServiceTest : public ::testing::Test {
   }
 
   Schema sample_schema_;
-  std::unique_ptr<replay::Replay> replay_;
   std::unique_ptr<replay::StepReplay> steps_;
+  replay::Replay* replay_ = nullptr;  // steps_'s items
   std::unique_ptr<LoopbackTransport> transport_;
   std::unique_ptr<ReplayService> service_;
   std::deque<std::vector<std::byte>> kept_;
@@ -112,7 +117,7 @@ TEST_F(StepServiceTest, AnAppendsItemsComeBackInTheItemLayout) {
   proto::AddReply added;
   ASSERT_TRUE(proto::DecodeMeta(Reply(0, MessageKind::kAddReply, 1), &added).ok());
   EXPECT_EQ(added.count, 2);
-  EXPECT_EQ(replay_->live_size(), 2);
+  EXPECT_EQ(replay_->size(), 2);
 
   transport_->Push(1, Frame(MessageKind::kSampleRequest, 2, proto::SampleRequest{64, 0.5}));
   Step();
@@ -155,16 +160,16 @@ TEST_F(StepServiceTest, AddsOfTheWrongKindAndMalformedAppendsAreRefusedWithNothi
   Start(ServiceOptions{});
   // An add of transitions to a server of steps.
   const std::vector<std::byte> row(static_cast<size_t>(StepSchema().ItemBytes()));
-  transport_->Push(0, Frame(MessageKind::kAddRequest, 1, proto::AddRequest{1, false}, {std::span(row)}));
+  transport_->Push(0, service_test::AddFrame(1, proto::AppendMeta::kAtEnd, 1, row));
   // An append whose bulk is one byte short.
   std::vector<std::byte> short_append = Append(0, 2, 0, 3, {});
   {
     proto::Frame frame;
     ASSERT_TRUE(proto::DecodeFrame(short_append, &frame).ok());
-    proto::AddRequest request;
-    ASSERT_TRUE(proto::DecodeMeta(frame, &request).ok());
+    proto::AppendMeta meta;
+    ASSERT_TRUE(proto::DecodeMeta(frame, &meta).ok());
     std::vector<std::byte> bulk(frame.bulk.begin(), frame.bulk.end() - 1);
-    short_append = Frame(MessageKind::kAddRequest, 2, request, {std::span(bulk)});
+    short_append = Frame(MessageKind::kAppendRequest, 2, meta, {std::span(bulk)});
   }
   transport_->Push(0, short_append);
   // An item whose n steps are not appended yet, and one at a step never appended.
@@ -194,10 +199,10 @@ TEST_F(StepServiceTest, AddsOfTheWrongKindAndMalformedAppendsAreRefusedWithNothi
 TEST_F(StepServiceTest, AnAppendWithCountsPastTheRingIsRefusedBeforeItCanWait) {
   Start(ServiceOptions{});
   const auto append_of = [](uint64_t id, int64_t steps, int64_t items) {
-    proto::AddRequest request{steps, false};
-    request.first_step = 0;
-    request.items = items;
-    return Frame(MessageKind::kAddRequest, id, request);
+    proto::AppendMeta meta;
+    meta.steps = steps;
+    meta.items = items;
+    return Frame(MessageKind::kAppendRequest, id, meta);
   };
   transport_->Push(0, append_of(1, int64_t{4107564335138603016}, int64_t{6003298303284871168}));
   transport_->Push(0, append_of(2, 65, 0));
@@ -207,27 +212,32 @@ TEST_F(StepServiceTest, AnAppendWithCountsPastTheRingIsRefusedBeforeItCanWait) {
   EXPECT_EQ(steps_->stream_steps(0), 0);
 }
 
+// Issue 33, finding 3: the rate limiter never holds an append that creates
+// no items (docs/steps.md: an append of steps alone is never held), even
+// with the actors past its buffer: 7 items came in while the table held
+// fewer than M = 4 (the limiter lets those in), 2 past R M + E = 5.
 TEST_F(StepServiceTest, TheRateLimiterCountsItemsNotSteps) {
   ServiceOptions options;
   options.samples_per_insert = 1.0;
-  options.error_buffer = 4.0;
-  options.min_size_to_sample = 1;
+  options.error_buffer = 1.0;
+  options.min_size_to_sample = 4;
   Start(options, 64, /*learner=*/true);
-  // 5 items and no sample: the limiter's limit (R M + E = 5).
-  transport_->Push(0, Append(0, 1, 0, 8, {0, 1, 2, 3, 5}));
+  transport_->Push(0, Append(0, 1, 0, 10, {0, 1, 2, 3, 5, 6, 7}));
   Step();
   Reply(0, MessageKind::kAddReply, 1);
   // Steps alone insert nothing: never held, however many.
   uint64_t request = 2;
-  int64_t step = 8;
-  for (; step < 40; step += 4) transport_->Push(0, Append(0, request++, step, 4, {}));
+  int64_t step = 10;
+  for (; step < 42; step += 4) transport_->Push(0, Append(0, request++, step, 4, {}));
   for (int i = 0; i < 12; ++i) Step();
   for (uint64_t r = 2; r < request; ++r) Reply(0, MessageKind::kAddReply, r);
   EXPECT_EQ(service_->held_adds(0), 0);
+  EXPECT_EQ(service_->counters().deferred_adds, 0) << "an append of steps alone was held, even for a pass";
   // One item more: held.
   transport_->Push(0, Append(0, request, step, 4, {30}));
   Step();
-  EXPECT_EQ(service_->held_adds(0), 1) << "a sixth item with no sample, limit 5: the limiter holds the append";
+  EXPECT_EQ(service_->held_adds(0), 1) << "an eighth item with no sample: the limiter holds the append";
+  EXPECT_EQ(service_->counters().deferred_adds, 1);
   EXPECT_EQ(steps_->stream_steps(0), step);
 }
 

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int64_t kLargeCapacity = int64_t{1} << 21;
 // The largest batch called small. The CPU's measured crossover to rebuild at
-// 2^21 leaves is about 65536 (README, Performance), 32x above this. The CUDA
+// 2^21 leaves is about 65536 (docs/performance.md), 32x above this. The CUDA
 // backend's is not measured yet; sparse there is one kernel up to 2048
 // elements against a rebuild's launch per lower level over the whole tree, so
 // a bound of 256 keeps a wide margin.

@@ -18,13 +18,6 @@ namespace {
 const size_t kBatchSizes[] = {1, 7, kDescentLanes - 1, kDescentLanes, kDescentLanes + 1, 512, 1000, 1024,
                               2 * kDescentLanes + 3};
 
-// The reference's nodes in the tree's layout, for calling DescendBatch directly.
-std::vector<TreeNode> NodesOf(const ReferenceTree& reference) {
-  std::vector<TreeNode> nodes(reference.sums().size());
-  for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = TreeNode{reference.sums()[i], reference.mins()[i]};
-  return nodes;
-}
-
 // `count` masses: stratified over the total, as Sample draws them (sorted),
 // or taken at random from DescentMasses' edges and boundaries (any order).
 std::vector<double> BatchOfMasses(const ReferenceTree& reference, size_t count, bool stratified,

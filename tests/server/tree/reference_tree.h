@@ -1,7 +1,7 @@
 // ReferenceTree: the deliberately simple oracle every tree backend and update
 // strategy is compared with bit-for-bit. One leaf at a time, one descent at a
 // time, separate sum and min arrays, no shared code with the implementation
-// beyond the contract in DESIGN.md.
+// beyond the contract in docs/design.md.
 #pragma once
 
 #include <algorithm>
@@ -36,7 +36,7 @@ class ReferenceTree {
     }
   }
 
-  // DESIGN.md's descent exactly: left if left_sum > mass, else subtract and go right.
+  // docs/design.md's descent exactly: left if left_sum > mass, else subtract and go right.
   int64_t PlainDescend(double mass) const {
     int64_t node = 1;
     while (node < capacity_) {

@@ -16,6 +16,7 @@
 #include "server/tree/reference_tree.h"
 #include "tree/cuda/cuda_device.h"
 #include "tree/priority_tree.h"
+#include "tree/tree_algorithm.h"
 
 namespace perserve::tree::testing {
 
@@ -161,6 +162,13 @@ inline std::vector<double> DescentMasses(const ReferenceTree& reference, std::mt
     masses.push_back(reference.sums()[node]);  // left-child sums on one random path
   }
   return masses;
+}
+
+// The reference's nodes in the tree's layout, for calling the descent's steps directly.
+inline std::vector<TreeNode> NodesOf(const ReferenceTree& reference) {
+  std::vector<TreeNode> nodes(reference.sums().size());
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i] = TreeNode{reference.sums()[i], reference.mins()[i]};
+  return nodes;
 }
 
 inline void ApplyToReference(const Batch& batch, ReferenceTree* reference) {

@@ -2,26 +2,34 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
 #include "server/service/simulation/self_checking_rows.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 
-Snapshot TakeSnapshot(const replay::Replay& replay, const replay::StepReplay* steps, std::string path) {
-  Snapshot snapshot{std::move(path), replay.oldest_key(), replay.next_key(), {}, {}, 0, 0, {}, {}};
-  std::vector<int64_t> slots;
-  for (uint64_t key = snapshot.oldest_key; key < snapshot.next_key; ++key) {
-    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(replay.capacity())));
+Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path) {
+  const replay::Replay& items = table.items();
+  Snapshot snapshot;
+  snapshot.path = std::move(path);
+  snapshot.next_key = items.next_key();
+  std::vector<std::pair<uint64_t, int64_t>> held;  // key, slot
+  for (int64_t slot = 0; slot < items.slots_used(); ++slot) {
+    if (items.KeyAt(slot) != replay::Replay::kNoKey) held.emplace_back(items.KeyAt(slot), slot);
   }
-  snapshot.rows.resize(slots.size() * static_cast<size_t>(replay.store().schema().ItemBytes()));
-  snapshot.leaves.resize(slots.size());
-  replay.store().Gather(slots, snapshot.rows);
-  if (!replay.tree().Get(slots, snapshot.leaves).ok()) throw SimulationFailure("reading a tree's leaves");
-  if (steps == nullptr) return snapshot;
-  const store::StepStore& ring = steps->steps();
+  std::sort(held.begin(), held.end());
+  for (const auto& [key, slot] : held) {
+    snapshot.keys.push_back(key);
+    snapshot.slots.push_back(slot);
+  }
+  snapshot.rows.resize(held.size() * static_cast<size_t>(items.store().schema().ItemBytes()));
+  snapshot.leaves.resize(held.size());
+  items.store().Gather(snapshot.slots, snapshot.rows);
+  if (!items.tree().Get(snapshot.slots, snapshot.leaves).ok()) throw SimulationFailure("reading a tree's leaves");
+  const store::StepStore& ring = table.steps();
   snapshot.oldest_step = ring.oldest_key();
   snapshot.next_step = ring.next_key();
   for (uint64_t key = snapshot.oldest_step; key < snapshot.next_step; ++key) {
@@ -37,19 +45,30 @@ Snapshot TakeSnapshot(const replay::Replay& replay, const replay::StepReplay* st
 
 namespace {
 
-// Every restored live item assembles as the reference says (removed ones,
-// leaf 0, may name steps long overwritten).
-int64_t CheckRestoredItems(int shard, const Snapshot& held, const replay::Replay& items,
-                           const replay::StepReplay& steps, const StepModel& step_model) {
+// Every restored item is drawable and assembles as the item added under its
+// key: transitions' the add's self-checking row (told to the model, which
+// checks it against the acknowledgement), step streams' the reference's.
+// Returns how many step items it compared.
+int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snapshot& held,
+                           const replay::StepReplay& table, ReferenceModel* model, const StepModel* step_model) {
   int64_t compared = 0;
-  std::vector<std::byte> got(static_cast<size_t>(steps.SampleItemBytes()));
-  for (size_t i = 0; i < held.leaves.size(); ++i) {
-    if (held.leaves[i] == 0.0) continue;
-    const uint64_t key = held.oldest_key + i;
-    const int64_t slot = static_cast<int64_t>(key % static_cast<uint64_t>(items.capacity()));
-    steps.Assemble(std::span<const int64_t>(&slot, 1), got);
+  std::vector<std::byte> got(static_cast<size_t>(table.SampleItemBytes()));
+  for (size_t i = 0; i < held.keys.size(); ++i) {
+    const uint64_t key = held.keys[i];
+    if (!(held.leaves[i] > 0.0)) {
+      throw SimulationFailure(fmt::format("{}: the restored item of key {} has leaf {}", held.path, key, held.leaves[i]));
+    }
+    table.Assemble(std::span<const int64_t>(&held.slots[i], 1), got);
+    if (!config.steps.on) {
+      int64_t id = 0;
+      if (!ReadRow(got, 1, 0, config.pad_bytes, &id)) {
+        throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", held.path, key));
+      }
+      model->ObservedItem(proto::ShardKey(shard, key), id, "a restore of " + held.path);
+      continue;
+    }
     std::vector<std::byte> want;
-    for (const auto& column : step_model.Expected(proto::ShardKey(shard, key))) {
+    for (const auto& column : step_model->Expected(proto::ShardKey(shard, key))) {
       want.insert(want.end(), column.begin(), column.end());
     }
     if (got != want) {
@@ -66,34 +85,22 @@ int64_t CheckRestoredItems(int shard, const Snapshot& held, const replay::Replay
 void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, const replay::ReplayOptions& options,
                              int streams, const std::string& path, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts) {
-  std::unique_ptr<replay::Replay> restored;
-  std::unique_ptr<replay::StepReplay> steps;
-  Status status = config.steps.on
-                      ? CreateStepReplays(config.steps, streams, options, &restored, &steps)
-                      : replay::Replay::Create(options, SelfCheckingSchema(config.pad_bytes), &restored);
+  std::unique_ptr<replay::StepReplay> restored;
+  Status status = CreateShardReplay(config, streams, options, &restored);
   CheckpointState state;
   std::string loaded;
-  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded, steps.get());
+  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
-  const Snapshot held = TakeSnapshot(*restored, steps.get(), path);
-  const int64_t count = config.steps.on ? 0 : static_cast<int64_t>(held.leaves.size());
-  if (config.steps.on) counts->restored += CheckRestoredItems(shard, held, *restored, *steps, *step_model);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t id = 0;
-    if (!ReadRow(held.rows, count, i, config.pad_bytes, &id)) {
-      throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", path, held.oldest_key + i));
-    }
-    model->ObservedItem(proto::ShardKey(shard, held.oldest_key + static_cast<uint64_t>(i)), id, "a restore of " + path);
-    if (!(held.leaves[i] > 0.0)) throw SimulationFailure(fmt::format("{}: restored leaf {}", path, held.leaves[i]));
-  }
+  const Snapshot held = TakeSnapshot(*restored, path);
+  counts->restored += CheckRestoredItems(config, shard, held, *restored, model, step_model);
   if (snapshot->has_value() && (*snapshot)->path == path) {
     if (!(held == **snapshot)) {
-      throw SimulationFailure(
-          fmt::format("{} does not restore the replay as it was when it began (keys {} .. {} "
-                      "restored, {} .. {} then, steps {} .. {} restored, {} .. {} then, or other rows, leaves or "
-                      "steps)",
-                      path, held.oldest_key, held.next_key, (*snapshot)->oldest_key, (*snapshot)->next_key,
-                      held.oldest_step, held.next_step, (*snapshot)->oldest_step, (*snapshot)->next_step));
+      const Snapshot& then = **snapshot;
+      throw SimulationFailure(fmt::format(
+          "{} does not restore the table as it was when it began ({} items of keys below {} restored, {} below {} "
+          "then; steps {} .. {} restored, {} .. {} then; or other keys, slots, rows, leaves or steps)",
+          path, held.keys.size(), held.next_key, then.keys.size(), then.next_key, held.oldest_step, held.next_step,
+          then.oldest_step, then.next_step));
     }
     snapshot->reset();
     if (config.steps.on) ++counts->restored_exact;

@@ -1,11 +1,12 @@
 // The simulation's checks of a completed checkpoint (simulator.h): it
-// restores (LoadCheckpoint, its shard's) to rows that are the items added
-// under their keys with positive leaves, and one begun between two steps to
-// exactly the replay as it was then (its Snapshot). With step streams the
-// restore also rebuilds the step ring (LoadCheckpoint into a fresh
-// StepReplay): every restored live item must assemble bit for bit as the
-// StepModel's reference says, and one begun between two steps must restore
-// the ring's held steps (their columns, stream, index and episode start) too.
+// restores (LoadCheckpoint, its shard's, format 3) into a fresh StepReplay
+// made as the shard's was, every restored item is drawable (a positive
+// leaf) and assembles as the item added under its key (transitions: the
+// self-checking row of the add; step streams: bit for bit the StepModel's
+// reference), and one begun between two steps restores exactly the table
+// as it was then (its Snapshot): the items' keys, slots, stored rows and
+// leaves, and the ring's held steps (their columns, stream, index and
+// episode start).
 #pragma once
 
 #include <cstddef>
@@ -23,28 +24,33 @@
 
 namespace perserve::service::simulation {
 
-// What a replay holds, as a checkpoint keeps it: a checkpoint begun between
-// two steps must restore the replay's snapshot then.
+// What a table holds, as a checkpoint keeps it: a checkpoint begun between
+// two steps must restore the table's snapshot then.
 struct Snapshot {
   std::string path;  // the checkpoint's
-  uint64_t oldest_key = 0, next_key = 0;
-  std::vector<std::byte> rows;  // every held item, oldest key first, column after column
+  uint64_t next_key = 0;
+  // Every held item, oldest key first: its key, slot, stored row (column
+  // after column: its step's key, its item columns) and leaf.
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> slots;
+  std::vector<std::byte> rows;
   std::vector<double> leaves;
-  // With step streams: every held step, oldest key first: its columns, then
-  // its stream, index and episode start.
+  // Every held step, oldest key first: its columns, then its stream, index
+  // and episode start.
   uint64_t oldest_step = 0, next_step = 0;
   std::vector<std::byte> steps;
   std::vector<int64_t> step_info;
   bool operator==(const Snapshot&) const = default;
 };
 
-Snapshot TakeSnapshot(const replay::Replay& replay, const replay::StepReplay* steps, std::string path);
+Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path);
 
-// Restores checkpoint `path` of shard `shard` into a fresh replay made with
-// `options` (with step streams, `streams` of them) and checks it, telling
-// `model` of every restored item, or with step streams checking each live one
-// against `step_model` (counted in *counts); when *snapshot is that
-// checkpoint's, the restore must equal it (then reset).
+// Restores checkpoint `path` of shard `shard` into a fresh table made as
+// the shard's (CreateShardReplay: `options` for its items, `streams`
+// streams) and checks it, telling `model` of every restored item of
+// transitions, or with step streams checking each against `step_model`
+// (counted in *counts); when *snapshot is that checkpoint's, the restore
+// must equal it (then reset).
 void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, const replay::ReplayOptions& options,
                              int streams, const std::string& path, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts);

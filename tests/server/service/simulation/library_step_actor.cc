@@ -28,6 +28,8 @@ ColumnSpans SpansOf(const std::vector<std::byte>& bulk, const Schema& schema, in
 LibraryStepActor::LibraryStepActor(int client, LibraryWorld* world)
     : LibraryClient(client, world), stream_(world->config.steps, client) {
   options_.max_in_flight = config_.library_max_in_flight;
+  // Appends of up to the ring's slack send their step columns apart (received straight into the ring) from this size.
+  options_.columns_apart_min_bytes = config_.columns_apart_min_bytes;
   if (random_.Chance(0.3)) options_.add_timeout_seconds = random_.Chance(0.5) ? random_.Uniform(0.001, 0.1) : 3600.0;
   actor_ = TestAccess::Actor(std::move(owned_connection_), options_);
   Expect(actor_->stores_steps() && actor_->item_schema().columns.size() == config_.steps.options.item_columns.size(),
@@ -80,6 +82,7 @@ void LibraryStepActor::Append(bool outside) {
     });
     // After a refusal the library goes on from the steps the server acknowledged: so does the view.
     stream_.Commit(actor_->steps_appended() - count, rows);
+    stream_.MarkItems(items);
     return;
   }
   Expect(connection_->frames_sent() == frames,

@@ -2,8 +2,11 @@
 // service of step streams (library_client.h; docs/steps.md): ActorClient::
 // Append of a few steps (episodes ending at random) with items over its
 // recent steps where its view says they can be created, priorities or none,
-// item columns. Now and then an item outside its stream, which the library
-// refuses without sending. It checks that the library reports every refused
+// item columns, its step columns apart (into the ring: ClientOptions'
+// columns_apart_min_bytes, up to the connection's max_steps_apart). Now and
+// then an item outside its stream, which the library refuses without
+// sending. It never names a step it created an item over again (one item
+// per step). It checks that the library reports every refused
 // append once, that after a refusal steps_appended() goes back to the steps
 // the server acknowledged (its view follows it), and that
 // items_acknowledged() is what the replies said. What the service does with

@@ -42,26 +42,33 @@ ReferenceModel::ReferenceModel(const SimulationConfig& config)
       items_acknowledged_(static_cast<size_t>(config.shards), 0) {}
 
 void ReferenceModel::SentAdd(int client, int shard, uint64_t request_id, int64_t first_item, int64_t count, bool valid,
-                             bool columns_apart) {
+                             bool columns_apart, int64_t first_step) {
   Request request(Kind::kAdd);
   request.valid = valid;
   request.first_item = first_item;
   request.count = count;
   request.columns_apart = columns_apart;
+  request.first_step = first_step;
   Sent(client, shard, request_id, std::move(request));
 }
 
 void ReferenceModel::SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame) {
   proto::Frame decoded;
-  proto::AddRequest add;
-  Expect(steps_ != nullptr && proto::DecodeFrame(frame, &decoded).ok() && proto::DecodeMeta(decoded, &add).ok(),
+  proto::AppendMeta meta;
+  Expect(steps_ != nullptr && proto::DecodeFrame(frame, &decoded).ok() && proto::DecodeMeta(decoded, &meta).ok() &&
+             !meta.item_per_step,
          [&] { return fmt::format("client {}: an append {} to a server of transitions, or one that does not decode",
                                   client, request_id); });
   Request request(Kind::kAdd);
   request.append = true;
-  request.count = add.items;
+  request.count = meta.items;
+  request.columns_apart = meta.columns_follow;
   Sent(client, shard, request_id, std::move(request));
   steps_->SentAppend(client, shard, request_id, frame);
+}
+
+void ReferenceModel::SentColumns(int client, int shard, std::span<const std::byte> columns) {
+  if (steps_ != nullptr) steps_->SentColumns(client, shard, columns);
 }
 
 void ReferenceModel::SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key) {
@@ -240,6 +247,17 @@ void ReferenceModel::CheckError(int client, int shard, uint64_t request_id, cons
       allowed |= (request.waiting_before >= config_.options.max_deferred_adds && Is(code, Code::kResourceExhausted)) ||
                  (!request.valid && Is(code, Code::kInvalidArgument)) ||
                  (request.append && steps_->MayRefuse(client, shard, request_id, code));
+      // An add that names a step other than its stream's next when it is applied (replies come in that order).
+      allowed |= !request.append && request.first_step != proto::AppendMeta::kAtEnd &&
+                 request.first_step != ledger(client, shard).stream_steps && Is(code, Code::kFailedPrecondition);
+      // An append of steps alone is never held by the rate limiter (issue 33, finding 3): its timeout never
+      // fires for it.
+      Expect(!(request.append && request.count == 0 && Is(code, Code::kDeadlineExceeded) &&
+               error.message.find("rate limiter") != std::string::npos),
+             [&] {
+               return fmt::format("{} request {}, an append of steps alone, was held by the rate limiter: {}",
+                                  Who(client, shard), request_id, error.message);
+             });
       break;
     case Kind::kSample:  // too many waiting (at most its unanswered ones), or hopeless once every actor closed
     case Kind::kShardSample:
@@ -284,6 +302,13 @@ bool ReferenceModel::EveryActorClosing() const {
 void ReferenceModel::AddAcknowledged(int client, int shard, const Request& request, uint64_t first_key, int64_t count,
                                      uint64_t next_key) {
   Ledger& ledger = this->ledger(client, shard);
+  if (!request.append) {
+    Expect(request.first_step == proto::AppendMeta::kAtEnd || request.first_step == ledger.stream_steps, [&] {
+      return fmt::format("client {}: an add from step {} acknowledged, but its stream's next step was {}", client,
+                         request.first_step, ledger.stream_steps);
+    });
+    ledger.stream_steps += count;
+  }
   Expect(proto::ShardOfKey(first_key) == shard, [&] {
     return fmt::format("client {}: an add acknowledged by shard {} at key {:#x}, of shard {}", client, shard, first_key,
                        proto::ShardOfKey(first_key));
@@ -391,11 +416,17 @@ void ReferenceModel::CheckDrawn(const Describe& what, int shard, const Request& 
   Expect(proto::ShardOfKey(key) == shard,
          [&] { return fmt::format("{}: a key of shard {} from shard {}", what(), proto::ShardOfKey(key), shard); });
   const uint64_t local = proto::LocalKey(key);
-  Expect(local < next_key && local + static_cast<uint64_t>(config_.capacity) >= request.next_key_sent, [&] {
+  Expect(local < next_key, [&] {
+    return fmt::format("{}: a key not issued by its reply (next key {})", what(), next_key);
+  });
+  // Whether it was held as it was sent, its bytes and wholeness: with step streams the StepModel's (a table's items
+  // there are not its newest keys: items leave with their steps, the oldest first only when the table is full).
+  if (steps_ != nullptr) return;
+  // Transitions: an item leaves when its step leaves the ring (the newest `capacity` steps, as many items).
+  Expect(local + static_cast<uint64_t>(config_.capacity) >= request.next_key_sent, [&] {
     return fmt::format("{}: not live at any moment between its request (next key {}) and its reply (next key {})",
                        what(), request.next_key_sent, next_key);
   });
-  if (steps_ != nullptr) return;  // its bytes and wholeness: the StepModel's, as it was sent
   int64_t id = 0;
   Expect(ReadRow(columns, count, i, config_.pad_bytes, &id),
          [&] { return fmt::format("{}: its row is torn (id {:#x})", what(), id); });
@@ -442,7 +473,8 @@ void ReferenceModel::UpdateAnswered(const Request& request, int64_t applied, int
   });
 }
 
-void ReferenceModel::CheckReplay(int shard, const replay::Replay& replay) const {
+void ReferenceModel::CheckReplay(int shard, const replay::StepReplay& table, bool changed) const {
+  const replay::Replay& replay = table.items();
   const std::string which = config_.shards == 1 ? "the replay" : fmt::format("shard {}'s replay", shard);
   Expect(replay.size() <= replay.capacity(), [&] { return fmt::format("{} holds {} items", which, replay.size()); });
   const double total = replay.tree().Total();
@@ -451,10 +483,36 @@ void ReferenceModel::CheckReplay(int shard, const replay::Replay& replay) const 
   Expect(replay.next_key() >= static_cast<uint64_t>(acknowledged), [&] {
     return fmt::format("{}: {} items acknowledged, {} keys issued", which, acknowledged, replay.next_key());
   });
+  if (!changed || steps_ != nullptr) return;  // step streams: the StepModel's
+  // Transitions: each step is the item over itself (the same keys), and both leave together: the table holds
+  // exactly the items over the ring's steps, each drawable.
+  const store::StepStore& ring = table.steps();
+  const uint64_t next = replay.next_key();
+  const uint64_t oldest = next > static_cast<uint64_t>(config_.capacity) ? next - config_.capacity : 0;
+  Expect(ring.next_key() == next && ring.oldest_key() == oldest && replay.size() == static_cast<int64_t>(next - oldest),
+         [&] {
+           return fmt::format("{}: {} items held, keys below {} issued; its ring holds steps {} .. {}", which,
+                              replay.size(), next, ring.oldest_key(), ring.next_key());
+         });
+  slots_.clear();
+  for (uint64_t key = oldest; key < next; ++key) {
+    slots_.push_back(replay.SlotOf(key));
+    Expect(slots_.back() >= 0, [&] {
+      return fmt::format("{}: the item of key {} is gone while its step is held (the ring holds {} .. {})", which,
+                         key, oldest, next - 1);
+    });
+  }
+  leaves_.resize(slots_.size());
+  Expect(replay.tree().Get(slots_, leaves_).ok(), "reading the items' leaves");
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    Expect(leaves_[i] > 0.0,
+           [&] { return fmt::format("{}: the item of key {} is held with leaf {}", which, oldest + i, leaves_[i]); });
+  }
 }
 
-void ReferenceModel::CheckEnd(int shard, const replay::Replay& replay) const {
-  CheckReplay(shard, replay);
+void ReferenceModel::CheckEnd(int shard, const replay::StepReplay& table) const {
+  const replay::Replay& replay = table.items();
+  CheckReplay(shard, table, /*changed=*/true);
   const int64_t acknowledged = items_acknowledged_[static_cast<size_t>(shard)];
   Expect(replay.next_key() == static_cast<uint64_t>(acknowledged), [&] {
     return fmt::format("{}{} keys issued but {} items acknowledged: an add lost or stored unacknowledged",

@@ -9,7 +9,9 @@
 //     aside: a close drops them), and nothing after it;
 //   - acknowledged adds' keys carry their shard, are distinct, in each
 //     actor's order, and at the end cover each shard's 0 .. next_key - 1
-//     exactly: no add lost or applied twice;
+//     exactly: no add lost or applied twice; an add that names its first
+//     step is acknowledged exactly when that is its stream's next step (the
+//     steps its acknowledged adds carried), else refused FAILED_PRECONDITION;
 //   - every sampled row (of samples and shard samples) is whole and is the item added under its key (rows
 //     check themselves: self_checking_rows.h), its key was live at some
 //     moment between request and reply, its IS weight in (0, 1] and its
@@ -17,6 +19,10 @@
 //     probabilities and beta give (w_i / w_j = (P_i / P_j)^-beta);
 //   - an update's counts add up, and keys live throughout are never stale; a
 //     key of another shard is refused;
+//   - after every step that changed a shard's items, a table of transitions
+//     holds exactly the items over the steps its ring holds (the newest
+//     `capacity` keys), each with a positive leaf: no item vanishes while
+//     its step is held;
 //   - at the end, only what the docs allow is unanswered.
 // With step streams, what only they have (an append's verdict, a drawn
 // item's bytes and wholeness, stale updates of evicted items) is the
@@ -24,6 +30,9 @@
 // A violation throws SimulationFailure with what broke.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -33,8 +42,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "proto/append.h"
 #include "proto/messages.h"
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "server/service/simulation/simulation_config.h"
 
 namespace perserve::service::simulation {
@@ -66,13 +77,20 @@ class ReferenceModel {
 
   // Requests as clients send them to `shard`; `next_key` is that shard's
   // replay's next key then (local: without the shard's bits).
-  // `valid`: false for an add the server must refuse (a bad priority, columns
-  // of the wrong size, too many items).
+  // An add of transitions (an append whose steps are each its own item):
+  // `valid`: false for one the server must refuse (a bad priority, columns
+  // of the wrong size, too many items); `first_step`: the stream index it
+  // names (refused FAILED_PRECONDITION unless its stream's next), or
+  // proto::AppendMeta::kAtEnd (after whatever the stream holds).
   void SentAdd(int client, int shard, uint64_t request_id, int64_t first_item, int64_t count, bool valid,
-               bool columns_apart);
+               bool columns_apart, int64_t first_step = proto::AppendMeta::kAtEnd);
   // An append of steps (step streams): its whole frame, which the StepModel
   // judges when the service answers it.
   void SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame);
+  // The step columns of an append sent apart, as `client` sends them to
+  // `shard` (before or after the request; each client's in its appends'
+  // order): the StepModel's, with step streams.
+  void SentColumns(int client, int shard, std::span<const std::byte> columns);
   // Services of step streams: the model that checks their appends, drawn
   // items and updates (step_model.h); this one keeps to what both kinds share.
   void SetStepModel(StepModel* steps) { steps_ = steps; }
@@ -139,11 +157,13 @@ class ReferenceModel {
   // What `client` waits for from `shard`: its unanswered requests, named (for liveness failures).
   std::string DescribeUnanswered(int client, int shard) const;
 
-  // After every step: shard `shard`'s replay within its capacity, its tree
-  // finite, keys issued no fewer than acknowledged.
-  void CheckReplay(int shard, const replay::Replay& replay) const;
+  // After every step: shard `shard`'s items within their capacity, its tree
+  // finite, keys issued no fewer than acknowledged; when its items changed
+  // (`changed`: keys issued or items held), a table of transitions holds
+  // exactly the items over its ring's steps.
+  void CheckReplay(int shard, const replay::StepReplay& table, bool changed) const;
   // Once every client has closed: each shard's keys, then every client's requests.
-  void CheckEnd(int shard, const replay::Replay& replay) const;
+  void CheckEnd(int shard, const replay::StepReplay& table) const;
   void CheckEnd() const;
 
  private:
@@ -161,6 +181,7 @@ class ReferenceModel {
     bool wrong_shard = false;    // an update's key of another shard
     bool columns_apart = false;  // an add's
     bool append = false;         // an add's: of steps (the StepModel judged it)
+    int64_t first_step = proto::AppendMeta::kAtEnd;  // an add's of transitions: the stream index it names
     int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
     std::chrono::steady_clock::time_point sent_at{};
     double timeout_seconds = 0.0;  // 0: none
@@ -172,6 +193,11 @@ class ReferenceModel {
     uint64_t last_first_key = 0;  // its latest acknowledged add's
     int64_t last_count = 0;       // and its count
     bool acknowledged_any = false;
+    // An actor's stream of transitions there: the steps of its adds
+    // acknowledged so far. Its replies come in the order the service sent
+    // them, which is the order it applied its adds: when an add's reply is
+    // received this is the stream as the service had it then.
+    int64_t stream_steps = 0;
   };
 
   static const char* KindName(Kind kind);
@@ -208,6 +234,8 @@ class ReferenceModel {
   bool terminated_ = false;
   StepModel* steps_ = nullptr;
   std::chrono::steady_clock::time_point now_{};
+  mutable std::vector<int64_t> slots_;  // CheckReplay's scratch
+  mutable std::vector<double> leaves_;
 };
 
 }  // namespace perserve::service::simulation

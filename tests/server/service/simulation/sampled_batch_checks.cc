@@ -234,8 +234,7 @@ void SampledBatchChecks::CheckExact(const SampleBatch& batch, double beta, const
   for (int shard = 0; shard < config_.shards; ++shard) {
     const replay::Replay& replay = *world_.shards[static_cast<size_t>(shard)].replay;
     // Over several shards only when every shard takes part (the split is over those that can serve).
-    // (With step streams a shard's size to sample counts whole items only.)
-    const int64_t size = config_.steps.on ? replay.live_size() : replay.size();
+    const int64_t size = replay.size();
     if (config_.shards > 1 && (size < config_.options.min_size_to_sample || !(replay.tree().Total() > 0.0) ||
                                connection_.refused_by(shard))) {
       return;
@@ -247,12 +246,11 @@ void SampledBatchChecks::CheckExact(const SampleBatch& batch, double beta, const
   for (size_t i = 0; i < batch.keys.size(); ++i) {
     const int shard = proto::ShardOfKey(batch.keys[i]);
     const replay::Replay& replay = *world_.shards[static_cast<size_t>(shard)].replay;
-    const uint64_t local = proto::LocalKey(batch.keys[i]);
-    Expect(local < replay.next_key() && local + static_cast<uint64_t>(config_.capacity) >= replay.next_key(), [&] {
+    const int64_t slot = replay.SlotOf(proto::LocalKey(batch.keys[i]));
+    Expect(slot >= 0, [&] {
       return fmt::format("{}: item {} (key {:#x}) is no longer held, though nothing changed since it was drawn", what,
                          i, batch.keys[i]);
     });
-    const int64_t slot = static_cast<int64_t>(local % static_cast<uint64_t>(config_.capacity));
     double leaf = 0.0;
     Expect(replay.tree().Get(std::span(&slot, 1), std::span(&leaf, 1)).ok(), "reading a leaf");
     Expect(Near(batch.probabilities[i], leaf / total), [&] {

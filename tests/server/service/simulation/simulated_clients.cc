@@ -5,10 +5,11 @@
 #include <cmath>
 #include <limits>
 
+#include "proto/append.h"
 #include "proto/codec.h"
 #include "server/service/service_test_util.h"
 #include "server/service/simulation/self_checking_rows.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -83,45 +84,65 @@ void SimulatedClients::Add(int client) {
   Client& state = clients_[client];
   const int shard = config_.ShardOfActor(client);
   if (model_.unanswered_adds(client, shard) >= config_.max_adds_in_flight) return;  // back-pressure
-  proto::AddRequest request{random_.Pick(1, std::min<int64_t>(12, config_.capacity)), random_.Chance(0.5)};
-  request.columns_follow = random_.Chance(0.4);
-  if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
+  proto::AppendMeta meta;
+  meta.steps = random_.Pick(1, std::min<int64_t>(12, config_.capacity));
+  meta.item_per_step = true;
+  meta.has_priorities = random_.Chance(0.5);
+  meta.columns_follow = random_.Chance(0.4);
+  if (random_.Chance(0.1)) meta.timeout_seconds = Timeout();
   // Now and then an add the server must refuse whole.
   enum class Flaw { kNone, kBadPriority, kColumnsSize, kTooMany };
   Flaw flaw = random_.Chance(0.05) ? static_cast<Flaw>(random_.Pick(1, 3)) : Flaw::kNone;
-  if (flaw == Flaw::kColumnsSize && !request.columns_follow) flaw = Flaw::kTooMany;
+  if (flaw == Flaw::kColumnsSize && !meta.columns_follow) flaw = Flaw::kTooMany;
   // Issue 24, found by seed 3: an add apart refused on arrival (too many
   // held, or a bad count) while an earlier add apart of its client still
   // waited for its columns dropped the earlier add's columns, and that add
   // took the refused add's. Such adds are sent as any other since the fix
   // (HeldAdds' ledger).
-  if (flaw == Flaw::kTooMany) request.count = config_.capacity + 1;
-  const int64_t count = request.count;
+  if (flaw == Flaw::kTooMany) meta.steps = config_.capacity + 1;
+  const int64_t count = meta.steps;
   std::vector<double> priorities;
-  request.has_priorities |= flaw == Flaw::kBadPriority;
-  for (int64_t i = 0; request.has_priorities && i < count; ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
+  meta.has_priorities |= flaw == Flaw::kBadPriority;
+  for (int64_t i = 0; meta.has_priorities && i < count; ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) {
     priorities[static_cast<size_t>(random_.Pick(0, count - 1))] =
         std::array{-1.0, std::nan(""), HUGE_VAL}[random_.Pick(0, 2)];
   }
   const bool valid = flaw == Flaw::kNone;
+  // Its first step (issue 33): the stream's next as this actor counts it, or its end. After a refusal the adds
+  // that name a step wait until every add is answered (those sent meanwhile go at the end).
+  if (state.stream_refused && state.appends.empty()) {
+    state.steps_sent = state.steps_acknowledged;
+    state.stream_refused = false;
+  }
+  const bool at_end = state.stream_refused || later_random_.Chance(0.3);
+  meta.first_step = at_end ? proto::AppendMeta::kAtEnd : state.steps_sent;
+  if (valid) state.steps_sent += count;
+  // Its columns apart may arrive before the request (MPI matches the two tags apart).
+  const bool columns_first = meta.columns_follow && later_random_.Chance(0.25);
   const int64_t columns_count = count + (flaw == Flaw::kColumnsSize ? 1 : 0);
-  const std::vector<std::byte> columns = EncodeColumns(client, state.next_item, columns_count, config_.pad_bytes);
+  std::vector<std::byte> columns = EncodeColumns(client, state.next_item, columns_count, config_.pad_bytes);
   const uint64_t id = state.next_request_id++;
-  model_.SentAdd(client, shard, id, state.next_item, count, valid, request.columns_follow);
-  if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
-  random_.Trace("client {} request {}: add of {} items from item {}{}{}{}{}", client, id, count, state.next_item,
-                request.has_priorities ? ", priorities" : "", request.columns_follow ? ", columns apart" : "",
-                request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
+  model_.SentAdd(client, shard, id, state.next_item, count, valid, meta.columns_follow, meta.first_step);
+  if (meta.timeout_seconds > 0) model_.WithTimeout(client, shard, id, meta.timeout_seconds);
+  random_.Trace("client {} request {}: add of {} items from item {}{}{}{}{}{}", client, id, count, state.next_item,
+                at_end ? " at the stream's end" : fmt::format(" from step {}", meta.first_step),
+                meta.has_priorities ? ", priorities" : "",
+                meta.columns_follow ? (columns_first ? ", columns apart, before the request" : ", columns apart") : "",
+                meta.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", meta.timeout_seconds) : "",
                 valid ? "" : " (to be refused)");
   if (valid) state.next_item += count;
-  const auto priority_bytes = std::as_bytes(std::span(priorities));
-  if (request.columns_follow) {
-    Push(client, shard, Frame(MessageKind::kAddRequest, id, request, {priority_bytes}));
-    state.columns.push_back(columns);  // arrives later, perhaps after later requests (another tag)
-  } else {
-    Push(client, shard, Frame(MessageKind::kAddRequest, id, request, {columns, priority_bytes}));
-  }
+  state.appends[id] = count;
+  const std::span<const std::byte> in_request[] = {columns};
+  std::vector<std::byte> frame;
+  proto::EncodeAppend(id, meta,
+                      meta.columns_follow ? std::span<const std::span<const std::byte>>{}
+                                          : std::span<const std::span<const std::byte>>(in_request),
+                      {}, priorities, {}, &frame);
+  if (columns_first) ColumnsBeforeRequest(client, std::move(columns));
+  Push(client, shard, std::move(frame));
+  // Else they arrive later, perhaps after later requests (another tag).
+  if (meta.columns_follow && !columns_first) state.columns.push_back(std::move(columns));
 }
 
 double SimulatedClients::Timeout() {
@@ -229,11 +250,24 @@ void SimulatedClients::AskCheckpoint(int client) {
 
 void SimulatedClients::ColumnsArrive(int client, size_t how_many) {
   std::deque<std::vector<std::byte>>& columns = clients_[client].columns;
+  const int shard = config_.ShardOfActor(client);
   for (; how_many > 0 && !columns.empty(); --how_many) {
     random_.Trace("client {}: columns apart of {} bytes arrive", client, columns.front().size());
-    Push(client, config_.ShardOfActor(client), std::move(columns.front()), proto::kAddColumnsTag);
+    model_.SentColumns(client, shard, columns.front());
+    ++columns_apart_;
+    Push(client, shard, std::move(columns.front()), proto::kAddColumnsTag);
     columns.pop_front();
   }
+}
+
+void SimulatedClients::ColumnsBeforeRequest(int client, std::vector<std::byte> columns) {
+  ColumnsArrive(client, clients_[client].columns.size());
+  const int shard = config_.ShardOfActor(client);
+  random_.Trace("client {}: columns apart of {} bytes arrive before their request", client, columns.size());
+  model_.SentColumns(client, shard, columns);
+  ++columns_apart_;
+  ++columns_first_;
+  Push(client, shard, std::move(columns), proto::kAddColumnsTag);
 }
 
 void SimulatedClients::Read(int client, int64_t most) {
@@ -270,7 +304,7 @@ void SimulatedClients::Read(int client, int64_t most) {
                   frame.header.kind,
                   config_.shards > 1 && random_.tracing() ? fmt::format(" from shard {}", shard) : "");
     std::vector<uint64_t> keys = model_.Received(client, shard, reply, NextKey(shard));
-    if (clients_[client].stream != nullptr) AppendAnswered(client, reply);
+    if (clients_[client].role == ClientRole::kActor) AppendAnswered(client, reply);
     std::vector<uint64_t>& sampled = clients_[client].sampled_keys;
     sampled.insert(sampled.end(), keys.begin(), keys.end());
     if (sampled.size() > 64) sampled.erase(sampled.begin(), sampled.end() - 64);

@@ -3,7 +3,12 @@
 // (one request id after another, an actor's adds bounded in flight, a
 // learner's updates of keys it sampled), plus what users do that the library
 // would not stop: requests the server must refuse, pauses in reading, early
-// closes. With several shards an actor talks to its own shard (i mod K), a
+// closes, columns apart sent before their append request (MPI lets them
+// arrive first: the server keeps them for that request). Every add is an
+// append (proto/append.h) whose steps are each its own item: it names its
+// first step, the stream's next as the actor counts it (the steps of its
+// adds not refused; after a refusal, once every add is answered, those
+// acknowledged), or goes at the stream's end (kAtEnd, as the library's do). With several shards an actor talks to its own shard (i mod K), a
 // learner to every shard, each request to one chosen at random. Every
 // request and every reply goes through the ReferenceModel. To services of
 // step streams actors append steps instead (step_clients.cc).
@@ -17,11 +22,12 @@
 #include <vector>
 
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_stream.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 
 namespace perserve::service::simulation {
 
@@ -31,7 +37,8 @@ class StepModel;
 
 struct ShardLink {
   LoopbackTransport* transport = nullptr;
-  const replay::Replay* replay = nullptr;
+  const replay::Replay* replay = nullptr;       // the table's items (keys, priorities)
+  const replay::StepReplay* table = nullptr;    // the table itself: its ring and layout
   std::vector<int> index;  // by client (SimulationConfig's numbering); -1: not a client of this shard
 };
 
@@ -59,6 +66,9 @@ class SimulatedClients {
   bool close_sent(int client) const { return clients_[client].close_sent; }
 
   int64_t replies() const { return replies_; }
+  // Columns messages sent apart from their append request, and of them those sent before it.
+  int64_t columns_apart() const { return columns_apart_; }
+  int64_t columns_first() const { return columns_first_; }
   // Of every reply received, in order (headers and bulk; not the meta, whose
   // error texts and checkpoint paths name the run's directory).
   uint64_t fingerprint() const { return fingerprint_; }
@@ -73,11 +83,13 @@ class SimulatedClients {
     bool close_sent = false;
     std::deque<std::vector<std::byte>> columns;  // columns apart sent but not arrived yet, oldest first
     std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates
-    // An actor's step stream (step_clients.cc): its view, the steps the
-    // server acknowledged, its appends unanswered (id: steps), and whether
-    // one was refused (then it goes on from the acknowledged steps once
-    // every append is answered).
+    // An actor's stream: with step streams its view (step_clients.cc); the
+    // steps its adds of transitions name next; the steps the server
+    // acknowledged, its adds and appends unanswered (id: steps), and
+    // whether one was refused (then it goes on from the acknowledged steps
+    // once every one is answered).
     std::unique_ptr<StepStream> stream;
+    int64_t steps_sent = 0;
     int64_t steps_acknowledged = 0;
     std::map<uint64_t, int64_t> appends;
     bool stream_refused = false;
@@ -101,6 +113,9 @@ class SimulatedClients {
   void AskCheckpoint(int client);
   void Push(int client, int shard, std::vector<std::byte> frame, int tag = proto::kRequestTag);
   void ColumnsArrive(int client, size_t how_many);
+  // Sends `columns` (of the request about to be sent) before the request:
+  // the columns of earlier appends arrive first (they are matched in order).
+  void ColumnsBeforeRequest(int client, std::vector<std::byte> columns);
   // `client` receives up to `most` replies, each shard's in the order they were sent.
   void Read(int client, int64_t most);
 
@@ -113,6 +128,7 @@ class SimulatedClients {
   const StepModel* steps_;
   std::vector<Client> clients_;
   int64_t replies_ = 0;
+  int64_t columns_apart_ = 0, columns_first_ = 0;
   uint64_t fingerprint_ = 0;
 };
 

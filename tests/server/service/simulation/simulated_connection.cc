@@ -4,8 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "proto/append.h"
 #include "proto/codec.h"
-#include "service/checkpoint.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -63,6 +64,8 @@ Status SimulatedConnection::SendColumns(std::vector<std::byte> columns) {
   if (aborted_) return Stopped();
   const Server& to = servers_.front();
   world_.random.Trace("client {}: columns apart of {} bytes (copied)", client_, columns.size());
+  world_.model.SentColumns(client_, to.shard, columns);
+  ++world_.counts.columns_apart;
   const size_t bytes = columns.size();
   Track(0, to.transport->PushTracked(to.index, std::move(columns), proto::kAddColumnsTag), bytes, /*lent=*/false);
   return Status::Ok();
@@ -75,6 +78,12 @@ Status SimulatedConnection::SendColumnsFrom(std::span<const std::span<const std:
   size_t bytes = 0;
   for (const std::span<const std::byte> column : columns) bytes += column.size();
   world_.random.Trace("client {}: columns apart of {} bytes, lent", client_, bytes);
+  ++world_.counts.columns_apart;
+  if (world_.config.steps.on) {  // the model takes them as sent (the step actors lend none: never read later)
+    std::vector<std::byte> sent;
+    for (const std::span<const std::byte> column : columns) sent.insert(sent.end(), column.begin(), column.end());
+    world_.model.SentColumns(client_, to.shard, sent);
+  }
   *token = Track(0, to.transport->PushLent(to.index, {columns.begin(), columns.end()}, proto::kAddColumnsTag), bytes,
                  /*lent=*/true);
   world_.counts.lent_sends += bytes > world_.config.eager_limit;
@@ -168,20 +177,21 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
   const std::string to = config.shards > 1 && world_.random.tracing() ? fmt::format(" to shard {}", shard) : "";
   double timeout = 0.0;
   switch (frame.kind()) {
-    case proto::MessageKind::kAddRequest: {
-      proto::AddRequest request;
+    case proto::MessageKind::kAppendRequest: {
+      proto::AppendMeta request;
       decode(&request);
       timeout = request.timeout_seconds;
-      if (request.is_append()) {
+      if (!request.item_per_step) {
         model.SentAppend(client_, shard, id, bytes);
-        world_.random.Trace("client {} request {}: append of {} steps from step {}, {} items (library){}", client_, id,
-                            request.count, request.first_step, request.items, to);
+        world_.random.Trace("client {} request {}: append of {} steps from step {}, {} items (library{}){}", client_,
+                            id, request.steps, request.first_step, request.items,
+                            request.columns_follow ? ", columns apart" : "", to);
         break;
       }
-      model.SentAdd(client_, shard, id, next_add_first_item_, request.count, next_add_valid_, request.columns_follow);
+      model.SentAdd(client_, shard, id, next_add_first_item_, request.steps, next_add_valid_, request.columns_follow,
+                    request.first_step);
       world_.random.Trace("client {} request {}: add of {} items from item {} (library){}{}", client_, id,
-                          request.count, next_add_first_item_, request.columns_follow ? ", columns apart" : "", to);
-      timeout = request.timeout_seconds;
+                          request.steps, next_add_first_item_, request.columns_follow ? ", columns apart" : "", to);
       break;
     }
     case proto::MessageKind::kSampleRequest: {
@@ -309,7 +319,7 @@ void SimulatedConnection::Record(int shard, std::span<const std::byte> bytes) {
     proto::ErrorReply error;
     (void)proto::DecodeMeta(frame, &error);
     error_codes_.insert(error.code);
-    if (request_kind == proto::MessageKind::kAddRequest) add_errors_[id] = error.code;
+    if (request_kind == proto::MessageKind::kAppendRequest) add_errors_[id] = error.code;
     if (error.code == static_cast<int>(Status::Code::kFailedPrecondition) &&
         request_kind == proto::MessageKind::kShardSampleRequest) {
       refused_by_.insert(shard);

@@ -40,6 +40,7 @@ struct LibraryCounts {
   int64_t batches = 0;              // sampled batches checked
   int64_t exact_batches = 0;        // of them, checked against one replay of the union as it is
   int64_t lent_sends = 0;           // lent columns past the eager limit, read when the server received them
+  int64_t columns_apart = 0;        // appends whose step columns the library sent apart (into the ring)
   int64_t blocked_calls = 0;        // waits in which the simulation ran ticks
   int64_t rejections_reported = 0;  // refused adds the library reported
 };
@@ -105,14 +106,16 @@ class SimulatedConnection final : public client_internal::Connection {
   void Fingerprint(std::span<const std::byte> bytes);
 
   // client_internal::Connection.
-  // As the join's ServedSchemas say: a transition's columns, or with step streams a step's.
-  const Schema& schema() const override {
-    return world_.config.steps.on ? world_.config.steps.step_schema : shards_.front().replay->store().schema();
+  // As the join's ServedSchemas say: a step's columns (a transition's, when
+  // the items are the steps), what a sample returns, whether items are over
+  // steps, and the ring's free slots past its newest step (an append of up
+  // to that many steps may send its columns apart).
+  const Schema& schema() const override { return shards_.front().table->step_schema(); }
+  const Schema& sample_schema() const override { return shards_.front().table->sample_schema(); }
+  bool steps() const override { return !shards_.front().table->RowsAreSteps(); }
+  int64_t max_steps_apart() const override {
+    return shards_[static_cast<size_t>(servers_.front().shard)].table->steps().slack();
   }
-  const Schema& sample_schema() const override {
-    return world_.config.steps.on ? world_.config.steps.sample_schema : schema();
-  }
-  bool steps() const override { return world_.config.steps.on; }
   const Schema& item_schema() const override { return item_schema_; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override;
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }

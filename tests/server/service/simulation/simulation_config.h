@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <memory>
 #include <string>
 
+#include "replay/step_replay.h"
+#include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/step_config.h"
 #include "service/replay_service.h"
 
@@ -86,6 +89,25 @@ struct SimulationConfig {
         library_learners, prefetch, exact_shard_totals, awaited_samples);
   }
 };
+
+// A shard's one table (every server is a StepReplay): of transitions (each
+// step a self-checking row and the item over itself: a ring of the seed's
+// capacity, as many items) or of the seed's step streams (its ring; items
+// up to the seed's capacity), with a stream per client index and the items'
+// options `items` (capacity, alpha, seed, priority policy).
+inline Status CreateShardReplay(const SimulationConfig& config, int streams, const replay::ReplayOptions& items,
+                                std::unique_ptr<replay::StepReplay>* out) {
+  replay::StepOptions options = config.steps.options;
+  Schema step_schema = config.steps.step_schema;
+  if (!config.steps.on) {
+    options = replay::StepOptions{};
+    options.kind = replay::StepOptions::Kind::kTransition;
+    options.step_capacity = config.capacity;
+    step_schema = SelfCheckingSchema(config.pad_bytes);
+  }
+  options.streams = streams;
+  return replay::StepReplay::Create(options, items, std::move(step_schema), out);
+}
 
 // `later`: the stream of features added after seeds were pinned as
 // regression tests (RegressionSeeds), so those seeds keep their schedules.

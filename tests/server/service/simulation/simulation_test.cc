@@ -63,6 +63,7 @@ TEST_F(SimulationTest, ManySeeds) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int64_t steps = 0, failed = 0, ran = 0, deadlines = 0, batches = 0, exact = 0, lent = 0, blocked = 0;
+  int64_t apart = 0, first_apart = 0;
   StepCounts step_totals;
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
@@ -79,6 +80,8 @@ TEST_F(SimulationTest, ManySeeds) {
     exact += result.exact_batches;
     lent += result.lent_sends;
     blocked += result.blocked_calls;
+    apart += result.columns_apart;
+    first_apart += result.columns_first;
     step_totals.Add(result.step_counts);
     if (!result.passed) ++failed;
     EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
@@ -90,9 +93,12 @@ TEST_F(SimulationTest, ManySeeds) {
   std::cout << "  the client library: " << batches << " batches checked (" << exact
             << " against one replay of the union as it stood), " << lent << " lent sends read when received, "
             << blocked << " waits that ran the simulation\n";
+  std::cout << "  " << apart << " appends' step columns sent apart (received into the ring), " << first_apart
+            << " of them before their request\n";
   std::cout << "  step streams: " << step_totals.appends << " appends acknowledged, " << step_totals.refused
             << " refused for their flaws, " << step_totals.items << " items created, " << step_totals.drawn
-            << " sampled items compared, " << step_totals.evicted_seen << " evicted items seen, " << step_totals.stale
+            << " sampled items compared, " << step_totals.evicted << " items evicted with their steps, " << step_totals.pushed_out
+            << " taken by the FIFO remover, " << step_totals.stale
             << " stale updates, " << step_totals.restored << " restored items compared ("
             << step_totals.restored_exact << " checkpoints restored as they began)\n";
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",

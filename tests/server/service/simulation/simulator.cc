@@ -24,7 +24,7 @@
 #include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_model.h"
-#include "service/loopback_transport.h"
+#include "server/service/loopback_transport.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::simulation {
@@ -46,21 +46,22 @@ SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, 
   return config;
 }
 
-// One shard of the replay: its service, replay and transport, and what the
+// One shard of the replay: its service, its one table (a StepReplay, whose
+// items' Replay holds the keys and priorities) and transport, and what the
 // simulator keeps of it.
 struct Shard {
-  replay::ReplayOptions replay_options;
+  replay::ReplayOptions replay_options;  // the items'
   std::unique_ptr<LoopbackTransport> transport;
-  std::unique_ptr<replay::Replay> replay;  // with step streams, the items'
-  std::unique_ptr<replay::StepReplay> steps;
+  std::unique_ptr<replay::StepReplay> replay;
   std::unique_ptr<ReplayService> service;
   int pending_signal = 0;
   std::optional<Snapshot> snapshot;
   std::string last_checked_path;
-  // What its replay looked like after the last step (a change bumps its version).
+  // What its items looked like after the last step (a change bumps its version).
   uint64_t next_key = 0;
   int64_t size = 0;
   double total = 0.0, min_leaf = 0.0;
+  bool items_changed = true;  // keys issued or items held changed in the last step
 };
 
 class Simulator {
@@ -153,6 +154,8 @@ SimulationResult Simulator::Run() {
     result_.exact_batches = counts_.exact_batches;
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
+    result_.columns_apart = clients_->columns_apart() + counts_.columns_apart;
+    result_.columns_first = clients_->columns_first();
     result_.step_counts = step_model_.counts();
     result_.step_counts.Add(restored_counts_);
     if (!library_.empty()) {
@@ -214,12 +217,10 @@ void Simulator::Start() {
     shard.replay_options = replay_options;
     if (s > 0) shard.replay_options.seed = library_random_.generator()();
     const Status created =
-        config_.steps.on
-            ? CreateStepReplays(config_.steps, shard.transport->client_count(), shard.replay_options, &shard.replay,
-                                &shard.steps)
-            : replay::Replay::Create(shard.replay_options, SelfCheckingSchema(config_.pad_bytes), &shard.replay);
+        CreateShardReplay(config_, shard.transport->client_count(), shard.replay_options, &shard.replay);
     if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
-    links_[static_cast<size_t>(s)].replay = shard.replay.get();
+    links_[static_cast<size_t>(s)].replay = &shard.replay->items();
+    links_[static_cast<size_t>(s)].table = shard.replay.get();
   }
   ServiceOptions options = config_.options;
   if (config_.checkpoints) {
@@ -254,8 +255,7 @@ void Simulator::Start() {
     Shard& shard = shards_[static_cast<size_t>(s)];
     options.shard = s;
     options.take_signal = [this, s] { return std::exchange(shards_[static_cast<size_t>(s)].pending_signal, 0); };
-    shard.service =
-        std::make_unique<ReplayService>(shard.replay.get(), shard.steps.get(), shard.transport.get(), options);
+    shard.service = std::make_unique<ReplayService>(shard.replay.get(), shard.transport.get(), options);
   }
 }
 
@@ -316,7 +316,7 @@ void Simulator::SimulatorActs() {
     if (!asked.ok()) throw SimulationFailure("RequestCheckpoint: " + asked.ToString());
     if (!was_writing && shard.service->checkpoints()->active() && !config_.disk_faults) {
       // Begun now, between steps: its restore must be the replay as it is.
-      shard.snapshot = TakeSnapshot(*shard.replay, shard.steps.get(), shard.service->checkpoints()->path());
+      shard.snapshot = TakeSnapshot(*shard.replay, shard.service->checkpoints()->path());
     }
   }
 }
@@ -354,12 +354,13 @@ void Simulator::StepShards(bool all) {
     const Shard& shard = shards_[static_cast<size_t>(s)];
     if (random_.tracing()) {
       random_.Trace("stepped{}: next key {}, {}", config_.shards > 1 ? fmt::format(" shard {}", s) : "",
-                    shard.replay->next_key(), shard.service->DescribeClients());
+                    shard.replay->items().next_key(), shard.service->DescribeClients());
     }
-    model_.CheckReplay(s, *shard.replay);
-    if (shard.steps != nullptr) {
+    model_.CheckReplay(s, *shard.replay, shard.items_changed);
+    if (config_.steps.on) {
       step_model_.ThrowIfFailed();
-      step_model_.CheckShard(s, *shard.replay, *shard.steps);
+      step_model_.CheckShard(s, *shard.replay, shard.items_changed);
+      step_model_.CheckHeld(s, [&shard](int index) { return shard.service->held_adds(index); });
     }
     CheckCheckpoint(s);
   }
@@ -374,10 +375,10 @@ void Simulator::StepShard(int s) {
     // The helper thread's fsyncs and rename end before the next step looks.
     if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
   });
-  const replay::Replay& replay = *shard.replay;
+  const replay::Replay& replay = shard.replay->items();
   const double total = replay.tree().Total(), min_leaf = replay.tree().Min();
-  if (replay.next_key() != shard.next_key || replay.size() != shard.size || total != shard.total ||
-      min_leaf != shard.min_leaf) {
+  shard.items_changed = replay.next_key() != shard.next_key || replay.size() != shard.size;
+  if (shard.items_changed || total != shard.total || min_leaf != shard.min_leaf) {
     ++versions_[static_cast<size_t>(s)];
     shard.next_key = replay.next_key();
     shard.size = replay.size();

@@ -1,4 +1,4 @@
-// The deterministic simulation of the replay rank (DESIGN.md, "How we know it
+// The deterministic simulation of the replay rank (docs/design.md, "How we know it
 // is right"; issue 24). One seed drives everything: a configuration
 // (simulation_config.h), then a schedule in which actors and learners make
 // requests through LoopbackTransports, read their replies or stop reading
@@ -31,7 +31,8 @@ struct StepCounts {
   int64_t refused = 0;       // refused for their own flaws (as judged)
   int64_t items = 0;         // created
   int64_t drawn = 0;         // sampled items whose bytes were compared
-  int64_t evicted_seen = 0;  // held items found evicted (leaf 0) after a step, as the reference said
+  int64_t evicted = 0;     // items that left the table with their steps, as the reference had them
+  int64_t pushed_out = 0;  // items the table's FIFO remover took (the table full)
   int64_t stale = 0;         // update elements counted stale
   int64_t restored = 0;      // live items of restored checkpoints assembled and compared
   int64_t restored_exact = 0;  // checkpoints that restored the ring and items as they were when begun
@@ -42,7 +43,8 @@ struct StepCounts {
     refused += o.refused;
     items += o.items;
     drawn += o.drawn;
-    evicted_seen += o.evicted_seen;
+    evicted += o.evicted;
+    pushed_out += o.pushed_out;
     stale += o.stale;
   }
 };
@@ -61,6 +63,8 @@ struct SimulationResult {
   // The library clients': batches checked (exact: against one replay of the
   // union as it stood), lent columns read at their receipt, waits that ran ticks.
   int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0;
+  // Appends whose step columns went apart (raw clients' and the library's), of them raw ones sent before the request.
+  int64_t columns_apart = 0, columns_first = 0;
   StepCounts step_counts;  // what the step streams exercised
 };
 

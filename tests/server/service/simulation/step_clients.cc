@@ -6,7 +6,10 @@
 // then an append is flawed on purpose: an item over steps the ring no longer
 // holds or the stream never had, one whose steps are not all appended, a
 // sequence off its period, one at a bootstrap step (done 2), a wrong first
-// step, a byte too many, more steps than the ring holds, a NaN priority.
+// step, a byte too many, more steps than the ring holds, a NaN priority, an
+// item over a step it created an item over before or twice over one step
+// (issue 33: one item per step). Some send their step columns apart, now
+// and then before the request.
 // Once an append is refused, the actor waits for every answer and goes on
 // from the steps the server acknowledged, as the client library does.
 #include <fmt/format.h>
@@ -14,8 +17,8 @@
 
 #include <cmath>
 
+#include "proto/append.h"
 #include "proto/codec.h"
-#include "server/service/service_test_util.h"
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/step_model.h"
 
@@ -39,9 +42,12 @@ void SimulatedClients::AppendSteps(int client) {
   stream.Commit(first_step, rows);  // items are chosen on the stream with these steps
   std::vector<int64_t> items = stream.PickItems(rng, random_.Pick(0, 3));
   enum class Flaw {
-    kNone, kEvicted, kNotAppended, kOffPeriod, kAtBootstrap, kFirstStep, kBytes, kTooManySteps, kBadPriority
+    kNone, kEvicted, kNotAppended, kOffPeriod, kAtBootstrap, kFirstStep, kBytes, kTooManySteps, kBadPriority,
+    kDuplicate
   };
-  const Flaw flaw = random_.Chance(0.06) ? static_cast<Flaw>(random_.Pick(1, 8)) : Flaw::kNone;
+  Flaw flaw = random_.Chance(0.06) ? static_cast<Flaw>(random_.Pick(1, 8)) : Flaw::kNone;
+  // Issue 33: an item over a step that has one (from the second stream, so the flaws drawn before stay as they were).
+  if (flaw == Flaw::kNone && later_random_.Chance(0.03)) flaw = Flaw::kDuplicate;
   int64_t sent_first_step = first_step;
   switch (flaw) {
     case Flaw::kNone:
@@ -75,35 +81,57 @@ void SimulatedClients::AppendSteps(int client) {
     case Flaw::kTooManySteps:
       count = steps.options.step_capacity + 1;
       break;
+    case Flaw::kDuplicate: {  // over a step it created an item over, else twice over one step
+      const int64_t t = stream.RecentItem(rng);
+      if (t >= 0) {
+        items.push_back(t);
+      } else if (!items.empty()) {
+        items.push_back(items.front());
+      }
+      break;
+    }
   }
   if (count == 0 && items.empty()) return;  // nothing to send
-  proto::AddRequest request{count, random_.Chance(0.5) || flaw == Flaw::kBadPriority};
-  request.first_step = sent_first_step;
-  request.items = static_cast<int64_t>(items.size());
-  if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
+  proto::AppendMeta meta;
+  meta.steps = count;
+  meta.has_priorities = random_.Chance(0.5) || flaw == Flaw::kBadPriority;
+  meta.first_step = sent_first_step;
+  if (random_.Chance(0.1)) meta.timeout_seconds = Timeout();
   std::vector<double> priorities;
-  for (size_t i = 0; request.has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
+  for (size_t i = 0; meta.has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) priorities.push_back(std::nan(""));  // with an item of its own
   if (flaw == Flaw::kBadPriority) items.push_back(std::max<int64_t>(0, stream.size() - 1));
-  request.items = static_cast<int64_t>(items.size());
+  meta.items = static_cast<int64_t>(items.size());
+  stream.MarkItems(items);
   std::vector<std::byte> step_bulk = StepStream::Wire(rows, steps.step_schema.columns.size());
   if (flaw == Flaw::kBytes) step_bulk.push_back(std::byte{7});
+  // Its step columns apart (received straight into the ring), now and then before the request.
+  meta.columns_follow = count > 0 && count <= steps.options.step_capacity && later_random_.Chance(0.3);
+  const bool columns_first = meta.columns_follow && later_random_.Chance(0.25);
   const std::vector<std::byte> item_bulk = StepStream::Wire(
       stream.ItemRows(rng, static_cast<int64_t>(items.size())), steps.options.item_columns.size());
   const uint64_t id = state.next_request_id++;
-  const std::vector<std::byte> frame = service_test::Frame(
-      proto::MessageKind::kAddRequest, id, request,
-      {step_bulk, std::as_bytes(std::span(items)), std::as_bytes(std::span(priorities)), item_bulk});
+  const std::span<const std::byte> step_columns[] = {step_bulk};
+  const std::span<const std::byte> item_columns[] = {item_bulk};
+  std::vector<std::byte> frame;
+  proto::EncodeAppend(id, meta,
+                      meta.columns_follow ? std::span<const std::span<const std::byte>>{}
+                                          : std::span<const std::span<const std::byte>>(step_columns),
+                      items, priorities, item_columns, &frame);
   model_.SentAppend(client, shard, id, frame);
-  if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
+  if (meta.timeout_seconds > 0) model_.WithTimeout(client, shard, id, meta.timeout_seconds);
   if (random_.tracing()) {
-    random_.Trace("client {} request {}: append of {} steps from step {} with items at {}{}{}", client, id,
-                  request.count, request.first_step, fmt::join(items, ", "),
-                  request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
+    random_.Trace("client {} request {}: append of {} steps from step {} with items at {}{}{}{}", client, id,
+                  meta.steps, meta.first_step, fmt::join(items, ", "),
+                  meta.columns_follow ? (columns_first ? ", columns apart, before the request" : ", columns apart")
+                                      : "",
+                  meta.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", meta.timeout_seconds) : "",
                   flaw == Flaw::kNone ? "" : fmt::format(" (flawed: {})", static_cast<int>(flaw)));
   }
   state.appends[id] = count;
-  Push(client, shard, frame);
+  if (columns_first) ColumnsBeforeRequest(client, step_bulk);
+  Push(client, shard, std::move(frame));
+  if (meta.columns_follow && !columns_first) state.columns.push_back(std::move(step_bulk));
 }
 
 void SimulatedClients::AppendAnswered(int client, std::span<const std::byte> reply) {
@@ -115,7 +143,7 @@ void SimulatedClients::AppendAnswered(int client, std::span<const std::byte> rep
   if (frame.kind() == proto::MessageKind::kAddReply) {
     state.steps_acknowledged += found->second;
   } else {
-    state.stream_refused = true;
+    state.stream_refused = true;  // the appends after it are refused too (their first steps are past the stream's)
   }
   state.appends.erase(found);
 }

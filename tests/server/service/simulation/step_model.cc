@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -15,14 +16,6 @@ using proto::MessageKind;
 using Code = Status::Code;
 
 }  // namespace
-
-Status CreateStepReplays(const StepStreamsConfig& config, int streams, const replay::ReplayOptions& options,
-                         std::unique_ptr<replay::Replay>* items, std::unique_ptr<replay::StepReplay>* steps) {
-  replay::StepOptions step_options = config.options;
-  step_options.streams = streams;
-  PERSERVE_RETURN_IF_ERROR(replay::Replay::Create(options, config.stored_schema, items));
-  return replay::StepReplay::Create(step_options, config.step_schema, items->get(), steps);
-}
 
 StepModel::StepModel(const SimulationConfig& config, const std::vector<ShardLink>* links)
     : config_(config), links_(*links) {}
@@ -62,23 +55,28 @@ int64_t StepModel::NewestEvicted(int client) const {
 
 void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> bytes) {
   proto::Frame frame;
-  proto::AddRequest request;
-  Expect(proto::DecodeFrame(bytes, &frame).ok() && proto::DecodeMeta(frame, &request).ok(),
+  proto::AppendMeta request;
+  Expect(proto::DecodeFrame(bytes, &frame).ok() && proto::DecodeMeta(frame, &request).ok() && !request.item_per_step,
          [&] { return fmt::format("client {}: its append {} does not decode", client, request_id); });
   const StepStreamsConfig& steps = config_.steps;
   Append append;
   append.first_step = request.first_step;
-  append.count = request.count;
+  append.count = request.steps;
+  append.apart = request.columns_follow;
   const Schema items_schema{steps.options.item_columns};
   const int64_t step_bytes = steps.step_schema.ItemBytes();
   const int64_t item_bytes = items_schema.ItemBytes();
-  // The service's checks before it holds a request, then of the bulk's size.
-  append.malformed = request.count < 0 || request.items < 0 || (request.count == 0 && request.items == 0) ||
-                     request.columns_follow || request.count > steps.options.step_capacity ||
-                     request.items > config_.capacity;
+  // The service's checks before it holds a request (proto::DecodeAppend's, the counts, the ring's slack for
+  // columns apart), then of the bulk's size.
+  append.malformed = request.steps < 0 || request.items < 0 || (request.steps == 0 && request.items == 0) ||
+                     request.first_step < 0 || request.steps > steps.options.step_capacity ||
+                     request.items > config_.capacity ||
+                     (request.columns_follow && request.steps > replay::StepSlack(steps.step_schema,
+                                                                                  steps.options.step_capacity));
   if (!append.malformed) {
-    const size_t expected = static_cast<size_t>(request.count * step_bytes +
-                                                request.items * (8 + item_bytes + (request.has_priorities ? 8 : 0)));
+    const size_t expected =
+        static_cast<size_t>((request.columns_follow ? 0 : request.steps * step_bytes) +
+                            request.items * (8 + item_bytes + (request.has_priorities ? 8 : 0)));
     append.malformed = frame.bulk.size() != expected;
   }
   if (!append.malformed) {
@@ -88,9 +86,11 @@ void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span
       bulk = bulk.subspan(static_cast<size_t>(n));
       return std::vector<std::byte>(part.begin(), part.end());
     };
-    append.rows.assign(static_cast<size_t>(request.count), {});
-    for (const Column& column : steps.step_schema.columns) {
-      for (auto& row : append.rows) row.push_back(take(column.ItemBytes()));
+    if (!request.columns_follow) {
+      append.rows.assign(static_cast<size_t>(request.steps), {});
+      for (const Column& column : steps.step_schema.columns) {
+        for (auto& row : append.rows) row.push_back(take(column.ItemBytes()));
+      }
     }
     std::vector<double> priorities;
     (void)proto::TakeArray(&bulk, static_cast<size_t>(request.items), &append.item_steps);
@@ -101,8 +101,45 @@ void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span
       for (auto& row : append.item_rows) row.push_back(take(column.ItemBytes()));
     }
   }
-  const bool fresh = appends_.emplace(RequestKey{client, shard, request_id}, std::move(append)).second;
+  const RequestKey key{client, shard, request_id};
+  const bool fresh = appends_.emplace(key, std::move(append)).second;
   Expect(fresh, [&] { return fmt::format("client {}: append {} sent twice", client, request_id); });
+  if (!request.columns_follow) return;
+  // Its columns: sent already (before the request), or to come (SentColumns), in the client's order.
+  awaiting_columns_[{client, shard}].push_back(key);
+  std::deque<std::vector<std::byte>>& early = early_columns_[{client, shard}];
+  if (!early.empty()) {
+    SentColumns(client, shard, early.front());
+    early.pop_front();
+  }
+}
+
+void StepModel::SentColumns(int client, int shard, std::span<const std::byte> columns) {
+  std::deque<RequestKey>& awaiting = awaiting_columns_[{client, shard}];
+  if (awaiting.empty()) {  // before its request: the next append apart's
+    early_columns_[{client, shard}].emplace_back(columns.begin(), columns.end());
+    return;
+  }
+  const auto found = appends_.find(awaiting.front());
+  awaiting.pop_front();
+  if (found == appends_.end()) return;  // answered already (refused on arrival): dropped by the service
+  Append& append = found->second;
+  const Schema& schema = config_.steps.step_schema;
+  if (append.malformed) return;
+  if (columns.size() != static_cast<size_t>(append.count * schema.ItemBytes())) {
+    append.bad_columns = true;
+    return;
+  }
+  append.rows.assign(static_cast<size_t>(append.count), {});
+  size_t offset = 0;  // the wire layout: each column's rows, column after column
+  for (const Column& column : schema.columns) {
+    const size_t bytes = static_cast<size_t>(column.ItemBytes());
+    for (auto& row : append.rows) {
+      const std::span<const std::byte> part = columns.subspan(offset, bytes);
+      row.emplace_back(part.begin(), part.end());
+      offset += bytes;
+    }
+  }
 }
 
 void StepModel::SentUpdate(int client, int shard, uint64_t request_id, const std::vector<uint64_t>& keys) {
@@ -123,15 +160,42 @@ StepModel::Verdict StepModel::Judge(int shard, int stream, const Append& append)
     verdict.invalid_argument = true;
   } else if (append.first_step != ref.steps(stream)) {
     verdict.failed_precondition = true;
-  } else if (append.bad_priority) {
+    verdict.invalid_argument = append.bad_columns;
+  } else if (append.bad_columns || append.bad_priority) {
     verdict.invalid_argument = true;
   } else {
     ref.Append(stream, append.rows);
     const uint64_t oldest = ref.OldestKeyAfter(0);
-    for (const int64_t t : append.item_steps) verdict.invalid_argument |= !ref.Creatable(stream, t, oldest);
+    std::vector<int64_t> steps;  // of its creatable items
+    for (const int64_t t : append.item_steps) {
+      const bool creatable = ref.Creatable(stream, t, oldest);
+      verdict.invalid_argument |= !creatable;
+      if (!creatable) continue;
+      // One item per step (issue 33, finding 7): none over a step the table holds an item over, nor two in one append.
+      verdict.invalid_argument |= ref.ItemOver(stream, t);
+      steps.push_back(t);
+    }
+    std::sort(steps.begin(), steps.end());
+    verdict.invalid_argument |= std::adjacent_find(steps.begin(), steps.end()) != steps.end();
     if (verdict.invalid_argument) ref.Unappend(stream, append.count);
   }
   return verdict;
+}
+
+void StepModel::Commit(int shard, int stream, const Append& append, uint64_t first_key) {
+  replay::step_test::StepReference& ref = shards_[static_cast<size_t>(shard)].ref;
+  const int64_t count = static_cast<int64_t>(append.item_steps.size());
+  const int64_t held = ref.held_items(), pushed_out = ref.pushed_out();
+  ref.RemoveItemsBeforeAdd(count, config_.capacity);
+  counts_.pushed_out += ref.pushed_out() - pushed_out;
+  counts_.evicted += held - ref.held_items() - (ref.pushed_out() - pushed_out);
+  Shard& state = shards_[static_cast<size_t>(shard)];
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t key = first_key + static_cast<uint64_t>(i);
+    ref.AddItem(key, replay::step_test::RefItem{stream, append.item_steps[static_cast<size_t>(i)],
+                                                append.item_rows[static_cast<size_t>(i)]});
+    state.earliest.push_back(ref.EarliestKey(key));
+  }
 }
 
 void StepModel::ReplySent(int shard, int index, std::span<const std::byte> bytes) {
@@ -219,18 +283,12 @@ void StepModel::AppendAnswered(int client, int shard, uint64_t request_id, const
   });
   ++counts_.appends;
   counts_.items += reply.count;
-  for (size_t i = 0; i < append.item_steps.size(); ++i) {
-    const uint64_t key = first_key + i;
-    state.ref.AddItem(key, replay::step_test::RefItem{stream, append.item_steps[i], append.item_rows[i]});
-    state.earliest.push_back(state.ref.EarliestKey(key));
-  }
+  Commit(shard, stream, append, first_key);
 }
 
 bool StepModel::Whole(int shard, uint64_t key) const {
-  const Shard& state = shards_[static_cast<size_t>(shard)];
-  const uint64_t issued = state.earliest.size();
-  return key < issued && key + static_cast<uint64_t>(config_.capacity) >= issued &&
-         state.earliest[key] >= state.ref.OldestKeyAfter(0);
+  // Held by the reference's table: so all its steps are in the ring.
+  return shards_[static_cast<size_t>(shard)].ref.Held(key);
 }
 
 void StepModel::CheckDrawn(int shard, const std::string& what, std::span<const uint64_t> keys,
@@ -290,7 +348,9 @@ void StepModel::UpdateAnswered(int client, int shard, uint64_t request_id, const
   counts_.stale += reply.stale;
 }
 
-void StepModel::CheckShard(int shard, const replay::Replay& items, const replay::StepReplay& steps) {
+void StepModel::CheckShard(int shard, const replay::StepReplay& table, bool changed) {
+  const replay::Replay& items = table.items();
+  const replay::StepReplay& steps = table;
   const Shard& state = shards_[static_cast<size_t>(shard)];
   const std::string which = config_.shards == 1 ? "the step ring" : fmt::format("shard {}'s step ring", shard);
   Expect(steps.next_step_key() == state.ref.next_key() && items.next_key() == state.earliest.size(), [&] {
@@ -303,19 +363,28 @@ void StepModel::CheckShard(int shard, const replay::Replay& items, const replay:
                          state.ref.steps(stream));
     });
   }
+  if (!changed) return;
+  // The table holds exactly the reference's items (none vanished while its steps are held, none outlived them or
+  // the FIFO remover), each drawable.
+  Expect(items.size() == state.ref.held_items(), [&] {
+    return fmt::format("{}: the table holds {} items, the reference {}", which, items.size(), state.ref.held_items());
+  });
   std::vector<int64_t> slots;
-  for (uint64_t key = items.oldest_key(); key < items.next_key(); ++key) {
-    slots.push_back(static_cast<int64_t>(key % static_cast<uint64_t>(items.capacity())));
+  for (int64_t slot = 0; slot < items.slots_used(); ++slot) {
+    const uint64_t key = items.KeyAt(slot);
+    if (key == replay::Replay::kNoKey) continue;
+    Expect(state.ref.Held(key), [&] {
+      return fmt::format("{}: the table holds item {} (earliest step {}, the ring's oldest {}), which the reference "
+                         "does not (its steps left the ring, or the FIFO remover took it)",
+                         which, key, key < state.earliest.size() ? state.earliest[key] : 0,
+                         state.ref.OldestKeyAfter(0));
+    });
+    slots.push_back(slot);
   }
   std::vector<double> leaves(slots.size());
   Expect(items.tree().Get(slots, leaves).ok(), "reading the items' leaves");
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const uint64_t key = items.oldest_key() + i;
-    counts_.evicted_seen += leaves[i] == 0.0;
-    Expect((leaves[i] != 0.0) == Whole(shard, key), [&] {
-      return fmt::format("{}: item {} (earliest step {}, the ring's oldest {}) has leaf {}", which, key,
-                         state.earliest[key], state.ref.OldestKeyAfter(0), leaves[i]);
-    });
+  for (const double leaf : leaves) {
+    Expect(leaf > 0.0, [&] { return fmt::format("{}: a held item has leaf {}", which, leaf); });
   }
 }
 

@@ -6,25 +6,42 @@
 // as it is sent (LoopbackTransport::ObserveSends), and the service answers
 // an append when it applies it. So, exactly:
 //   - an append is acknowledged only if it was valid then (its first step
-//     the stream's next, its counts and bytes right, every item creatable
-//     once its steps are in: all its steps appended and still in the ring, a
-//     sequence on its period), and refused then with the one code its first
-//     flaw gets (InvalidArgument; FailedPrecondition for a wrong first step),
+//     the stream's next, its counts and bytes right, its columns apart of
+//     its steps' size, every item creatable once its steps are in: all its
+//     steps appended and still in the ring, a sequence on its period, no
+//     item over a step the table holds an item over or twice over one
+//     step), and refused then with the one code its first flaw gets
+//     (InvalidArgument; FailedPrecondition for a wrong first step),
 //     changing nothing; its items get the keys the reference expects;
+//   - the table the reference keeps (StepReference::RemoveItemsBeforeAdd):
+//     an item leaves only when its earliest step leaves the ring, or when
+//     the table is full (more than the seed's capacity would be held: the
+//     oldest held leave first), in that order at the append that does it
+//     (issue 33: no longer when its key falls out of a ring of `capacity`
+//     item slots);
 //   - every sampled item (samples and shard samples, raw and library
-//     learners) is whole when it is sent: not overwritten in the items'
-//     ring, and none of its steps overwritten (exact eviction); its bytes
-//     are the reference's, column by column;
-//   - an update counts stale exactly the keys whose items are overwritten or
-//     evicted then (less those dropped for a bad priority);
-//   - after every step, each held item's leaf is nonzero exactly when all
-//     its steps are in the ring, and the ring's keys and streams are the
-//     reference's.
+//     learners) is held when it is sent, so whole (exact eviction); its
+//     bytes are the reference's, column by column;
+//   - an update counts stale exactly the keys whose items are gone then
+//     (less those dropped for a bad priority);
+//   - an append that creates no items is never held by the rate limiter
+//     (issue 33, finding 3): a client's oldest append the service has not
+//     answered is held if any is (requests are received in order); if it
+//     creates no items and carries its columns, nothing but the limiter
+//     could hold it past the next step (no rows are pinned in a ring of
+//     steps; one that came behind an append the limiter held waits at most
+//     one step once that one goes), so it is never held after two steps;
+//   - after every step that changed the items, the table holds exactly the
+//     reference's items, each with a positive leaf (no item vanishes while
+//     its steps are held), and after every step the ring's keys and streams
+//     are the reference's.
 // A violation throws SimulationFailure.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -42,11 +59,6 @@
 
 namespace perserve::service::simulation {
 
-// A shard's replays of step streams: the items' (with `options`, the
-// seed's capacity) and the StepReplay over it, a stream per client index.
-Status CreateStepReplays(const StepStreamsConfig& config, int streams, const replay::ReplayOptions& options,
-                         std::unique_ptr<replay::Replay>* items, std::unique_ptr<replay::StepReplay>* steps);
-
 class StepModel {
  public:
   // `links`: the shards as their clients reach them (a stream per client index there).
@@ -56,8 +68,11 @@ class StepModel {
   // transports' observers of what their services send (ReplySent).
   void Start();
 
-  // An append `client` sends to `shard` (its whole frame), and an update's keys.
+  // An append `client` sends to `shard` (its whole frame), its step columns
+  // when they go apart (sent before or after the request: a client's go to
+  // its appends apart in order), and an update's keys.
   void SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame);
+  void SentColumns(int client, int shard, std::span<const std::byte> columns);
   void SentUpdate(int client, int shard, uint64_t request_id, const std::vector<uint64_t>& keys);
   // A reply `shard`'s service sends to its client `index`, as it sends it.
   // Called inside the service's Step, which would turn an exception into an
@@ -70,8 +85,36 @@ class StepModel {
   // Whether error `code` answers that append as its verdict says (asked when it is received).
   bool MayRefuse(int client, int shard, uint64_t request_id, int32_t code) const;
 
-  // After each step of `shard`.
-  void CheckShard(int shard, const replay::Replay& items, const replay::StepReplay& steps);
+  // After each step of `shard`; `changed`: its items' keys issued or count changed.
+  void CheckShard(int shard, const replay::StepReplay& table, bool changed);
+  // After each step of `shard`: `held(index)` appends of its client `index`
+  // are held (ReplayService::held_adds).
+  template <class Held>
+  void CheckHeld(int shard, const Held& held) {
+    Shard& state = shards_[static_cast<size_t>(shard)];
+    std::vector<RequestKey> itemless;  // the clients' oldest held appends that create no items
+    for (int index = 0; index < static_cast<int>(state.client_of.size()); ++index) {
+      const int client = state.client_of[static_cast<size_t>(index)];
+      if (client < 0 || held(index) == 0) continue;
+      // Its oldest append not answered: ids grow in the order it sends them.
+      const auto oldest = appends_.lower_bound(RequestKey{client, shard, 0});
+      if (oldest == appends_.end() || std::get<0>(oldest->first) != client || std::get<1>(oldest->first) != shard) {
+        continue;
+      }
+      const Append& append = oldest->second;
+      if (append.malformed || append.apart || !append.item_steps.empty()) continue;
+      Expect(std::find(state.held_itemless.begin(), state.held_itemless.end(), oldest->first) ==
+                 state.held_itemless.end(),
+             [&] {
+               return fmt::format("client {}{}: append {}, of {} steps and no items, is held a second step (the rate "
+                                  "limiter holds only appends that create items)",
+                                  client, config_.shards > 1 ? fmt::format(" (shard {})", shard) : "",
+                                  std::get<2>(oldest->first), append.count);
+             });
+      itemless.push_back(oldest->first);
+    }
+    state.held_itemless = std::move(itemless);
+  }
   const StepCounts& counts() const { return counts_; }
 
   // An item's sample, column by column (a key with its shard's bits); fails for a key never issued.
@@ -88,6 +131,11 @@ class StepModel {
   struct Append {
     int64_t first_step = 0, count = 0;
     bool malformed = false;     // refused on its counts or bytes, whatever the stream holds
+    // Its columns apart are not its steps' size: refused InvalidArgument
+    // when they are received into the ring, but after its first step is
+    // checked when they came with it (before the request, or while it was held).
+    bool bad_columns = false;
+    bool apart = false;  // its step columns are a message of their own
     bool bad_priority = false;  // refused once its first step is checked
     Rows rows;                  // rows[j][c]: step j's bytes of step column c
     std::vector<int64_t> item_steps;
@@ -102,10 +150,15 @@ class StepModel {
     replay::step_test::StepReference ref;
     std::vector<uint64_t> earliest;  // by item key: its earliest step's key
     std::vector<int> client_of;      // by transport index
+    std::vector<RequestKey> held_itemless;  // CheckHeld's after the shard's last step
   };
 
   // Judges `append` from `stream` against the reference as it stands; a valid one's steps stay appended.
   Verdict Judge(int shard, int stream, const Append& append);
+  // An acknowledged append's items come in at keys first_key ..: first the
+  // items whose earliest step left the ring go, then the oldest while the
+  // table would hold more than its capacity.
+  void Commit(int shard, int stream, const Append& append, uint64_t first_key);
   void CheckReply(int shard, int index, std::span<const std::byte> frame);
   void AppendAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame);
   // The drawn items of a sample or shard sample reply: whole, and the reference's bytes.
@@ -121,6 +174,8 @@ class StepModel {
   std::map<RequestKey, Append> appends_;                 // sent, not answered yet
   std::map<RequestKey, std::vector<uint64_t>> updates_;  // sent, not answered yet
   std::map<RequestKey, Verdict> verdicts_;               // refusable appends, until received
+  std::map<std::pair<int, int>, std::deque<RequestKey>> awaiting_columns_;  // by client and shard, in send order
+  std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> early_columns_;  // sent before their request
   StepCounts counts_;
   std::string failure_;  // the first failure ReplySent found
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace perserve::service::simulation {
 namespace {
@@ -50,6 +51,7 @@ StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
 }
 
 void StepStream::Commit(int64_t kept, const StepRows& rows) {
+  items_.erase(items_.lower_bound(kept), items_.end());
   view_.Unappend(0, size() - kept);
   view_.Append(0, rows);
 }
@@ -63,9 +65,19 @@ std::vector<int64_t> StepStream::PickItems(std::mt19937_64& rng, int64_t most) c
   std::uniform_int_distribution<int64_t> recent(std::max<int64_t>(0, have - span - 4), have - 1);
   for (int tries = 0; tries < 12 && static_cast<int64_t>(items.size()) < most; ++tries) {
     const int64_t t = recent(rng);
-    if (Creatable(t)) items.push_back(t);
+    if (Creatable(t) && items_.count(t) == 0 && std::find(items.begin(), items.end(), t) == items.end()) {
+      items.push_back(t);
+    }
   }
   return items;
+}
+
+int64_t StepStream::RecentItem(std::mt19937_64& rng) const {
+  if (items_.empty()) return -1;
+  const int64_t newest = *items_.rbegin();
+  const auto first = items_.lower_bound(newest - 8);
+  const int64_t recent = std::distance(first, items_.end());
+  return *std::next(first, std::uniform_int_distribution<int64_t>(0, recent - 1)(rng));
 }
 
 int64_t StepStream::OffPeriod(std::mt19937_64& rng) const {

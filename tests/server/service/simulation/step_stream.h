@@ -2,13 +2,16 @@
 // actors and the library's alike): the steps it sent, as rows, and which of
 // them items can be created at (the reference's rules, step_reference.h, on
 // this one stream: every step the item needs appended, a sequence on its
-// period; whether the ring still holds them is the service's to say). Steps
+// period; whether the ring still holds them is the service's to say), and
+// the steps it sent items over (one item per step: it sends none over them
+// again but on purpose). Steps
 // are drawn with bytes unique to the actor and step, so a sample that showed
 // a step overwritten in the ring would show another step's bytes.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "server/replay/step_reference.h"
@@ -28,12 +31,17 @@ class StepStream {
   // comes from DrawEpisodeEnd, the one place episodes end.
   StepRows Draw(std::mt19937_64& rng, int64_t count);
   // The view becomes its first `kept` steps, then `rows` (after an append,
-  // or, with no rows, after a refusal: what the server holds).
+  // or, with no rows, after a refusal: what the server holds); the items
+  // sent over the steps it drops are forgotten.
   void Commit(int64_t kept, const StepRows& rows);
   bool Creatable(int64_t t) const { return view_.Creatable(0, t, 0); }
-  // Up to `most` steps among the recent ones where an item can be created
-  // now (repeats allowed).
+  // Up to `most` distinct steps among the recent ones where an item can be
+  // created now and none was sent yet.
   std::vector<int64_t> PickItems(std::mt19937_64& rng, int64_t most) const;
+  // Items are sent over these steps.
+  void MarkItems(const std::vector<int64_t>& steps) { items_.insert(steps.begin(), steps.end()); }
+  // A recent step an item was sent over, or -1 if none is.
+  int64_t RecentItem(std::mt19937_64& rng) const;
   // A step where a sequence cannot start (off its period), or -1 if none is recent.
   int64_t OffPeriod(std::mt19937_64& rng) const;
   // A recent bootstrap step (done 2: no item starts there), or -1 if none is.
@@ -48,6 +56,7 @@ class StepStream {
   const int client_;
   replay::step_test::StepReference view_;
   int64_t drawn_ = 0;  // steps drawn ever (refused ones too): their bytes differ
+  std::set<int64_t> items_;  // steps items were sent over
 };
 
 }  // namespace perserve::service::simulation
