@@ -575,9 +575,13 @@ int main(int argc, char** argv) {
     if (rank < servers) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
-      const perserve::proto::ServedSchemas served =
+      perserve::proto::ServedSchemas served =
           workload.steps ? perserve::proto::ServedSchemas{true, workload.adds, workload.samples, workload.items, {}}
                          : perserve::proto::TransitionSchemas(workload.adds);
+      // As perserve-server's join says: an append of up to the ring's slack
+      // steps may send its columns apart, received straight into the ring
+      // (0, the default, had every append copied in from a buffer).
+      served.max_steps_apart = perserve::replay::StepSlack(workload.adds, workload.table.step_capacity);
       const perserve::mpi::ServerInfo info{served, 0.6, workload.capacity, {}};
       Check(perserve::mpi::Join(MPI_COMM_WORLD, perserve::proto::Role::kServer, &info, &comm, &joined), "join");
       perserve::service::MpiTransport mpi_transport(comm.get(), joined.client_ranks,
