@@ -67,9 +67,7 @@ struct StepReplay::ItemView {
 };
 
 StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
-  uint64_t key = 0;
-  std::memcpy(&key, items_->store().Rows(0, item_slot, 1).data(), sizeof(key));
-  const store::StepInfo& first = steps_.Info(key);
+  const store::StepInfo& first = steps_.Info(ItemStepKey(item_slot));
   ItemView item;
   item.stream = first.stream;
   item.t = first.index;
@@ -212,12 +210,8 @@ void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::by
   parallel([&](int64_t begin, int64_t end) {
     // An item's view starts with two dependent cache misses (its row, then
     // its first step's info): both started for every item first.
-    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(items_->store().Rows(0, item_slots[i], 1).data());
-    for (int64_t i = begin; i < end; ++i) {
-      uint64_t key = 0;
-      std::memcpy(&key, items_->store().Rows(0, item_slots[i], 1).data(), sizeof(key));
-      __builtin_prefetch(&steps_.Info(key));
-    }
+    for (int64_t i = begin; i < end; ++i) PrefetchItemRow(item_slots[i]);
+    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(&steps_.Info(ItemStepKey(item_slots[i])));
     for (int64_t i = begin; i < end; ++i) items[i] = ViewItem(item_slots[i]);
     std::byte* column_out = out.data();
     for (const SampleColumn& column : layout_.columns) {

@@ -176,9 +176,7 @@ void StepReplay::Link(int64_t item_slot, uint64_t earliest_key) {
   item_next_[static_cast<size_t>(item_slot)] = head;
   if (head != kNoItem) item_prev_[static_cast<size_t>(head)] = item_slot;
   head = item_slot;
-  uint64_t step_key = 0;
-  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
-  item_over_[static_cast<size_t>(steps_.SlotOf(step_key))] = item_slot;
+  item_over_[static_cast<size_t>(steps_.SlotOf(ItemStepKey(item_slot)))] = item_slot;
 }
 
 void StepReplay::Unlink(int64_t item_slot) {
@@ -190,18 +188,14 @@ void StepReplay::Unlink(int64_t item_slot) {
     item_head_[static_cast<size_t>(steps_.SlotOf(item_earliest_[static_cast<size_t>(item_slot)]))] = next;
   }
   if (next != kNoItem) item_prev_[static_cast<size_t>(next)] = prev;
-  uint64_t step_key = 0;
-  std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
-  int64_t& over = item_over_[static_cast<size_t>(steps_.SlotOf(step_key))];
+  int64_t& over = item_over_[static_cast<size_t>(steps_.SlotOf(ItemStepKey(item_slot)))];
   if (over == item_slot) over = kNoItem;
 }
 
 int64_t StepReplay::ItemOver(uint64_t step_key) const {
   const int64_t item = item_over_[static_cast<size_t>(steps_.SlotOf(step_key))];
   if (item == kNoItem || items_->KeyAt(item) == Replay::kNoKey) return kNoItem;
-  uint64_t key = 0;
-  std::memcpy(&key, items_->store().Rows(0, item, 1).data(), sizeof(key));
-  return key == step_key ? item : kNoItem;
+  return ItemStepKey(item) == step_key ? item : kNoItem;
 }
 
 Status StepReplay::CheckCounts(int64_t steps, int64_t items, bool item_per_step) const {
@@ -366,11 +360,9 @@ Status StepReplay::Append(const AppendRequest& request, uint64_t* first_item_key
 void StepReplay::StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const {
   step_slots->resize(item_slots.size());
   // Each item's row is a cache miss of its own: started for all at once.
-  for (const int64_t slot : item_slots) __builtin_prefetch(items_->store().Rows(0, slot, 1).data());
+  for (const int64_t slot : item_slots) PrefetchItemRow(slot);
   for (size_t i = 0; i < item_slots.size(); ++i) {
-    uint64_t key = 0;
-    std::memcpy(&key, items_->store().Rows(0, item_slots[i], 1).data(), sizeof(key));
-    (*step_slots)[i] = steps_.SlotOf(key);
+    (*step_slots)[i] = steps_.SlotOf(ItemStepKey(item_slots[i]));
   }
 }
 
@@ -398,8 +390,7 @@ Status StepReplay::RestoreItems() {
   for (int64_t item_slot = 0; item_slot < items_->slots_used(); ++item_slot) {
     const uint64_t item_key = items_->KeyAt(item_slot);
     if (item_key == Replay::kNoKey) continue;
-    uint64_t step_key = 0;
-    std::memcpy(&step_key, items_->store().Rows(0, item_slot, 1).data(), sizeof(step_key));
+    const uint64_t step_key = ItemStepKey(item_slot);
     if (step_key < steps_.oldest_key() || step_key >= steps_.next_key()) {
       return Status::InvalidArgument(fmt::format("item key {}: its step key {} is not held (the ring holds {} .. {})",
                                                  item_key, step_key, steps_.oldest_key(),

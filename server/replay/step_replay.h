@@ -79,6 +79,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -262,6 +263,14 @@ class StepReplay {
   void Unlink(int64_t item_slot);
   // The item over step `step_key` the table holds, or kNoItem.
   int64_t ItemOver(uint64_t step_key) const;
+  // The key of step t of the item at `item_slot` (its stored row's first
+  // column), and the start of that row's read (a batch's misses overlapped).
+  uint64_t ItemStepKey(int64_t item_slot) const {
+    uint64_t key = 0;
+    std::memcpy(&key, items_->store().Rows(0, item_slot, 1).data(), sizeof(key));
+    return key;
+  }
+  void PrefetchItemRow(int64_t item_slot) const { __builtin_prefetch(items_->store().Rows(0, item_slot, 1).data()); }
 
   // Assemble's parts (step_assembly.cc).
   struct ItemView;
