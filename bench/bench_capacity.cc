@@ -100,7 +100,6 @@ int main(int argc, char** argv) {
   Check(StepReplay::Create(options, {capacity, 0.6, perserve::tree::Device::kCpu, 1}, step_schema, &steps),
         "step replay");
   Replay* items = &steps->mutable_items();
-  const Schema& sample_schema = steps->sample_schema();
 
   // Requests of 64 steps; an item at t goes with the request that makes it
   // creatable (t+3 appended, or its episode ended by t+2).
