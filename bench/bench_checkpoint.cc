@@ -98,17 +98,18 @@ class Intake {
   template <class Before>
   void Append(Before&& before) {
     const int64_t first = table_->stream_steps(0);
-    AppendRequest request{0, first, perserve::store::StepBatch{kBatch, bulk_, false}};
+    perserve::replay::TableItems items{0};
     if (table_->RowsAreSteps()) {
-      request.item_per_step = true;
+      items.item_per_step = true;
     } else {
       item_steps_.clear();
       for (int64_t t = std::max<int64_t>(0, first - 3); t <= first + kBatch - 4; ++t) item_steps_.push_back(t);
-      request.item_steps = item_steps_;
+      items.item_steps = item_steps_;
     }
-    priorities_.resize(static_cast<size_t>(request.item_count()));
+    priorities_.resize(static_cast<size_t>(items.count(kBatch)));
     for (double& p : priorities_) p = priority_(rng_);
-    request.priorities = priorities_;
+    items.priorities = priorities_;
+    const AppendRequest request{0, first, perserve::store::StepBatch{kBatch, bulk_, false}, {&items, 1}};
     Check(table_->Prepare(request), "prepare");
     before(table_->planned_item_slots());
     uint64_t first_key = 0;

@@ -102,8 +102,10 @@ void CheckServes(replay::StepReplay* table) {
     }
     const int64_t count = kCapacity / 2;
     std::vector<std::byte> bulk(static_cast<size_t>(count * table->step_schema().ItemBytes()), std::byte{0});
+    const replay::TableItems add{0, /*item_per_step=*/true};
     const replay::AppendRequest request{0, table->stream_steps(0), store::StepBatch{count, bulk, false},
-                                        /*item_per_step=*/table->RowsAreSteps()};
+                                        table->RowsAreSteps() ? std::span<const replay::TableItems>(&add, 1)
+                                                              : std::span<const replay::TableItems>()};
     uint64_t first = 0;
     FUZZ_CHECK(table->Append(request, &first).ok());
     CheckRestored(items);

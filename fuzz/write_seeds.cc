@@ -297,8 +297,9 @@ void AddTransitions(replay::StepReplay* table, int stream, int64_t first_id, int
   for (auto part : {std::as_bytes(std::span(added.ids)), std::as_bytes(std::span(added.tags))}) {
     bulk.insert(bulk.end(), part.begin(), part.end());
   }
+  const replay::TableItems add{0, /*item_per_step=*/true, {}, added.priorities, {}};
   const replay::AppendRequest request{stream, table->stream_steps(stream), store::StepBatch{count, bulk, false},
-                                      /*item_per_step=*/true, {}, added.priorities, {}};
+                                      {&add, 1}};
   uint64_t first_key = 0;
   (void)table->Append(request, &first_key);
 }

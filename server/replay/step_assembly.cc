@@ -1,4 +1,4 @@
-// StepReplay::Assemble: a sample's items in sample_schema's layout, read
+// ItemTable::Assemble: a sample's items in sample_schema's layout, read
 // straight from the step ring (a transition's row is its step's: a gather).
 //
 // What the stacking costs: every output byte is written once, and each frame
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <functional>
 
-#include "replay/step_replay.h"
+#include "replay/item_table.h"
 
 namespace perserve::replay {
 
@@ -57,7 +57,7 @@ void InterleaveFourBytes(std::span<const std::byte* const> frames, int64_t eleme
 }  // namespace
 
 // One sampled item, worked out once for all its columns.
-struct StepReplay::ItemView {
+struct ItemTable::ItemView {
   int stream = 0;
   int64_t t = 0;
   int64_t episode_start = 0;
@@ -66,13 +66,13 @@ struct StepReplay::ItemView {
   double discount = 0.0;
 };
 
-StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
-  const store::StepInfo& first = steps_.Info(ItemStepKey(item_slot));
+ItemTable::ItemView ItemTable::ViewItem(int64_t item_slot) const {
+  const store::StepInfo& first = steps_->Info(ItemStepKey(item_slot));
   ItemView item;
   item.stream = first.stream;
   item.t = first.index;
   item.episode_start = first.episode_start;
-  assert(item.t >= steps_.stream_oldest(item.stream));
+  assert(item.t >= steps_->stream_oldest(item.stream));
   if (options_.kind == StepOptions::Kind::kNStep) {
     // The return's recurrence, exactly as step_replay.h states it. A
     // truncated episode's bootstrap step (never t itself) ends the sum
@@ -81,7 +81,7 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
     bool ended = false;
     item.valid = options_.n_step;
     for (int64_t j = 0; j < options_.n_step; ++j) {
-      const store::StepInfo& step = steps_.Info(steps_.KeyOf(item.stream, item.t + j));
+      const store::StepInfo& step = steps_->Info(steps_->KeyOf(item.stream, item.t + j));
       if (step.done == store::kTruncated) {
         item.valid = j;
         break;
@@ -99,7 +99,7 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
   } else if (options_.kind == StepOptions::Kind::kSequence) {
     item.valid = options_.sequence_length;
     for (int64_t j = 0; j < options_.sequence_length; ++j) {
-      if (steps_.Info(steps_.KeyOf(item.stream, item.t + j)).done != 0) {
+      if (steps_->Info(steps_->KeyOf(item.stream, item.t + j)).done != 0) {
         item.valid = j + 1;
         break;
       }
@@ -108,11 +108,11 @@ StepReplay::ItemView StepReplay::ViewItem(int64_t item_slot) const {
   return item;
 }
 
-void StepReplay::WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start,
+void ItemTable::WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start,
                               std::byte* out) const {
-  const Column& step_column = steps_.schema().columns[static_cast<size_t>(column)];
+  const Column& step_column = steps_->schema().columns[static_cast<size_t>(column)];
   if (depth == 1) {
-    std::memcpy(out, steps_.Row(column, steps_.KeyOf(stream, index)), static_cast<size_t>(step_column.ItemBytes()));
+    std::memcpy(out, steps_->Row(column, steps_->KeyOf(stream, index)), static_cast<size_t>(step_column.ItemBytes()));
     return;
   }
   // At most a few frames: on the stack up to 16, beyond that (rare) on the heap.
@@ -125,7 +125,7 @@ void StepReplay::WriteStacked(int column, int depth, int stream, int64_t index, 
   }
   for (int f = 0; f < depth; ++f) {
     const int64_t frame = index - depth + 1 + f;
-    frames[f] = frame < episode_start ? zero_frame_.data() : steps_.Row(column, steps_.KeyOf(stream, frame));
+    frames[f] = frame < episode_start ? zero_frame_.data() : steps_->Row(column, steps_->KeyOf(stream, frame));
   }
   const std::span<const std::byte* const> all(frames, static_cast<size_t>(depth));
   const int64_t elements = step_column.ElementCount();
@@ -142,7 +142,7 @@ void StepReplay::WriteStacked(int column, int depth, int stream, int64_t index, 
   }
 }
 
-void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot,
+void ItemTable::WriteColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot,
                              std::byte* out) const {
   using Source = SampleColumn::Source;
   switch (column.source) {
@@ -176,11 +176,7 @@ void StepReplay::WriteColumn(const SampleColumn& column, const ItemView& item, i
   }
 }
 
-void StepReplay::SetAssemblyThreads(int threads) {
-  pool_ = threads > 1 ? std::make_unique<AssemblyPool>(threads) : nullptr;
-}
-
-void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const {
+void ItemTable::Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const {
   assert(out.size() == item_slots.size() * static_cast<size_t>(SampleItemBytes()));
   const int64_t count = static_cast<int64_t>(item_slots.size());
   // Parts of the items, on the pool's threads when there is one: each part
@@ -192,7 +188,7 @@ void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::by
   if (RowsAreSteps()) {  // a transition: its step's row as stored
     std::vector<int64_t> step_slots;
     StepSlots(item_slots, &step_slots);
-    const TransitionStore& columns = steps_.columns();
+    const TransitionStore& columns = steps_->columns();
     parallel([&](int64_t begin, int64_t end) {
       std::byte* column_out = out.data();
       for (size_t c = 0; c < columns.schema().columns.size(); ++c) {
@@ -211,7 +207,7 @@ void StepReplay::Assemble(std::span<const int64_t> item_slots, std::span<std::by
     // An item's view starts with two dependent cache misses (its row, then
     // its first step's info): both started for every item first.
     for (int64_t i = begin; i < end; ++i) PrefetchItemRow(item_slots[i]);
-    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(&steps_.Info(ItemStepKey(item_slots[i])));
+    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(&steps_->Info(ItemStepKey(item_slots[i])));
     for (int64_t i = begin; i < end; ++i) items[i] = ViewItem(item_slots[i]);
     std::byte* column_out = out.data();
     for (const SampleColumn& column : layout_.columns) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "perserve/schema.h"
@@ -12,7 +14,23 @@
 
 namespace perserve::replay {
 
-struct StepOptions;
+// A table's item layout (step_replay.h states each kind's), with the ring's
+// sizes (a StepReplay's first table gives them; see StepReplay::Create).
+struct StepOptions {
+  enum class Kind { kTransition, kNStep, kSequence };
+  Kind kind = Kind::kNStep;
+  int n_step = 1;                 // kNStep: n >= 1
+  double discount = 0.99;         // kNStep: finite, in [0, 1]
+  int sequence_length = 0;        // kSequence: L >= 1
+  int sequence_period = 0;        // kSequence: P in [1, L]
+  std::vector<std::pair<std::string, int>> stacks;  // step column -> depth >= 1 (depth 1: not stacked)
+  std::string reward_column = "reward";  // scalar float32 or float64 step column (not for kTransition)
+  std::string done_column = "done";      // scalar uint8 step column: 0, 1 (terminal) or 2 (truncated: bootstrap step)
+  std::vector<Column> item_columns;      // columns an actor sends with each item (e.g. a recurrent state)
+  int64_t step_capacity = int64_t{1} << 21;  // steps the ring holds (all streams together)
+  int streams = 1;                        // stream ids are 0 .. streams-1 (the service's client ids)
+  bool prefault = false;                  // write every page of the step ring at start (--prefault-store)
+};
 
 struct SampleColumn {
   enum class Source {

@@ -8,215 +8,112 @@
 #include <fmt/format.h>
 
 namespace perserve::replay {
-namespace {
-
-constexpr int64_t kNoItem = -1;
-
-}  // namespace
 
 int64_t StepSlack(const Schema& step_schema, int64_t step_capacity) {
   const int64_t bytes = std::max<int64_t>(1, step_schema.ItemBytes());
   return std::min(step_capacity, std::clamp<int64_t>((int64_t{32} << 20) / bytes, 256, int64_t{1} << 16));
 }
 
-// The stream's steps as they will be once a request is in: those held now
-// (the store) and the request's (read from its columns), indices
-// stream_oldest .. new_steps - 1.
-struct StepReplay::RequestView {
-  const store::StepStore& store;
-  int stream;
-  int64_t oldest;             // the stream's oldest index held now
-  int64_t old_steps;          // its steps before the request
-  int64_t new_steps;          // and after
-  uint64_t first_new_key;     // the request's first step's key
-  uint64_t oldest_key_after;  // the ring's oldest key once the request is in
-  const std::vector<uint8_t>& done;            // the request's steps'
-  const std::vector<int64_t>& episode_start;   // the request's steps'
-
-  uint64_t Key(int64_t i) const {
-    return i >= old_steps ? first_new_key + static_cast<uint64_t>(i - old_steps) : store.KeyOf(stream, i);
-  }
-  // 0, store::kTerminal or store::kTruncated.
-  uint8_t Done(int64_t i) const {
-    return i >= old_steps ? done[static_cast<size_t>(i - old_steps)] : store.Info(Key(i)).done;
-  }
-  int64_t EpisodeStart(int64_t i) const {
-    return i >= old_steps ? episode_start[static_cast<size_t>(i - old_steps)] : store.Info(Key(i)).episode_start;
-  }
-};
+bool AppendRequest::IsAdd() const {
+  return !items.empty() && std::all_of(items.begin(), items.end(), [](const TableItems& t) { return t.item_per_step; });
+}
 
 Status StepReplay::Create(const StepOptions& options, const ReplayOptions& items, Schema step_schema,
                           std::unique_ptr<StepReplay>* out) {
-  StepLayout layout;
-  PERSERVE_RETURN_IF_ERROR(BuildStepLayout(options, step_schema, &layout));
-  std::unique_ptr<Replay> replay;
-  PERSERVE_RETURN_IF_ERROR(Replay::Create(items, layout.stored_schema, &replay));
-  out->reset(new StepReplay(options, std::move(step_schema), std::move(layout), std::move(replay)));
+  std::vector<TableConfig> tables(1);
+  tables[0].layout = options;
+  tables[0].items = items;
+  return Create(std::move(tables), std::move(step_schema), out);
+}
+
+Status StepReplay::Create(std::vector<TableConfig> tables, Schema step_schema, std::unique_ptr<StepReplay>* out) {
+  if (tables.empty()) return Status::InvalidArgument("a replay needs at least one table");
+  const StepOptions& ring = tables.front().layout;
+  std::vector<StepLayout> layouts(tables.size());
+  int reward_column = -1, done_column = -1;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    TableConfig& config = tables[i];
+    const auto refuse = [&](const std::string& why) {
+      return Status::InvalidArgument(fmt::format("table {}: {}", config.name, why));
+    };
+    if (config.name.empty()) return Status::InvalidArgument(fmt::format("table {} has no name", i));
+    for (size_t j = 0; j < i; ++j) {
+      if (tables[j].name == config.name) return refuse("two tables have this name");
+    }
+    StepOptions& layout = config.layout;
+    if (layout.step_capacity != ring.step_capacity || layout.streams != ring.streams ||
+        layout.prefault != ring.prefault) {
+      return refuse(fmt::format("its ring options (capacity {}, streams {}) differ from the first table's ({}, {}): "
+                                "the tables share one ring",
+                                layout.step_capacity, layout.streams, ring.step_capacity, ring.streams));
+    }
+    const Status built = BuildStepLayout(layout, step_schema, &layouts[i]);
+    if (!built.ok()) return refuse(built.message());
+    if (layouts[i].done_column >= 0) {
+      // Every table with episodes reads them from the same columns: the ring keeps one episode per stream.
+      if (done_column >= 0 && (layouts[i].done_column != done_column || layouts[i].reward_column != reward_column)) {
+        return refuse(fmt::format("its reward and done columns ({}, {}) differ from another table's: the tables "
+                                  "share the ring's episodes",
+                                  layout.reward_column, layout.done_column));
+      }
+      reward_column = layouts[i].reward_column;
+      done_column = layouts[i].done_column;
+    }
+  }
+  std::unique_ptr<StepReplay> replay(new StepReplay(ring, std::move(step_schema), reward_column, done_column));
+  for (size_t i = 0; i < tables.size(); ++i) {
+    std::unique_ptr<Replay> items;
+    const Status created = Replay::Create(tables[i].items, layouts[i].stored_schema, &items);
+    if (!created.ok()) {
+      return Status::FromCode(static_cast<int>(created.code()),
+                              fmt::format("table {}: {}", tables[i].name, created.message()));
+    }
+    replay->tables_.emplace_back(new ItemTable(std::move(tables[i].name), tables[i].layout, std::move(layouts[i]),
+                                               std::move(items), &replay->steps_));
+  }
+  *out = std::move(replay);
   return Status::Ok();
 }
 
-StepReplay::StepReplay(const StepOptions& options, Schema step_schema, StepLayout layout,
-                       std::unique_ptr<Replay> items)
+StepReplay::StepReplay(const StepOptions& options, Schema step_schema, int reward_column, int done_column)
     : options_(options),
-      layout_(std::move(layout)),
       steps_(step_schema, options.step_capacity, StepSlack(step_schema, options.step_capacity), options.streams,
-             layout_.reward_column,
-             layout_.done_column, options.prefault),
-      items_(std::move(items)),
-      item_head_(static_cast<size_t>(steps_.slots()), kNoItem),
-      item_next_(static_cast<size_t>(items_->capacity()), kNoItem),
-      item_prev_(static_cast<size_t>(items_->capacity()), kNoItem),
-      item_earliest_(static_cast<size_t>(items_->capacity()), 0),
-      item_over_(static_cast<size_t>(steps_.slots()), kNoItem) {
-  int64_t stacked_bytes = 0;
-  for (size_t c = 0; c < layout_.depths.size(); ++c) {
-    if (layout_.depths[c] > 1) stacked_bytes = std::max(stacked_bytes, steps_.schema().columns[c].ItemBytes());
+             reward_column, done_column, options.prefault) {}
+
+int StepReplay::TableIndex(std::string_view name) const {
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i]->name() == name) return static_cast<int>(i);
   }
-  zero_frame_.assign(static_cast<size_t>(stacked_bytes), std::byte{0});
+  return -1;
 }
 
-int64_t StepReplay::ReachableItems() const {
-  const int64_t capacity = options_.step_capacity;
-  int64_t items = capacity;
-  if (options_.kind == StepOptions::Kind::kNStep) {
-    items = capacity - options_.n_step - (layout_.max_depth - 1);
-  } else if (options_.kind == StepOptions::Kind::kSequence) {
-    const int64_t room = capacity - options_.sequence_length - (layout_.max_depth - 1);
-    items = room < 0 ? 0 : room / options_.sequence_period + 1;
-  }
-  return std::clamp<int64_t>(items, 0, items_->capacity());
+void StepReplay::SetAssemblyThreads(int threads) {
+  pool_ = threads > 1 ? std::make_unique<AssemblyPool>(threads) : nullptr;
+  for (const auto& table : tables_) table->pool_ = pool_.get();
 }
 
-Status StepReplay::CheckItem(const RequestView& request, size_t position, int64_t t, uint64_t* step_key,
-                             uint64_t* earliest_key) const {
-  const auto refuse = [&](const std::string& why) {
-    return Status::InvalidArgument(
-        fmt::format("item {} over step {} of stream {}: {}", position, t, request.stream, why));
-  };
-  if (t < 0) return refuse("the stream never had it (stream indices start at 0)");
-  if (t >= request.new_steps) {
-    return refuse(fmt::format("not appended yet (the stream's last step, with this request, is {})",
-                              request.new_steps - 1));
-  }
-  if (t < request.oldest) {
-    if (request.oldest == request.old_steps) {
-      return refuse(fmt::format("the ring no longer holds it (it holds none of the stream's {} steps)",
-                                request.old_steps));
-    }
-    return refuse(fmt::format("the ring no longer holds it (the stream holds steps {} .. {})", request.oldest,
-                              request.old_steps - 1));
-  }
-  *step_key = request.Key(t);
-  if (options_.kind == StepOptions::Kind::kTransition) {
-    if (*step_key < request.oldest_key_after) {
-      return refuse(fmt::format("the ring no longer holds it once this request's {} steps are in",
-                                request.new_steps - request.old_steps));
-    }
-    *earliest_key = *step_key;
-    return Status::Ok();
-  }
-  if (request.Done(t) == store::kTruncated) {
-    return refuse("it is a truncated episode's bootstrap observation (done 2): items end there, none starts there");
-  }
-  const int64_t episode_start = request.EpisodeStart(t);
-  const int64_t earliest = std::max(episode_start, t - layout_.max_depth + 1);
-  if (earliest < request.oldest || request.Key(earliest) < request.oldest_key_after) {
-    return refuse(fmt::format("it needs step {} (the first of its stack of {} within its episode), which the ring "
-                              "no longer holds once this request's {} steps are in",
-                              earliest, layout_.max_depth, request.new_steps - request.old_steps));
-  }
-  const bool n_step = options_.kind == StepOptions::Kind::kNStep;
-  if (!n_step && (t - episode_start) % options_.sequence_period != 0) {
-    return refuse(fmt::format("a sequence must start a multiple of the period {} steps into its episode; this "
-                              "one starts {} steps into the episode that began at step {}",
-                              options_.sequence_period, t - episode_start, episode_start));
-  }
-  // The last step it needs unless its episode ends before: t+n (the
-  // successor) or t+L-1. An episode that ends at any step up to it makes the
-  // item whole (ending at `last` itself: `last` is in anyway).
-  const int64_t last = n_step ? t + options_.n_step : t + options_.sequence_length - 1;
-  for (int64_t i = t; i <= std::min(last, request.new_steps - 1); ++i) {
-    if (request.EpisodeStart(i) != episode_start) {  // only across a restore: its episode ended there
-      return refuse(fmt::format("step {} begins a new episode (the server was restored from a checkpoint there)",
-                                request.EpisodeStart(i)));
-    }
-    if (request.Done(i) != 0) {
-      *earliest_key = request.Key(earliest);
-      return Status::Ok();
-    }
-  }
-  if (last >= request.new_steps) {
-    return refuse(fmt::format("it needs step {} ({}), not appended yet (the stream's last step, with this "
-                              "request, is {}), and its episode does not end before",
-                              last, n_step ? "its n-step successor" : "its sequence's last", request.new_steps - 1));
-  }
-  *earliest_key = request.Key(earliest);
-  return Status::Ok();
-}
-
-void StepReplay::CollectEvicted(int64_t steps) {
-  removed_.clear();
-  removed_slots_.clear();
-  for (uint64_t key = steps_.oldest_key(); key < steps_.OldestKeyAfter(steps); ++key) {
-    for (int64_t item = item_head_[static_cast<size_t>(steps_.SlotOf(key))]; item != kNoItem;
-         item = item_next_[static_cast<size_t>(item)]) {
-      removed_.push_back(items_->KeyAt(item));
-    }
-  }
-  // Oldest key first, whatever the lists' order (a restore links them anew):
-  // the order their slots are freed in, and so taken again, is the table's.
-  std::sort(removed_.begin(), removed_.end());
-  for (const uint64_t key : removed_) removed_slots_.push_back(items_->SlotOf(key));
-}
-
-void StepReplay::Link(int64_t item_slot, uint64_t earliest_key) {
-  int64_t& head = item_head_[static_cast<size_t>(steps_.SlotOf(earliest_key))];
-  item_earliest_[static_cast<size_t>(item_slot)] = earliest_key;
-  item_prev_[static_cast<size_t>(item_slot)] = kNoItem;
-  item_next_[static_cast<size_t>(item_slot)] = head;
-  if (head != kNoItem) item_prev_[static_cast<size_t>(head)] = item_slot;
-  head = item_slot;
-  item_over_[static_cast<size_t>(steps_.SlotOf(ItemStepKey(item_slot)))] = item_slot;
-}
-
-void StepReplay::Unlink(int64_t item_slot) {
-  const int64_t prev = item_prev_[static_cast<size_t>(item_slot)];
-  const int64_t next = item_next_[static_cast<size_t>(item_slot)];
-  if (prev != kNoItem) {
-    item_next_[static_cast<size_t>(prev)] = next;
-  } else {
-    item_head_[static_cast<size_t>(steps_.SlotOf(item_earliest_[static_cast<size_t>(item_slot)]))] = next;
-  }
-  if (next != kNoItem) item_prev_[static_cast<size_t>(next)] = prev;
-  int64_t& over = item_over_[static_cast<size_t>(steps_.SlotOf(ItemStepKey(item_slot)))];
-  if (over == item_slot) over = kNoItem;
-}
-
-int64_t StepReplay::ItemOver(uint64_t step_key) const {
-  const int64_t item = item_over_[static_cast<size_t>(steps_.SlotOf(step_key))];
-  if (item == kNoItem || items_->KeyAt(item) == Replay::kNoKey) return kNoItem;
-  return ItemStepKey(item) == step_key ? item : kNoItem;
-}
-
-Status StepReplay::CheckCounts(int64_t steps, int64_t items, bool item_per_step) const {
-  if (item_per_step) {  // an add: its items are its steps
-    const int64_t capacity = std::min(options_.step_capacity, items_->capacity());
-    if (steps >= 1 && steps <= capacity) return Status::Ok();
-    return Status::InvalidArgument(
-        fmt::format("an add of {} items: the count must be in [1, capacity {}]", steps, capacity));
-  }
+Status StepReplay::CheckSteps(int64_t steps, int64_t items) const {
   if (steps < 0 || steps > options_.step_capacity) {
     return Status::InvalidArgument(
         fmt::format("an append of {} steps: the count must be in [0, step capacity {}]", steps,
                     options_.step_capacity));
   }
-  if (items < 0 || items > items_->capacity()) {
-    return Status::InvalidArgument(
-        fmt::format("an append of {} items: the count must be in [0, item capacity {}]", items,
-                    items_->capacity()));
-  }
   if (steps == 0 && items == 0) return Status::InvalidArgument("an append of no steps and no items");
   return Status::Ok();
+}
+
+Status StepReplay::CheckCounts(int64_t steps, int table, int64_t items, bool item_per_step) const {
+  if (table < 0 || table >= tables()) {
+    return Status::InvalidArgument(fmt::format("table {} is outside [0, {}): this server's tables are {}", table,
+                                               tables(), TableNames()));
+  }
+  return tables_[static_cast<size_t>(table)]->CheckCount(steps, items, item_per_step);
+}
+
+std::string StepReplay::TableNames() const {
+  std::string names;
+  for (const auto& table : tables_) names += (names.empty() ? "" : ", ") + table->name();
+  return names;
 }
 
 Status StepReplay::Prepare(const AppendRequest& request) {
@@ -227,36 +124,31 @@ Status StepReplay::Prepare(const AppendRequest& request) {
   }
   const int64_t steps = request.steps.steps;
   const int64_t old_steps = steps_.stream_steps(stream);
-  if (request.first_step != old_steps && !(request.first_step == AppendRequest::kAtEnd && request.item_per_step)) {
+  if (request.first_step != old_steps && !(request.first_step == AppendRequest::kAtEnd && request.IsAdd())) {
     return Status::FailedPrecondition(fmt::format(
         "stream {} sends steps from index {}, but its next step is {}: a request was lost or repeated", stream,
         request.first_step, old_steps));
   }
-  if (request.item_per_step && options_.kind != StepOptions::Kind::kTransition) {
-    return Status::FailedPrecondition(
-        "this server's items are n-step transitions or sequences over steps (--n-step, --sequence-length): append "
-        "steps and name the steps items start at (Append; docs/steps.md), rather than adding transitions");
+  int64_t items = 0;
+  for (size_t i = 0; i < request.items.size(); ++i) {
+    const TableItems& group = request.items[i];
+    PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, group.table, group.count(steps), group.item_per_step));
+    for (size_t j = 0; j < i; ++j) {
+      if (request.items[j].table == group.table) {
+        return Status::InvalidArgument(
+            fmt::format("the request gives table {} items twice", tables_[static_cast<size_t>(group.table)]->name()));
+      }
+    }
+    items += group.count(steps);
   }
-  const int64_t count = request.item_count();
-  PERSERVE_RETURN_IF_ERROR(CheckCounts(steps, count, request.item_per_step));
+  PERSERVE_RETURN_IF_ERROR(CheckSteps(steps, items));
   if (steps > 0) {
     PERSERVE_RETURN_IF_ERROR(steps_.CheckBatch(request.steps));
   } else if (!request.steps.bulk.empty()) {
     return Status::InvalidArgument(fmt::format("no steps but {} bytes of step columns", request.steps.bulk.size()));
   }
-  if (count > 0) {
-    PERSERVE_RETURN_IF_ERROR(items_->CheckAdd(count, request.priorities));
-  } else if (!request.priorities.empty()) {
-    return Status::InvalidArgument(fmt::format("no items but {} priorities", request.priorities.size()));
-  }
-  const uint64_t expected_item_bytes = static_cast<uint64_t>(count * layout_.item_column_bytes);
-  if (request.item_columns.size() != expected_item_bytes) {
-    return Status::InvalidArgument(fmt::format("{} items must carry {} bytes of item columns ({} per item), got {}",
-                                               count, expected_item_bytes, layout_.item_column_bytes,
-                                               request.item_columns.size()));
-  }
 
-  // The request's steps' episodes, then every item against the steps as they will be.
+  // The request's steps' episodes, then every table's items against the steps as they will be.
   request_done_.resize(static_cast<size_t>(steps));
   request_episode_start_.resize(static_cast<size_t>(steps));
   int64_t episode_start = steps_.next_episode_start(stream);
@@ -265,44 +157,27 @@ Status StepReplay::Prepare(const AppendRequest& request) {
     request_done_[j] = steps_.Done(request.steps, j);
     if (request_done_[j] != 0) episode_start = old_steps + j + 1;
   }
-  const RequestView view{steps_,
-                         stream,
-                         steps_.stream_oldest(stream),
-                         old_steps,
-                         old_steps + steps,
-                         steps_.next_key(),
-                         steps_.OldestKeyAfter(steps),
-                         request_done_,
-                         request_episode_start_};
-  earliest_keys_.resize(static_cast<size_t>(count));
-  item_step_keys_.resize(static_cast<size_t>(count));
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t t = request.item_per_step ? old_steps + j : request.item_steps[j];
-    PERSERVE_RETURN_IF_ERROR(CheckItem(view, static_cast<size_t>(j), t, &item_step_keys_[j], &earliest_keys_[j]));
-    // One item per step: the ring's held steps may carry one already.
-    if (item_step_keys_[j] < view.first_new_key) {
-      const int64_t held = ItemOver(item_step_keys_[j]);
-      if (held != kNoItem) {
-        return Status::InvalidArgument(fmt::format("item {} over step {} of stream {}: the table holds an item over "
-                                                   "that step already (key {}); an item is created once",
-                                                   j, t, stream, items_->KeyAt(held)));
-      }
-    }
+  const StreamView view{steps_,
+                        stream,
+                        steps_.stream_oldest(stream),
+                        old_steps,
+                        old_steps + steps,
+                        steps_.next_key(),
+                        steps_.OldestKeyAfter(steps),
+                        request_done_,
+                        request_episode_start_};
+  for (const TableItems& group : request.items) {
+    PERSERVE_RETURN_IF_ERROR(tables_[static_cast<size_t>(group.table)]->PrepareItems(view, group, steps));
   }
-  if (!request.item_per_step && count > 1) {
-    std::vector<uint64_t> sorted(item_step_keys_.begin(), item_step_keys_.end());
-    std::sort(sorted.begin(), sorted.end());
-    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-    if (twice != sorted.end()) {
-      const auto first = std::find(item_step_keys_.begin(), item_step_keys_.end(), *twice);
-      return Status::InvalidArgument(fmt::format("the request creates two items over step {} of stream {}; an item "
-                                                 "is created once",
-                                                 request.item_steps[first - item_step_keys_.begin()], stream));
-    }
+  // The tables given no items lose those the steps push out.
+  unasked_.clear();
+  for (int t = 0; t < tables(); ++t) {
+    const bool asked = std::any_of(request.items.begin(), request.items.end(),
+                                   [t](const TableItems& group) { return group.table == t; });
+    if (asked) continue;
+    unasked_.push_back(t);
+    tables_[static_cast<size_t>(t)]->PrepareEvictions(steps);
   }
-  // The plan: the items the steps push out, and the item slots the new ones take.
-  CollectEvicted(steps);
-  items_->PlanSlots(removed_, count, &item_slots_, &pushed_out_);
   prepared_ = request;
   is_prepared_ = true;
   return Status::Ok();
@@ -312,58 +187,31 @@ Status StepReplay::Commit(uint64_t* first_item_key) {
   assert(is_prepared_);
   is_prepared_ = false;
   const AppendRequest& request = prepared_;
-  const int64_t count = request.item_count();
-  // Off their lists go the items leaving: evicted with their steps, and those
-  // the table's FIFO remover takes (their slots are about to be reused).
-  for (const int64_t slot : removed_slots_) Unlink(slot);
-  for (const int64_t slot : pushed_out_) Unlink(slot);
+  for (const auto& table : tables_) table->UnlinkLeaving();
   if (request.steps.steps > 0) {
-    // The new steps' slots start with no items: their lists and items belonged to keys long gone.
-    for (int64_t j = 0; j < request.steps.steps; ++j) {
-      const size_t slot = static_cast<size_t>(steps_.SlotOf(steps_.next_key() + static_cast<uint64_t>(j)));
-      item_head_[slot] = kNoItem;
-      item_over_[slot] = kNoItem;
-    }
+    for (const auto& table : tables_) table->ClearStepSlots(steps_.next_key(), request.steps.steps);
     steps_.Commit(request.stream, request.steps);
   }
-  if (count == 0) {
-    const Status removed = items_->Remove(removed_);
-    *first_item_key = items_->next_key();
-    return removed;
+  Status status;
+  first_item_keys_.assign(request.items.size(), 0);
+  for (size_t i = 0; i < request.items.size(); ++i) {
+    const TableItems& group = request.items[i];
+    const Status committed =
+        tables_[static_cast<size_t>(group.table)]->CommitItems(group, request.stream, &first_item_keys_[i]);
+    if (status.ok()) status = committed;
   }
-  // The stored rows: each item's step key, then the item columns as sent.
-  const size_t key_bytes = static_cast<size_t>(count) * sizeof(uint64_t);
-  rows_.resize(key_bytes + request.item_columns.size());
-  std::memcpy(rows_.data(), item_step_keys_.data(), key_bytes);
-  if (!request.item_columns.empty()) {
-    std::memcpy(rows_.data() + key_bytes, request.item_columns.data(), request.item_columns.size());
+  for (const int t : unasked_) {
+    uint64_t unused = 0;
+    const Status committed = tables_[static_cast<size_t>(t)]->CommitItems(TableItems{t}, request.stream, &unused);
+    if (status.ok()) status = committed;
   }
-  uint64_t first = 0;
-  const Status added = items_->Add(count, rows_, request.priorities, &first, removed_);
-  if (!added.ok()) {  // Prepare's checks passed: only a failing tree device gets here
-    return Status::Internal(fmt::format("stream {}'s {} steps are appended, but its {} items failed: {}",
-                                        request.stream, request.steps.steps, count, added.ToString()));
-  }
-  for (int64_t j = 0; j < count; ++j) {
-    assert(items_->SlotOf(first + static_cast<uint64_t>(j)) == item_slots_[j]);
-    Link(item_slots_[j], earliest_keys_[j]);
-  }
-  *first_item_key = first;
-  return Status::Ok();
+  *first_item_key = first_item_keys_.empty() ? table(0).items().next_key() : first_item_keys_.front();
+  return status;
 }
 
 Status StepReplay::Append(const AppendRequest& request, uint64_t* first_item_key) {
   PERSERVE_RETURN_IF_ERROR(Prepare(request));
   return Commit(first_item_key);
-}
-
-void StepReplay::StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const {
-  step_slots->resize(item_slots.size());
-  // Each item's row is a cache miss of its own: started for all at once.
-  for (const int64_t slot : item_slots) PrefetchItemRow(slot);
-  for (size_t i = 0; i < item_slots.size(); ++i) {
-    (*step_slots)[i] = steps_.SlotOf(ItemStepKey(item_slots[i]));
-  }
 }
 
 Status StepReplay::StartRestore(uint64_t first_step_key, std::span<const int64_t> first_index,
@@ -374,6 +222,7 @@ Status StepReplay::StartRestore(uint64_t first_step_key, std::span<const int64_t
   }
   steps_.StartRestore(first_step_key, first_index, episode_start);
   options_.streams = std::max(options_.streams, steps_.streams());
+  for (const auto& table : tables_) table->options_.streams = options_.streams;
   return Status::Ok();
 }
 
@@ -385,37 +234,7 @@ Status StepReplay::RestoreSteps(int stream, int64_t steps, std::span<const std::
 }
 
 Status StepReplay::RestoreItems() {
-  const std::vector<uint8_t> no_done;
-  const std::vector<int64_t> no_start;
-  for (int64_t item_slot = 0; item_slot < items_->slots_used(); ++item_slot) {
-    const uint64_t item_key = items_->KeyAt(item_slot);
-    if (item_key == Replay::kNoKey) continue;
-    const uint64_t step_key = ItemStepKey(item_slot);
-    if (step_key < steps_.oldest_key() || step_key >= steps_.next_key()) {
-      return Status::InvalidArgument(fmt::format("item key {}: its step key {} is not held (the ring holds {} .. {})",
-                                                 item_key, step_key, steps_.oldest_key(),
-                                                 static_cast<int64_t>(steps_.next_key()) - 1));
-    }
-    const store::StepInfo& info = steps_.Info(step_key);
-    const RequestView held{steps_,
-                           info.stream,
-                           steps_.stream_oldest(info.stream),
-                           steps_.stream_steps(info.stream),
-                           steps_.stream_steps(info.stream),
-                           steps_.next_key(),
-                           steps_.oldest_key(),
-                           no_done,
-                           no_start};
-    uint64_t checked_step = 0, earliest = 0;
-    const Status checked = CheckItem(held, 0, info.index, &checked_step, &earliest);
-    if (!checked.ok()) return Status::InvalidArgument(fmt::format("item key {}: {}", item_key, checked.message()));
-    const int64_t other = ItemOver(step_key);
-    if (other != kNoItem) {
-      return Status::InvalidArgument(fmt::format("item keys {} and {} are both over step key {}", items_->KeyAt(other),
-                                                 item_key, step_key));
-    }
-    Link(item_slot, earliest);
-  }
+  for (const auto& table : tables_) PERSERVE_RETURN_IF_ERROR(table->LinkRestored());
   return Status::Ok();
 }
 

@@ -21,7 +21,8 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
   proto::DecodedAppend append;
   Status status = proto::DecodeAppend(frame, step_bytes_, item_bytes_, &append);
   const proto::AppendMeta& meta = append.meta;
-  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, meta.item_count(), meta.item_per_step);
+  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, 0, meta.item_count(), meta.item_per_step);
+  if (status.ok()) status = parts_.replay->CheckSteps(meta.steps, meta.item_count());
   if (status.ok() && meta.columns_follow && !parts_.transport->TakesColumnsApart()) {
     status = Status::Unimplemented("this server's transport takes an append's columns in its request");
   }
@@ -114,13 +115,10 @@ void Intake::Apply(int client, uint64_t request_id, const proto::DecodedAppend& 
                    std::optional<std::span<const std::byte>> columns, uint64_t ticket) {
   const proto::AppendMeta& meta = append.meta;
   const bool owed = meta.columns_follow && !columns.has_value();
-  replay::AppendRequest request{client,
-                                meta.first_step,
+  const replay::TableItems group{0, meta.item_per_step, append.item_steps, append.priorities, append.item_columns};
+  replay::AppendRequest request{client, meta.first_step,
                                 store::StepBatch{meta.steps, columns.value_or(append.step_columns), false},
-                                meta.item_per_step,
-                                append.item_steps,
-                                append.priorities,
-                                append.item_columns};
+                                {&group, meta.item_count() > 0 ? size_t{1} : size_t{0}}};
   Status status;
   bool taken = false;
   if (owed) {

@@ -173,8 +173,9 @@ TEST(PriorityPolicyTest, TheUpdateReplyCarriesTheDroppedCount) {
   uint64_t first = 0;
   const std::vector<std::byte> rows = Ids(0, 10);
   const std::span<const std::byte> all(rows);
-  ASSERT_TRUE(replay->Append(AppendRequest{0, 0, store::StepBatch{8, all.first(64)}, true}, &first).ok());
-  ASSERT_TRUE(replay->Append(AppendRequest{0, 8, store::StepBatch{2, all.subspan(64)}, true}, &first).ok());
+  const replay::TableItems add{0, true};
+  ASSERT_TRUE(replay->Append(AppendRequest{0, 0, store::StepBatch{8, all.first(64)}, {&add, 1}}, &first).ok());
+  ASSERT_TRUE(replay->Append(AppendRequest{0, 8, store::StepBatch{2, all.subspan(64)}, {&add, 1}}, &first).ok());
   ASSERT_EQ(replay->items().size(), 8);
   service::LoopbackTransport transport(1);
   service::ReplayService service(replay.get(), &transport, service::ServiceOptions{1, 0.0});

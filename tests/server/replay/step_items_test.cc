@@ -133,7 +133,8 @@ TEST(StepItemsTest, TransitionsLeaveWithTheirStepsOrWhenTheTableIsFull) {
     uint64_t first = 0;
     for (int64_t id = 0; id < 12; ++id) {
       const std::span<const std::byte> row = std::as_bytes(std::span(&id, 1));
-      ASSERT_TRUE(replay->Append(AppendRequest{0, id, store::StepBatch{1, row}, true}, &first).ok());
+      const TableItems add{0, true};
+      ASSERT_TRUE(replay->Append(AppendRequest{0, id, store::StepBatch{1, row}, {&add, 1}}, &first).ok());
       ASSERT_EQ(first, static_cast<uint64_t>(id));
     }
     const Replay& items = replay->items();

@@ -80,8 +80,9 @@ inline void AddBatch(replay::StepReplay* replay, int64_t first, int64_t count, s
   for (auto part : {std::as_bytes(std::span(ids)), std::as_bytes(std::span(obs)), std::as_bytes(std::span(x))}) {
     bulk.insert(bulk.end(), part.begin(), part.end());
   }
+  const replay::TableItems add{0, /*item_per_step=*/true, {}, priorities, {}};
   const replay::AppendRequest request{stream, replay->stream_steps(stream), store::StepBatch{count, bulk, false},
-                                      /*item_per_step=*/true, {}, priorities, {}};
+                                      {&add, 1}};
   uint64_t first_key = 0;
   const Status added = AppendDuringCheckpoint(replay, request, writer, &first_key);
   ASSERT_TRUE(added.ok()) << added.ToString();

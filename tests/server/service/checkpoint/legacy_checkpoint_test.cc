@@ -207,14 +207,16 @@ TEST_P(LegacyCheckpointTest, AppendsSamplesAndANewCheckpointGoOn) {
     replay::AppendRequest request{0, first, store::StepBatch{4, bulk, false}};
     std::vector<int64_t> item_steps;
     std::vector<std::byte> item_columns;
+    const replay::TableItems add{0, true};
     if (table->RowsAreSteps()) {
-      request.item_per_step = true;
+      request.items = {&add, 1};
     } else {
       ASSERT_TRUE(table->Append(request, &first_key).ok()) << "round " << round;
       // Then one item a request over each step that may have one now (the others are refused).
       for (int64_t t = std::max(table->steps().stream_oldest(0), first - 4); t < first + 4; ++t) {
         item_columns.assign(static_cast<size_t>(table->ItemColumnBytes()), std::byte{3});
-        const replay::AppendRequest item{0, first + 4, {}, false, std::span<const int64_t>(&t, 1), {}, item_columns};
+        const replay::TableItems items{0, false, std::span<const int64_t>(&t, 1), {}, item_columns};
+        const replay::AppendRequest item{0, first + 4, {}, {&items, 1}};
         uint64_t key = 0;
         if (table->Append(item, &key).ok()) {
           EXPECT_EQ(key, restored_next + static_cast<uint64_t>(added)) << "keys go on from the restored next key";

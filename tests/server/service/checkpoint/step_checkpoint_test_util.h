@@ -102,8 +102,9 @@ class Driver {
       const double priority = 0.1 + static_cast<double>(rng_() % 300) / 100.0;
       std::vector<std::byte> columns(static_cast<size_t>(steps.ItemColumnBytes()));
       for (std::byte& b : columns) b = std::byte{static_cast<uint8_t>(rng_() % 64)};
-      const replay::AppendRequest item{stream, held, {}, false, std::span<const int64_t>(&t, 1),
-                                       std::span<const double>(&priority, 1), columns};
+      const replay::TableItems items{0, false, std::span<const int64_t>(&t, 1), std::span<const double>(&priority, 1),
+                                     columns};
+      const replay::AppendRequest item{stream, held, {}, {&items, 1}};
       (void)checkpoint_test::AppendDuringCheckpoint(&steps, item, writer, &first);
     }
     if (rng_() % 3 == 0 && f->items->size() > 0) {
