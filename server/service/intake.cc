@@ -6,6 +6,16 @@
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
+namespace {
+
+// This server has one table: an append's items are its one group's, if any
+// (DecodeAppend admits table 0 alone).
+const proto::DecodedItems& OneTableItems(const proto::DecodedAppend& append) {
+  static const proto::DecodedItems kNone;
+  return append.groups.empty() ? kNone : append.groups[0];
+}
+
+}  // namespace
 
 Intake::Intake(Parts parts, HeldAdds* held, int shard, int max_held)
     : parts_(std::move(parts)),
@@ -19,9 +29,11 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
   ++parts_.counters->add_requests;
   const uint64_t request_id = frame.header.request_id;
   proto::DecodedAppend append;
-  Status status = proto::DecodeAppend(frame, step_bytes_, item_bytes_, &append);
+  Status status = proto::DecodeAppend(frame, step_bytes_, std::span(&item_bytes_, 1), &append);
   const proto::AppendMeta& meta = append.meta;
-  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, meta.item_count(), meta.item_per_step);
+  if (status.ok()) {
+    status = parts_.replay->CheckCounts(meta.steps, meta.item_count(), OneTableItems(append).item_per_step);
+  }
   if (status.ok() && meta.columns_follow && !parts_.transport->TakesColumnsApart()) {
     status = Status::Unimplemented("this server's transport takes an append's columns in its request");
   }
@@ -113,14 +125,15 @@ Status Intake::ReceiveIntoRing(int client, int64_t steps, bool* taken) {
 void Intake::Apply(int client, uint64_t request_id, const proto::DecodedAppend& append,
                    std::optional<std::span<const std::byte>> columns, uint64_t ticket) {
   const proto::AppendMeta& meta = append.meta;
+  const proto::DecodedItems& group = OneTableItems(append);
   const bool owed = meta.columns_follow && !columns.has_value();
   replay::AppendRequest request{client,
                                 meta.first_step,
                                 store::StepBatch{meta.steps, columns.value_or(append.step_columns), false},
-                                meta.item_per_step,
-                                append.item_steps,
-                                append.priorities,
-                                append.item_columns};
+                                group.item_per_step,
+                                group.item_steps,
+                                group.priorities,
+                                group.item_columns};
   Status status;
   bool taken = false;
   if (owed) {

@@ -210,6 +210,7 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes a key, got {} in all",
                                                  request.count, kBytesPerKey, frame.bulk.size()));
   }
+  if (status.ok()) status = CheckOneTable(request.table);
   replay::UpdateCounts counts;
   if (status.ok()) {
     const size_t count = static_cast<size_t>(request.count);

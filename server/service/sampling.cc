@@ -16,6 +16,11 @@ constexpr int64_t kCopyGuardDivisor = 8;
 
 }  // namespace
 
+Status CheckOneTable(int32_t table) {
+  if (table == 0) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("a request for table {}: this server has one table (0)", table));
+}
+
 Sampling::Sampling(Parts parts, SamplingOptions options, int clients)
     : parts_(std::move(parts)), options_(options), waiting_(clients) {}
 
@@ -35,6 +40,7 @@ void Sampling::HandleSample(int client, const proto::Frame& frame) {
                                                  options_.max_sample_batch));
   }
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
+  if (status.ok()) status = CheckOneTable(request.table);
   if (status.ok() && !(request.timeout_seconds >= 0.0)) {
     status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
   }
@@ -64,6 +70,7 @@ void Sampling::HandleShardSample(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
   }
   if (status.ok()) status = CheckReplyFits(request.count);
+  if (status.ok()) status = CheckOneTable(request.table);
   const Clock::time_point now = parts_.now();
   WaitingSample sample{client, frame.header.request_id, request.count, 0.0, now,
                        DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};

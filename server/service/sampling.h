@@ -34,6 +34,10 @@
 
 namespace perserve::service {
 
+// A request's table index: this server has one table, so 0, else
+// InvalidArgument (samples, shard samples, updates).
+Status CheckOneTable(int32_t table);
+
 struct SamplingOptions {
   int64_t max_sample_batch = int64_t{1} << 20;
   int max_waiting = 16;  // --max-deferred-samples

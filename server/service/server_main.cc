@@ -189,6 +189,7 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   served.samples = replay->sample_schema();
   served.items = perserve::Schema{step_options.item_columns};
   served.max_steps_apart = replay->steps().slack();
+  served.tables = {perserve::proto::DefaultTable(served)};  // this server's one table
   // By default half the cores this rank may use (the other half for MPI's
   // progress and ranks beside it), at most 8: a sample's copy is memory-bound.
   replay->SetAssemblyThreads(flags.assembly_threads > 0
