@@ -175,7 +175,10 @@ def append_steps(a, actor: int, count: int, made: int, mode: dict, rng) -> int:
     priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
     item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
                     if mode["item_columns"] and ready else None)
-    a.append(steps, ready or None, priorities, item_columns)
+    if ready and count % 2 == 0:  # the same items, as one table's of several (the server's one: "default")
+        a.append(steps, {"default": perserve.Items(ready, priorities, item_columns)})
+    else:
+        a.append(steps, ready or None, priorities, item_columns)
     return ready[-1] + 1 if ready else made
 
 
@@ -206,7 +209,8 @@ def run_learner(mode: dict, mode_name: str) -> None:
                 else ["obs", "action", "reward", "done", "mask", "state"])
         assert names == want, names
         for b in range(BATCHES):
-            sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
+            sample = learner.sample(BATCH, beta=0.5, timeout=60.0, table="default" if b % 2 else None)
+            assert sample.table == "default", sample.table
             for i in range(sample.size):
                 check_item(sample, i, mode_name, mode, f"batch {b}")
                 checked += 1
