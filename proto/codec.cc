@@ -1,6 +1,9 @@
 #include "proto/codec.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <string_view>
 
 #include <cereal/types/vector.hpp>
 #include <fmt/format.h>
@@ -97,15 +100,75 @@ void EncodeFrameHead(MessageKind kind, uint64_t request_id, const std::string& m
 
 std::string SerializeSchema(const Schema& schema) { return SerializeMeta(schema); }
 
-std::string ServedSchemas::ToString() const {
-  if (!steps) return adds.ToString();
-  return fmt::format("steps {}; samples {}; item columns {}", adds.ToString(), samples.ToString(),
+namespace {
+
+constexpr std::string_view kSamplers[] = {"prioritized", "uniform", "fifo", "lifo", "max_heap", "min_heap"};
+
+// A table's schemas as a server's top level has them: samples valid, items
+// valid when it has columns, a table of transitions sampling what actors add
+// with no item columns. `what` names the table in the error.
+Status CheckTableSchemas(bool steps, const Schema& adds, const Schema& samples, const Schema& items,
+                         const std::string& what) {
+  const auto named = [&what](const Status& status) {
+    return status.ok() ? status : Status::InvalidArgument(fmt::format("{}: {}", what, status.message()));
+  };
+  PERSERVE_RETURN_IF_ERROR(named(samples.Validate()));
+  if (!items.columns.empty()) PERSERVE_RETURN_IF_ERROR(named(items.Validate()));
+  if (!steps && (samples.ToString() != adds.ToString() || !items.columns.empty())) {
+    return Status::InvalidArgument(
+        fmt::format("{}: a table of transitions must sample what it adds, with no item columns", what));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string TableSchemas::ToString() const {
+  return fmt::format("table \"{}\" ({}, {}{}): samples {}; item columns {}", name, steps ? "over steps" : "transitions",
+                     sampler, updatable ? "" : ", no updates", samples.ToString(),
                      items.columns.empty() ? "none" : items.ToString());
+}
+
+int ServedSchemas::TableIndex(std::string_view name) const {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].name == name) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+std::string ServedSchemas::ToString() const {
+  std::string text = !steps ? adds.ToString()
+                            : fmt::format("steps {}; samples {}; item columns {}", adds.ToString(), samples.ToString(),
+                                          items.columns.empty() ? "none" : items.ToString());
+  // One table named "default" is what every server before protocol 9 served: said as before.
+  if (tables.size() == 1 && tables[0].name == "default" && tables[0].sampler == "prioritized" && tables[0].updatable) {
+    return text;
+  }
+  for (const TableSchemas& table : tables) text += "; " + table.ToString();
+  return text;
+}
+
+TableSchemas DefaultTable(const ServedSchemas& served, std::string sampler, bool updatable) {
+  return TableSchemas{"default", served.steps, served.samples, served.items, std::move(sampler), updatable};
+}
+
+ServedSchemas TransitionSchemas(const Schema& schema) { return OneTableSchemas(false, schema, schema, Schema{}); }
+
+ServedSchemas OneTableSchemas(bool steps, const Schema& adds, const Schema& samples, const Schema& items) {
+  ServedSchemas served{steps, adds, samples, items, {}, 0, {}};
+  served.tables.push_back(DefaultTable(served));
+  return served;
+}
+
+template <class Archive>
+void serialize(Archive& ar, TableSchemas& table) {
+  ar(table.name, table.steps, table.samples, table.items, table.sampler, table.updatable);
 }
 
 template <class Archive>
 void serialize(Archive& ar, ServedSchemas& served) {
-  ar(served.steps, served.adds, served.samples, served.items, served.stream_steps, served.max_steps_apart);
+  ar(served.steps, served.adds, served.samples, served.items, served.stream_steps, served.max_steps_apart,
+     served.tables);
 }
 
 std::string SerializeServedSchemas(const ServedSchemas& served) { return SerializeMeta(served); }
@@ -128,6 +191,33 @@ Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas*
       return Status::InvalidArgument(
           fmt::format("stream {} holds {} steps: a count is >= 0", s, served->stream_steps[s]));
     }
+  }
+  if (served->tables.empty()) return Status::InvalidArgument("a server serves at least one table; it listed none");
+  for (size_t t = 0; t < served->tables.size(); ++t) {
+    const TableSchemas& table = served->tables[t];
+    if (table.name.empty()) return Status::InvalidArgument(fmt::format("table {} has an empty name", t));
+    if (served->TableIndex(table.name) != static_cast<int>(t)) {
+      return Status::InvalidArgument(fmt::format("tables {} and {} are both named \"{}\": a name is a table's own",
+                                                 served->TableIndex(table.name), t, table.name));
+    }
+    if (std::find(std::begin(kSamplers), std::end(kSamplers), table.sampler) == std::end(kSamplers)) {
+      return Status::InvalidArgument(fmt::format("table \"{}\" samples by \"{}\", not one of prioritized, uniform, "
+                                                 "fifo, lifo, max_heap, min_heap",
+                                                 table.name, table.sampler));
+    }
+    PERSERVE_RETURN_IF_ERROR(CheckTableSchemas(table.steps, served->adds, table.samples, table.items,
+                                               fmt::format("table \"{}\"", table.name)));
+  }
+  const TableSchemas& first = served->tables[0];
+  if (first.steps != served->steps || first.samples.ToString() != served->samples.ToString() ||
+      first.items.ToString() != served->items.ToString()) {
+    TableSchemas expected = first;
+    expected.steps = served->steps;
+    expected.samples = served->samples;
+    expected.items = served->items;
+    return Status::InvalidArgument(fmt::format("the default table (\"{}\", the first) must be what the top level "
+                                               "says: {}; it is {}",
+                                               first.name, expected.ToString(), first.ToString()));
   }
   return Status::Ok();
 }

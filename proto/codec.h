@@ -9,6 +9,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <cereal/archives/binary.hpp>
@@ -89,11 +90,32 @@ Status DecodeMeta(const Frame& frame, Meta* meta) {
 std::string SerializeSchema(const Schema& schema);
 Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
 
+// One table of a server, as the join tells the clients (protocol 9): its
+// name, what its samples return, the columns an actor sends with each item it
+// creates in it, its sampler, and whether it takes priority updates.
+struct TableSchemas {
+  std::string name;
+  // Its items are computed over steps (n-step transitions, sequences):
+  // actors name them; false: its items are the steps themselves
+  // (transitions: actors add them).
+  bool steps = false;
+  Schema samples;
+  Schema items;  // may have no columns
+  // "prioritized", "uniform", "fifo", "lifo", "max_heap" or "min_heap".
+  std::string sampler = "prioritized";
+  // Priority updates accepted (prioritized and the heaps; not uniform, fifo
+  // or lifo, which keep no priorities).
+  bool updatable = true;
+  std::string ToString() const;
+};
+
 // What a server serves, as every server broadcasts it at join: the schema its
 // adds take (a transition's; a step's when it stores step streams), the
 // schema its samples return (the same for transitions; the item layout of
 // docs/steps.md for step streams), and the columns an actor sends with each
-// item it creates over its steps (none for transitions).
+// item it creates over its steps (none for transitions). `steps`, `samples`
+// and `items` are the default table's (tables[0]'s): single-table code reads
+// them.
 struct ServedSchemas {
   // Items are computed over steps (n-step transitions, sequences): actors
   // append steps and name the items; false: the items are the steps
@@ -110,14 +132,28 @@ struct ServedSchemas {
   // An append of at most this many steps may send its step columns apart
   // (AppendMeta::columns_follow): the ring's free slots past its newest step.
   int64_t max_steps_apart = 0;
+  // Every table over the server's steps, in the server's order: requests name
+  // a table by its index here. tables[0] is the default table; at least one.
+  std::vector<TableSchemas> tables;
+  // The index of the table named `name`, or -1.
+  int TableIndex(std::string_view name) const;
+  // Servers agree on this (shards serve the same tables).
   std::string ToString() const;
 };
-// A server of transitions: it samples what it adds.
-inline ServedSchemas TransitionSchemas(const Schema& schema) { return ServedSchemas{false, schema, schema, Schema{}, {}, 0}; }
+// The default table (named "default") of a server of one table, from the
+// top-level fields: what a server of one table sets `tables` to.
+TableSchemas DefaultTable(const ServedSchemas& served, std::string sampler = "prioritized", bool updatable = true);
+// A server of transitions, one prioritized table: it samples what it adds.
+ServedSchemas TransitionSchemas(const Schema& schema);
+// A server of one table over steps (`steps`: its items are computed over
+// them), with max_steps_apart 0: the top-level fields and its DefaultTable.
+ServedSchemas OneTableSchemas(bool steps, const Schema& adds, const Schema& samples, const Schema& items);
 std::string SerializeServedSchemas(const ServedSchemas& served);
 // Decodes and validates (adds and samples as Schema::Validate; items too when
 // it has columns; transitions: samples equal to adds, no items, no stream
-// steps; stream steps >= 0).
+// steps; stream steps >= 0; at least one table, each table's schemas as the
+// top level's, names non-empty and unique, samplers known, tables[0] equal
+// to the top-level steps, samples and items).
 Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas* served);
 
 // Copies `count` values of T from the front of a bulk region (which need not

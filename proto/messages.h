@@ -37,8 +37,11 @@ constexpr uint32_t kMagic = 0x56525350;
 // (ServedSchemas::stream_steps); 8: one item model: every add is an append
 // (kAppendRequest, proto/append.h; kAddRequest is gone), an append's step
 // columns may come apart, and the join says how many steps may
-// (ServedSchemas::max_steps_apart).
-constexpr uint16_t kProtocolVersion = 8;
+// (ServedSchemas::max_steps_apart); 9: several tables over one step store
+// (the join lists them, ServedSchemas::tables; samples, updates and info
+// name their table by index; an append's items come in groups, one a table:
+// proto/append.h).
+constexpr uint16_t kProtocolVersion = 9;
 constexpr int kRequestTag = 7301;
 constexpr int kReplyTag = 7302;
 // An append's step columns sent apart: no frame, only the bytes (each step
@@ -115,8 +118,11 @@ struct SampleRequest {
   // while the learner waits on others (a barrier with the actors): its rows
   // are copied, so no add ever waits on it.
   bool awaited = false;
+  // The table to draw from: its index in the join's ServedSchemas::tables
+  // (0: the default table).
+  int32_t table = 0;
   template <class Archive>
-  void serialize(Archive& ar) { ar(batch_size, beta, timeout_seconds, awaited); }
+  void serialize(Archive& ar) { ar(batch_size, beta, timeout_seconds, awaited, table); }
 };
 
 struct SampleReply {
@@ -128,14 +134,16 @@ struct SampleReply {
 // A learner's share of a sample drawn over several shards: `count` items, the
 // i-th at mass fractions[i] * (the shard's total when it draws). count 0 asks
 // only for the shard's state: at once, or with `wait` once the shard holds
-// its --min-size-to-sample items (FAILED_PRECONDITION if it never can).
+// its --min-size-to-sample items (FAILED_PRECONDITION if it never can). All
+// of it about `table` (a learner's Info too: a count of 0, no wait).
 struct ShardSampleRequest {
   int64_t count = 0;
   bool wait = false;
   double timeout_seconds = 0.0;  // as SampleRequest's
   bool awaited = false;          // as SampleRequest's
+  int32_t table = 0;             // as SampleRequest's
   template <class Archive>
-  void serialize(Archive& ar) { ar(count, wait, timeout_seconds, awaited); }
+  void serialize(Archive& ar) { ar(count, wait, timeout_seconds, awaited, table); }
 };
 
 // The items drawn (keys, leaf values, columns) and the shard's state when it
@@ -151,10 +159,13 @@ struct ShardSampleReply {
   void serialize(Archive& ar) { ar(count, size, items_added, total, min_leaf, ready); }
 };
 
+// New priorities for keys of `table` (an index, as SampleRequest's): a key
+// names an item only together with its table.
 struct UpdateRequest {
   int64_t count = 0;
+  int32_t table = 0;
   template <class Archive>
-  void serialize(Archive& ar) { ar(count); }
+  void serialize(Archive& ar) { ar(count, table); }
 };
 
 struct UpdateReply {

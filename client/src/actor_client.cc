@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -44,7 +46,7 @@ void ActorClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("actor
 
 const Schema& ActorClient::schema() const { return connection_->schema(); }
 
-Status ActorClient::Add(const BatchView& batch, std::span<const double> priorities) {
+Status ActorClient::Add(const BatchView& batch, std::span<const double> priorities, std::string_view table) {
   const Schema& schema = connection_->schema();
   if (batch.columns.size() != schema.columns.size()) {
     return Status::InvalidArgument(fmt::format("the batch has {} columns, the schema {} ({}); nothing was sent",
@@ -58,81 +60,142 @@ Status ActorClient::Add(const BatchView& batch, std::span<const double> prioriti
     const size_t bytes = representable ? static_cast<size_t>(batch.size * schema.columns[i].ItemBytes()) : 0;
     spans.columns.emplace_back(static_cast<const std::byte*>(batch.columns[i]), batch.columns[i] ? bytes : 0);
   }
-  return Add(spans, priorities);
+  return Add(spans, priorities, table);
 }
 
-Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priorities) {
-  return Send(batch, priorities, /*borrow=*/false);
+Status ActorClient::Add(const ColumnSpans& batch, std::span<const double> priorities, std::string_view table) {
+  return Send(batch, priorities, table, /*borrow=*/false);
 }
 
-Status ActorClient::AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities) {
-  return Send(batch, priorities, /*borrow=*/true);
+Status ActorClient::AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities, std::string_view table) {
+  return Send(batch, priorities, table, /*borrow=*/true);
 }
 
-Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow) {
+Status ActorClient::Send(const ColumnSpans& batch, std::span<const double> priorities, std::string_view table,
+                         bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
-  if (connection_->steps()) {
-    return Status::FailedPrecondition("this server's items are n-step transitions or sequences over steps "
-                                      "(perserve-server --n-step or --sequence-length): append steps and create items "
-                                      "over them with Append (docs/steps.md); nothing was sent");
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(table, &index));
+  if (connection_->tables()[static_cast<size_t>(index)].steps) {
+    if (table.empty()) {
+      return Status::FailedPrecondition("this server's items are n-step transitions or sequences over steps "
+                                        "(perserve-server --n-step or --sequence-length): append steps and create "
+                                        "items over them with Append (docs/steps.md); nothing was sent");
+    }
+    return Status::FailedPrecondition(fmt::format("table \"{}\"'s items are n-step transitions or sequences over "
+                                                  "steps: append steps and create items over them with Append "
+                                                  "(docs/steps.md); nothing was sent",
+                                                  table));
   }
   PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), batch, priorities));
-  return SendAppend(batch, /*item_per_step=*/true, {}, priorities, {}, borrow);
+  const std::vector<proto::ItemGroup> groups = {
+      proto::ItemGroup{index, 0, /*item_per_step=*/true, /*has_priorities=*/!priorities.empty()}};
+  const std::vector<proto::ItemGroupSpans> spans = {proto::ItemGroupSpans{{}, priorities, {}}};
+  return SendAppend(batch, groups, spans, borrow);
 }
 
 bool ActorClient::stores_steps() const { return connection_->steps(); }
 
 const Schema& ActorClient::item_schema() const { return connection_->item_schema(); }
 
+const Schema& ActorClient::item_schema(std::string_view table) const {
+  static const Schema none;
+  int index = 0;
+  if (!connection_->TableIndex(table, &index).ok()) return none;
+  return connection_->tables()[static_cast<size_t>(index)].items;
+}
+
+std::vector<std::string> ActorClient::tables() const {
+  std::vector<std::string> names;
+  for (const proto::TableSchemas& table : connection_->tables()) names.push_back(table.name);
+  return names;
+}
+
 Status ActorClient::Append(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, std::span(&items, 1), /*borrow=*/false);
+}
+
+Status ActorClient::Append(const ColumnSpans& steps, std::span<const NewItems> items) {
   return SendSteps(steps, items, /*borrow=*/false);
 }
 
 Status ActorClient::AppendBorrowed(const ColumnSpans& steps, const NewItems& items) {
+  return SendSteps(steps, std::span(&items, 1), /*borrow=*/true);
+}
+
+Status ActorClient::AppendBorrowed(const ColumnSpans& steps, std::span<const NewItems> items) {
   return SendSteps(steps, items, /*borrow=*/true);
 }
 
-Status ActorClient::SendSteps(const ColumnSpans& steps, const NewItems& items, bool borrow) {
+namespace {
+
+// One NewItems checked against its table's item columns (`table` its name,
+// for errors; empty: the default table, said as before tables).
+Status CheckNewItems(const NewItems& items, const Schema& item_schema, std::string_view table) {
+  const int64_t item_count = static_cast<int64_t>(items.steps.size());
+  const std::string in_table = table.empty() ? "" : fmt::format(" (table \"{}\")", table);
+  if (!items.priorities.empty() && items.priorities.size() != items.steps.size()) {
+    return Status::InvalidArgument(fmt::format("{} items{} with {} priorities: give one per item, or none (the "
+                                               "server's max priority); nothing was sent",
+                                               item_count, in_table, items.priorities.size()));
+  }
+  PERSERVE_RETURN_IF_ERROR(CheckPriorities(items.priorities));
+  const bool no_item_columns = items.columns.columns.empty() ||
+                               (item_count == 0 && std::all_of(items.columns.columns.begin(), items.columns.columns.end(),
+                                                               [](std::span<const std::byte> c) { return c.empty(); }));
+  if (item_schema.columns.empty()) {
+    if (!no_item_columns) {
+      return Status::InvalidArgument(
+          fmt::format("the {} has no item columns (perserve-server --item-column), but the items carry columns; "
+                      "nothing was sent",
+                      table.empty() ? std::string("server") : fmt::format("table \"{}\"", table)));
+    }
+  } else if (item_count > 0 || !no_item_columns) {
+    if (items.columns.size != item_count) {
+      return Status::InvalidArgument(fmt::format("{} items{} with item columns of {} rows; nothing was sent",
+                                                 item_count, in_table, items.columns.size));
+    }
+    PERSERVE_RETURN_IF_ERROR(CheckBatch(item_schema, items.columns, {}));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ActorClient::SendSteps(const ColumnSpans& steps, std::span<const NewItems> items, bool borrow) {
   if (closed_) return Status::FailedPrecondition("the actor is closed");
   // No steps: size 0, with no columns or only empty ones.
   const bool no_steps = steps.size == 0 && std::all_of(steps.columns.begin(), steps.columns.end(),
                                                        [](std::span<const std::byte> c) { return c.empty(); });
   if (!no_steps) PERSERVE_RETURN_IF_ERROR(CheckBatch(connection_->schema(), steps, {}));
   const int64_t count = no_steps ? 0 : steps.size;
-  const int64_t item_count = static_cast<int64_t>(items.steps.size());
-  if (count == 0 && item_count == 0) {
+  std::vector<proto::ItemGroup> groups;
+  std::vector<proto::ItemGroupSpans> spans;
+  std::vector<int> named;  // each NewItems' table, to refuse one named twice
+  for (const NewItems& group : items) {
+    int table = 0;
+    PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(group.table, &table));
+    if (std::find(named.begin(), named.end(), table) != named.end()) {
+      return Status::InvalidArgument(fmt::format("two NewItems name table \"{}\": give a table's items once; "
+                                                 "nothing was sent",
+                                                 connection_->tables()[static_cast<size_t>(table)].name));
+    }
+    named.push_back(table);
+    PERSERVE_RETURN_IF_ERROR(CheckNewItems(group, connection_->tables()[static_cast<size_t>(table)].items, group.table));
+    if (group.steps.empty()) continue;  // nothing to create
+    groups.push_back(proto::ItemGroup{table, static_cast<int64_t>(group.steps.size()), /*item_per_step=*/false,
+                                      /*has_priorities=*/!group.priorities.empty()});
+    spans.push_back(proto::ItemGroupSpans{group.steps, group.priorities, group.columns.columns});
+  }
+  if (count == 0 && groups.empty()) {
     return Status::InvalidArgument("an append of no steps and no items; nothing was sent");
   }
-  if (!items.priorities.empty() && items.priorities.size() != items.steps.size()) {
-    return Status::InvalidArgument(fmt::format("{} items with {} priorities: give one per item, or none (the "
-                                               "server's max priority); nothing was sent",
-                                               item_count, items.priorities.size()));
-  }
-  PERSERVE_RETURN_IF_ERROR(CheckPriorities(items.priorities));
-  const Schema& item_schema = connection_->item_schema();
-  const bool no_item_columns = items.columns.columns.empty() ||
-                               (item_count == 0 && std::all_of(items.columns.columns.begin(), items.columns.columns.end(),
-                                                               [](std::span<const std::byte> c) { return c.empty(); }));
-  if (item_schema.columns.empty()) {
-    if (!no_item_columns) {
-      return Status::InvalidArgument("the server has no item columns (perserve-server --item-column), but the items "
-                                     "carry columns; nothing was sent");
-    }
-  } else if (item_count > 0 || !no_item_columns) {
-    if (items.columns.size != item_count) {
-      return Status::InvalidArgument(fmt::format("{} items with item columns of {} rows; nothing was sent",
-                                                 item_count, items.columns.size));
-    }
-    PERSERVE_RETURN_IF_ERROR(CheckBatch(item_schema, items.columns, {}));
-  }
   const ColumnSpans no_columns{0, {}};
-  return SendAppend(no_steps ? no_columns : steps, /*item_per_step=*/false, items.steps, items.priorities,
-                    item_count > 0 ? items.columns.columns : std::vector<std::span<const std::byte>>{}, borrow);
+  return SendAppend(no_steps ? no_columns : steps, groups, spans, borrow);
 }
 
-Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
-                               std::span<const double> priorities,
-                               std::span<const std::span<const std::byte>> item_columns, bool borrow) {
+Status ActorClient::SendAppend(const ColumnSpans& steps, const std::vector<proto::ItemGroup>& groups,
+                               const std::vector<proto::ItemGroupSpans>& spans, bool borrow) {
   while (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) PERSERVE_RETURN_IF_ERROR(CollectOldest());
   if (stream_rejected_) {
     // Every append sent after the refused one is refused too (its first step
@@ -142,13 +205,18 @@ Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std
   }
   if (unreported_rejections_ > 0) return TakePendingError(/*instead_of_send=*/true);
   const int64_t count = steps.size;
-  for (size_t i = 0; i < item_steps.size(); ++i) {
-    if (item_steps[i] < 0 || item_steps[i] >= steps_sent_ + count) {
-      return Status::InvalidArgument(fmt::format("item {}'s step {} is not in this actor's stream (its steps are 0 "
-                                                 "to {} with this append's); nothing was sent",
-                                                 i, item_steps[i], steps_sent_ + count - 1));
+  for (const proto::ItemGroupSpans& group : spans) {
+    for (size_t i = 0; i < group.item_steps.size(); ++i) {
+      if (group.item_steps[i] < 0 || group.item_steps[i] >= steps_sent_ + count) {
+        return Status::InvalidArgument(fmt::format("item {}'s step {} is not in this actor's stream (its steps are 0 "
+                                                   "to {} with this append's); nothing was sent",
+                                                   i, group.item_steps[i], steps_sent_ + count - 1));
+      }
     }
   }
+  // An add: its items are its steps, at the stream's end (it stands alone).
+  const bool add = !groups.empty() && std::all_of(groups.begin(), groups.end(),
+                                                  [](const proto::ItemGroup& group) { return group.item_per_step; });
   size_t column_bytes = 0;
   for (const auto& column : steps.columns) column_bytes += column.size();
   // Large step columns go as a message of their own, received straight into
@@ -158,20 +226,21 @@ Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std
                      column_bytes >= static_cast<size_t>(options_.columns_apart_min_bytes);
   const bool lent = apart && borrow;  // the columns go from the caller's memory, not copied
   proto::AppendMeta meta;
-  meta.first_step = item_per_step ? proto::AppendMeta::kAtEnd : steps_sent_;
+  meta.first_step = add ? proto::AppendMeta::kAtEnd : steps_sent_;
   meta.steps = count;
-  meta.items = item_per_step ? 0 : static_cast<int64_t>(item_steps.size());
-  meta.item_per_step = item_per_step;
-  meta.has_priorities = !priorities.empty();
+  meta.groups = groups;
   meta.columns_follow = apart;
   meta.timeout_seconds = options_.add_timeout_seconds;
   const uint64_t id = connection_->NextRequestId();
-  size_t frame_bytes = 128 + (apart ? 0 : column_bytes) + item_steps.size_bytes() + priorities.size_bytes();
-  for (const auto& column : item_columns) frame_bytes += column.size();
+  size_t frame_bytes = 128 + 32 * groups.size() + (apart ? 0 : column_bytes);
+  for (const proto::ItemGroupSpans& group : spans) {
+    frame_bytes += group.item_steps.size_bytes() + group.priorities.size_bytes();
+    for (const auto& column : group.item_columns) frame_bytes += column.size();
+  }
   std::vector<std::byte> frame = connection_->AcquireBuffer(frame_bytes);
   const std::span<const std::span<const std::byte>> in_frame =
       apart ? std::span<const std::span<const std::byte>>{} : std::span<const std::span<const std::byte>>(steps.columns);
-  proto::EncodeAppend(id, meta, in_frame, item_steps, priorities, item_columns, &frame);
+  proto::EncodeAppend(id, meta, in_frame, spans, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
   uint64_t columns_send = 0;
   if (lent) {
@@ -186,7 +255,7 @@ Status ActorClient::SendAppend(const ColumnSpans& steps, bool item_per_step, std
     }
     PERSERVE_RETURN_IF_ERROR(connection_->SendColumns(std::move(columns)));
   }
-  in_flight_.push_back(SentAdd{id, columns_send, count, /*anchored=*/!item_per_step});
+  in_flight_.push_back(SentAdd{id, columns_send, count, /*anchored=*/!add});
   steps_sent_ += count;
   return Status::Ok();
 }

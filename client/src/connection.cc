@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -20,6 +21,29 @@ uint64_t RequestIdOf(const std::vector<std::byte>& buffer, size_t length) {
 }
 
 }  // namespace
+
+const std::vector<proto::TableSchemas>& Connection::tables() const {
+  if (default_tables_.empty()) {
+    default_tables_.push_back(proto::TableSchemas{"default", steps(), sample_schema(), item_schema()});
+  }
+  return default_tables_;
+}
+
+Status Connection::TableIndex(std::string_view name, int* index) const {
+  *index = 0;
+  if (name.empty()) return Status::Ok();
+  const std::vector<proto::TableSchemas>& served = tables();
+  for (size_t t = 0; t < served.size(); ++t) {
+    if (served[t].name == name) {
+      *index = static_cast<int>(t);
+      return Status::Ok();
+    }
+  }
+  std::string names;
+  for (const proto::TableSchemas& table : served) names += (names.empty() ? "\"" : ", \"") + table.name + "\"";
+  return Status::InvalidArgument(
+      fmt::format("no table \"{}\": the server's tables are {}; nothing was sent", name, names));
+}
 
 Status MpiConnection::Join(MPI_Comm parent, proto::Role role) {
   PERSERVE_RETURN_IF_ERROR(mpi::Join(parent, role, nullptr, &comm_, &join_));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "mpi/byte_blocks.h"
@@ -41,6 +42,14 @@ class Connection {
     static const Schema none;
     return none;
   }
+  // Every table the server serves, in its order (tables()[0] the default
+  // one, whose schemas are sample_schema() and item_schema()). By default one
+  // prioritized table, "default", over this connection's schemas.
+  virtual const std::vector<proto::TableSchemas>& tables() const;
+  // The index of the table named `name` in tables() (empty: the default
+  // table, 0). InvalidArgument naming it and listing the server's tables when
+  // there is none of that name; nothing is sent.
+  Status TableIndex(std::string_view name, int* index) const;
   // An actor's stream's steps so far (a restored server's; else 0): where its
   // steps_appended starts.
   virtual int64_t first_step() const { return 0; }
@@ -140,6 +149,7 @@ class Connection {
   Status Finish(std::vector<std::byte>* message, proto::Frame* frame);
 
   uint64_t next_request_id_ = 1;
+  mutable std::vector<proto::TableSchemas> default_tables_;  // tables()' default, made on first use
   std::map<uint64_t, std::vector<std::byte>> early_replies_;
   std::vector<std::byte> spare_;  // the largest buffer left over, received into next
 };
@@ -154,6 +164,7 @@ class MpiConnection final : public Connection {
   const Schema& sample_schema() const override { return join_.served.samples; }
   bool steps() const override { return join_.served.steps; }
   const Schema& item_schema() const override { return join_.served.items; }
+  const std::vector<proto::TableSchemas>& tables() const override { return join_.served.tables; }
   int64_t first_step() const override { return join_.first_step; }
   int64_t max_steps_apart() const override { return join_.served.max_steps_apart; }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override { return sends_.Acquire(expected_bytes); }

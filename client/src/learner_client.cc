@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -64,8 +66,12 @@ LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptio
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       seed = 0x5a4d5eedULL + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(rank + 1);
     }
-    sampler_ = std::make_unique<client_internal::ShardSampler>(connection_->shard_count(),
-                                                               options_.exact_shard_totals, seed);
+    // Each table its own split and shard states; the default table's seed is the learner's.
+    for (size_t table = 0; table < connection_->tables().size(); ++table) {
+      samplers_.push_back(std::make_unique<client_internal::ShardSampler>(
+          connection_->shard_count(), static_cast<int>(table), options_.exact_shard_totals,
+          seed ^ (0xd1b54a32d192ed03ULL * table)));
+    }
   }
 }
 
@@ -76,6 +82,19 @@ LearnerClient::~LearnerClient() {
 void LearnerClient::CloseAtFinalize() { OpenClients::ReportClosedAtFinalize("learner", Close()); }
 
 const Schema& LearnerClient::schema() const { return connection_->sample_schema(); }
+
+const Schema& LearnerClient::schema(std::string_view table) const {
+  static const Schema none;
+  int index = 0;
+  if (!connection_->TableIndex(table, &index).ok()) return none;
+  return connection_->tables()[static_cast<size_t>(index)].samples;
+}
+
+std::vector<std::string> LearnerClient::tables() const {
+  std::vector<std::string> names;
+  for (const proto::TableSchemas& table : connection_->tables()) names.push_back(table.name);
+  return names;
+}
 
 int LearnerClient::shards() const { return connection_->shard_count(); }
 
@@ -96,14 +115,23 @@ Status LearnerClient::Checkpoint(std::vector<std::string>* paths) {
       [paths](size_t shard, const proto::CheckpointReply& reply) { (*paths)[shard] = reply.path; });
 }
 
-Status LearnerClient::Info(ReplayInfo* info) {
+Status LearnerClient::Info(ReplayInfo* info) { return InfoTable(0, info); }
+
+Status LearnerClient::Info(std::string_view table, ReplayInfo* info) {
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(table, &index));
+  return InfoTable(index, info);
+}
+
+Status LearnerClient::InfoTable(int table, ReplayInfo* info) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   const int shards = connection_->shard_count();
   std::vector<uint64_t> ids(static_cast<size_t>(shards));
   for (int shard = 0; shard < shards; ++shard) {
-    PERSERVE_RETURN_IF_ERROR(client_internal::SendShardSample(connection_.get(), shard, {}, /*wait=*/false, 0.0,
-                                                              /*awaited=*/false, &ids[static_cast<size_t>(shard)]));
+    PERSERVE_RETURN_IF_ERROR(client_internal::SendShardSample(connection_.get(), shard, table, {}, /*wait=*/false,
+                                                              0.0, /*awaited=*/false,
+                                                              &ids[static_cast<size_t>(shard)]));
   }
   ReplayInfo sum;
   sum.shards = shards;
@@ -119,32 +147,56 @@ Status LearnerClient::Info(ReplayInfo* info) {
 }
 
 Status LearnerClient::Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds) {
+  return SampleTable(0, batch_size, beta, batch, timeout_seconds);
+}
+
+Status LearnerClient::Sample(std::string_view table, int64_t batch_size, double beta, SampleBatch* batch,
+                             double timeout_seconds) {
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(table, &index));
+  return SampleTable(index, batch_size, beta, batch, timeout_seconds);
+}
+
+Status LearnerClient::SampleTable(int table, int64_t batch_size, double beta, SampleBatch* batch,
+                                  double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
-  // Requests made with another size are not what the caller asks for now:
+  // Requests made for another table or size are not what the caller asks for now:
   // received and dropped, their errors with them (each is popped, so a
   // failing connection ends the loop and fails the request below instead).
   // Those of another beta are kept and weighed for this one (annealed beta
   // changes every call: dropping them wasted every prefetched sample, which
   // the servers' rate limiters had counted), unless their weights cannot be.
   while (!pending_samples_.empty() &&
-         (pending_samples_.front().batch_size != batch_size || !CanWeighFor(pending_samples_.front(), beta))) {
+         (pending_samples_.front().table != table || pending_samples_.front().batch_size != batch_size ||
+          !CanWeighFor(pending_samples_.front(), beta))) {
     (void)ReceiveOldest(batch);
   }
   if (pending_samples_.empty()) {
-    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/true));
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(table, batch_size, beta, timeout_seconds, /*awaited=*/true));
   }
   // A DEADLINE_EXCEEDED (or any error) returns before topping up: no request
   // of this call is left in flight.
   PERSERVE_RETURN_IF_ERROR(ReceiveOldest(batch, beta));
   while (samples_in_flight() < options_.prefetch) {
-    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false));
+    PERSERVE_RETURN_IF_ERROR(SendSampleRequest(table, batch_size, beta, timeout_seconds, /*awaited=*/false));
   }
   return CollectUpdates(kNoWait);  // the answers that came before this reply (see SendPriorityUpdate)
 }
 
 Status LearnerClient::RequestSample(int64_t batch_size, double beta, double timeout_seconds) {
+  return RequestSampleTable(0, batch_size, beta, timeout_seconds);
+}
+
+Status LearnerClient::RequestSample(std::string_view table, int64_t batch_size, double beta,
+                                    double timeout_seconds) {
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(table, &index));
+  return RequestSampleTable(index, batch_size, beta, timeout_seconds);
+}
+
+Status LearnerClient::RequestSampleTable(int table, int64_t batch_size, double beta, double timeout_seconds) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CheckTimeout(timeout_seconds));
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
@@ -153,11 +205,12 @@ Status LearnerClient::RequestSample(int64_t batch_size, double beta, double time
         fmt::format("{} sample requests are already in flight (the prefetch option allows {})", samples_in_flight(),
                     std::max(1, options_.prefetch)));
   }
-  return SendSampleRequest(batch_size, beta, timeout_seconds, /*awaited=*/false);
+  return SendSampleRequest(table, batch_size, beta, timeout_seconds, /*awaited=*/false);
 }
 
-Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited) {
-  if (sampler_ != nullptr) {
+Status LearnerClient::SendSampleRequest(int table, int64_t batch_size, double beta, double timeout_seconds,
+                                        bool awaited) {
+  if (!samplers_.empty()) {
     // One server checks these itself; over several the split needs them first.
     if (batch_size < 1) return Status::InvalidArgument(fmt::format("batch size {} must be >= 1", batch_size));
     if (!std::isfinite(beta) || !(beta >= 0.0)) {
@@ -168,16 +221,16 @@ Status LearnerClient::SendSampleRequest(int64_t batch_size, double beta, double 
     request->beta = beta;
     request->timeout_seconds = timeout_seconds;
     request->awaited = awaited;
-    PERSERVE_RETURN_IF_ERROR(sampler_->Send(connection_.get(), request.get()));
-    pending_samples_.push_back(PendingSample{0, batch_size, beta, std::move(request)});
+    PERSERVE_RETURN_IF_ERROR(samplers_[static_cast<size_t>(table)]->Send(connection_.get(), request.get()));
+    pending_samples_.push_back(PendingSample{0, table, batch_size, beta, std::move(request)});
     return Status::Ok();
   }
   const uint64_t id = connection_->NextRequestId();
   std::vector<std::byte> frame;
   proto::EncodeFrame(proto::MessageKind::kSampleRequest, id,
-                     proto::SampleRequest{batch_size, beta, timeout_seconds, awaited}, {}, &frame);
+                     proto::SampleRequest{batch_size, beta, timeout_seconds, awaited, table}, {}, &frame);
   PERSERVE_RETURN_IF_ERROR(connection_->Send(std::move(frame)));
-  pending_samples_.push_back(PendingSample{id, batch_size, beta, nullptr});
+  pending_samples_.push_back(PendingSample{id, table, batch_size, beta, nullptr});
   return Status::Ok();
 }
 
@@ -200,9 +253,12 @@ Status LearnerClient::ReceiveOldest(SampleBatch* batch, std::optional<double> be
   PendingSample pending = std::move(pending_samples_.front());
   pending_samples_.pop_front();
   const double weigh_for = beta.value_or(pending.beta);
+  const proto::TableSchemas& table = connection_->tables()[static_cast<size_t>(pending.table)];
+  batch->table = table.name;
   if (pending.sharded != nullptr) {
     pending.sharded->beta = weigh_for;  // the weights are computed on receipt
-    return sampler_->Receive(connection_.get(), schema(), pending.sharded.get(), batch);
+    return samplers_[static_cast<size_t>(pending.table)]->Receive(connection_.get(), table.samples,
+                                                                  pending.sharded.get(), batch);
   }
   const uint64_t id = pending.id;
   proto::Frame frame;
@@ -219,7 +275,7 @@ Status LearnerClient::ReceiveOldest(SampleBatch* batch, std::optional<double> be
   }
   batch->size = reply.count;
   batch->columns.clear();
-  for (const Column& column : schema().columns) {
+  for (const Column& column : table.samples.columns) {
     const size_t bytes = count * static_cast<size_t>(column.ItemBytes());
     if (bulk.size() < bytes) return Status::Internal("a sample reply is shorter than its schema says");
     batch->columns.push_back(bulk.first(bytes));
@@ -239,30 +295,39 @@ Status CheckUpdate(std::span<const uint64_t> keys, std::span<const double> prior
   return Status::Ok();
 }
 
-void EncodeUpdate(uint64_t id, std::span<const uint64_t> keys, std::span<const double> priorities,
+void EncodeUpdate(uint64_t id, int table, std::span<const uint64_t> keys, std::span<const double> priorities,
                   std::vector<std::byte>* frame) {
-  proto::EncodeFrame(proto::MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
+  proto::EncodeFrame(proto::MessageKind::kUpdateRequest, id,
+                     proto::UpdateRequest{static_cast<int64_t>(keys.size()), table},
                      {std::as_bytes(keys), std::as_bytes(priorities)}, frame);
 }
 
 }  // namespace
 
-Status LearnerClient::SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities,
-                                 uint64_t* id) {
+Status LearnerClient::UpdatableTable(std::string_view table, int* index) const {
+  PERSERVE_RETURN_IF_ERROR(connection_->TableIndex(table, index));
+  const proto::TableSchemas& served = connection_->tables()[static_cast<size_t>(*index)];
+  if (served.updatable) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("table {} samples {}: it keeps no priorities; nothing was sent",
+                                             served.name, served.sampler));
+}
+
+Status LearnerClient::SendUpdate(int shard, int table, std::span<const uint64_t> keys,
+                                 std::span<const double> priorities, uint64_t* id) {
   *id = connection_->NextRequestId();
   std::vector<std::byte> frame = connection_->AcquireBuffer(keys.size_bytes() + priorities.size_bytes() + 64);
-  EncodeUpdate(*id, keys, priorities, &frame);
+  EncodeUpdate(*id, table, keys, priorities, &frame);
   return connection_->SendTo(shard, std::move(frame));
 }
 
-Status LearnerClient::SendUpdates(std::span<const uint64_t> keys, std::span<const double> priorities,
+Status LearnerClient::SendUpdates(int table, std::span<const uint64_t> keys, std::span<const double> priorities,
                                   std::vector<uint64_t>* ids) {
   PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
   ids->clear();
   const int shards = connection_->shard_count();
   if (shards == 1) {  // the server checks the keys' shard
     ids->emplace_back();
-    return SendUpdate(0, keys, priorities, &ids->back());
+    return SendUpdate(0, table, keys, priorities, &ids->back());
   }
   // Each key goes to the shard it names; nothing is sent if one names none.
   std::vector<std::vector<uint64_t>> shard_keys(static_cast<size_t>(shards));
@@ -280,7 +345,7 @@ Status LearnerClient::SendUpdates(std::span<const uint64_t> keys, std::span<cons
   for (int shard = 0; shard < shards; ++shard) {
     if (shard_keys[static_cast<size_t>(shard)].empty()) continue;
     ids->emplace_back();
-    PERSERVE_RETURN_IF_ERROR(SendUpdate(shard, shard_keys[static_cast<size_t>(shard)],
+    PERSERVE_RETURN_IF_ERROR(SendUpdate(shard, table, shard_keys[static_cast<size_t>(shard)],
                                         shard_priorities[static_cast<size_t>(shard)], &ids->back()));
   }
   return Status::Ok();
@@ -288,10 +353,22 @@ Status LearnerClient::SendUpdates(std::span<const uint64_t> keys, std::span<cons
 
 Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
                                        UpdateResult* result) {
+  return UpdatePriorities(std::string_view{}, keys, priorities, result);
+}
+
+Status LearnerClient::UpdatePriorities(std::string_view table, std::span<const uint64_t> keys,
+                                       std::span<const double> priorities, UpdateResult* result) {
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(UpdatableTable(table, &index));
+  return UpdateTable(index, keys, priorities, result);
+}
+
+Status LearnerClient::UpdateTable(int table, std::span<const uint64_t> keys, std::span<const double> priorities,
+                                  UpdateResult* result) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   std::vector<uint64_t> ids;
-  PERSERVE_RETURN_IF_ERROR(SendUpdates(keys, priorities, &ids));
+  PERSERVE_RETURN_IF_ERROR(SendUpdates(table, keys, priorities, &ids));
   // Every shard's answer is taken; the first refusal is the call's (the
   // other shards' parts are applied: each shard applies its part whole or not).
   UpdateResult total;
@@ -310,6 +387,17 @@ Status LearnerClient::UpdatePriorities(std::span<const uint64_t> keys, std::span
 }
 
 Status LearnerClient::SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities) {
+  return SendPriorityUpdate(std::string_view{}, keys, priorities);
+}
+
+Status LearnerClient::SendPriorityUpdate(std::string_view table, std::span<const uint64_t> keys,
+                                         std::span<const double> priorities) {
+  int index = 0;
+  PERSERVE_RETURN_IF_ERROR(UpdatableTable(table, &index));
+  return SendUpdateTable(index, keys, priorities);
+}
+
+Status LearnerClient::SendUpdateTable(int table, std::span<const uint64_t> keys, std::span<const double> priorities) {
   if (closed_) return Status::FailedPrecondition("the learner is closed");
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(kNoWait));
   PERSERVE_RETURN_IF_ERROR(CheckUpdate(keys, priorities));
@@ -318,7 +406,7 @@ Status LearnerClient::SendPriorityUpdate(std::span<const uint64_t> keys, std::sp
   PERSERVE_RETURN_IF_ERROR(CollectUpdates(static_cast<size_t>(options_.max_in_flight - 1) *
                                           static_cast<size_t>(connection_->shard_count())));
   std::vector<uint64_t> ids;
-  PERSERVE_RETURN_IF_ERROR(SendUpdates(keys, priorities, &ids));
+  PERSERVE_RETURN_IF_ERROR(SendUpdates(table, keys, priorities, &ids));
   pending_updates_.insert(pending_updates_.end(), ids.begin(), ids.end());
   return Status::Ok();
 }

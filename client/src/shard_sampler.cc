@@ -90,9 +90,10 @@ Status TimeLeft(const Connection& connection, ShardedRequest* request, const cha
 
 }  // namespace
 
-ShardSampler::ShardSampler(int shards, bool exact_totals, uint64_t seed)
+ShardSampler::ShardSampler(int shards, int table, bool exact_totals, uint64_t seed)
     : shards_(static_cast<size_t>(shards)),
       probes_(static_cast<size_t>(shards), 0),
+      table_(table),
       exact_totals_(exact_totals),
       rng_(seed),
       messages_(static_cast<size_t>(shards)),
@@ -111,7 +112,7 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   // Every shard's state, answered at once: the plan is drawn over those ready.
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/false, 0.0,
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), table_, {}, /*wait=*/false, 0.0,
                                              /*awaited=*/false, &request->ids[s]));
   }
   return Status::Ok();
@@ -124,19 +125,19 @@ Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request
   for (size_t s = 0; s < shards_.size(); ++s) {
     const std::vector<double>& fractions = request->plan.fractions[s];
     // A shard given no strata is still asked for its state (at once).
-    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), fractions,
+    PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), table_, fractions,
                                              /*wait=*/!fractions.empty(), time_left, awaited, &request->ids[s]));
   }
   return Status::Ok();
 }
 
-Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
+Status SendShardSample(Connection* connection, int shard, int table, std::span<const double> fractions, bool wait,
                        double timeout_seconds, bool awaited, uint64_t* id) {
   *id = connection->NextRequestId();
   std::vector<std::byte> frame = connection->AcquireBuffer(fractions.size_bytes() + 64);
   proto::EncodeFrame(proto::MessageKind::kShardSampleRequest, *id,
                      proto::ShardSampleRequest{static_cast<int64_t>(fractions.size()), wait, timeout_seconds,
-                                               awaited},
+                                               awaited, table},
                      {std::as_bytes(fractions)}, &frame);
   return connection->SendTo(shard, std::move(frame));
 }
@@ -211,7 +212,7 @@ Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* 
     for (size_t s = 0; s < shards_.size(); ++s) {
       if (!shards_[s].why_not.empty()) continue;  // it never will be
       if (probes_[s] == 0) {
-        PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), {}, /*wait=*/true, time_left,
+        PERSERVE_RETURN_IF_ERROR(SendShardSample(connection, static_cast<int>(s), table_, {}, /*wait=*/true, time_left,
                                                  /*awaited=*/false, &probes_[s]));
       }
       waiting.push_back(probes_[s]);

@@ -71,10 +71,10 @@ struct ShardPlan {
 Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
                        ShardPlan* plan);
 
-// Sends shard `shard` a ShardSampleRequest: draw at `fractions` (none: only
-// report its state, at once or with `wait` once it is ready), `awaited` as
-// proto::SampleRequest's; *id its request id.
-Status SendShardSample(Connection* connection, int shard, std::span<const double> fractions, bool wait,
+// Sends shard `shard` a ShardSampleRequest about table `table` (its index):
+// draw at `fractions` (none: only report its state, at once or with `wait`
+// once it is ready), `awaited` as proto::SampleRequest's; *id its request id.
+Status SendShardSample(Connection* connection, int shard, int table, std::span<const double> fractions, bool wait,
                        double timeout_seconds, bool awaited, uint64_t* id);
 
 // One sample request over the shards, from its sending to its reply.
@@ -89,9 +89,11 @@ struct ShardedRequest {
   std::vector<uint64_t> ids;   // per shard: the request in flight
 };
 
+// One table's samples over the shards (a learner has one a table: each
+// table has its own totals, items and readiness on every shard).
 class ShardSampler {
  public:
-  ShardSampler(int shards, bool exact_totals, uint64_t seed);
+  ShardSampler(int shards, int table, bool exact_totals, uint64_t seed);
 
   // Sends the sample's requests: each shard its strata when some shard is
   // known to serve (and totals may be reused), else a state request to every shard.
@@ -127,6 +129,7 @@ class ShardSampler {
   std::vector<ShardState> shards_;
   // Per shard: a probe waiting for it to become ready (its request id; 0: none).
   std::vector<uint64_t> probes_;
+  int table_;  // its index in the server's tables, named in every request
   bool exact_totals_;
   std::mt19937_64 rng_;
   // Scratch: each shard's reply to the request being received.

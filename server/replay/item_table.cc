@@ -276,6 +276,12 @@ Status ItemTable::CommitItems(const TableItems& request, int stream, uint64_t* f
   return Status::Ok();
 }
 
+Status ItemTable::Sample(int64_t batch_size, double beta, SampleResult* result) {
+  const Status drawn = items_->Sample(batch_size, beta, result);
+  for (const int64_t slot : result->removed_slots) Unlink(slot);
+  return drawn;
+}
+
 void ItemTable::StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const {
   step_slots->resize(item_slots.size());
   // Each item's row is a cache miss of its own: started for all at once.

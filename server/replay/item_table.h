@@ -85,9 +85,13 @@ class ItemTable {
   // episode per stream: a minimum size to sample above it may never be
   // reached (the server refuses one above the capacity, warns above this).
   int64_t ReachableItems() const;
-  // The items' Replay: keys, priorities, the selector.
+  // The items' Replay: keys, priorities, the selector. Draws go through
+  // Sample, which keeps the eviction lists in step with the items a draw
+  // removes (max_times_sampled).
   const Replay& items() const { return *items_; }
   Replay& mutable_items() { return *items_; }
+  // Replay::Sample; the items it removes leave their eviction lists.
+  Status Sample(int64_t batch_size, double beta, SampleResult* result);
   // The item slots the prepared append writes (StepReplay::Prepare).
   const std::vector<int64_t>& planned_item_slots() const { return item_slots_; }
 

@@ -285,6 +285,7 @@ Status Replay::Sample(int64_t batch_size, double beta, SampleResult* result) {
     return Status::InvalidArgument(fmt::format("beta {} must be finite and >= 0", beta));
   }
   if (size_ == 0) return Status::FailedPrecondition("the replay is empty");
+  result->removed_slots.clear();
   if (draws_through_selector_) return SampleThroughSelector(batch_size, beta, result);
   const double total = tree_->Total();
   result->slots.resize(static_cast<size_t>(batch_size));

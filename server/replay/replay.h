@@ -120,6 +120,10 @@ struct SampleResult {
   std::vector<double> probabilities;  // P(i) = leaf / total
   std::vector<int64_t> slots;         // where the items sit in the store
   std::vector<double> leaves;         // the items' leaf values, (p + eps)^alpha
+  // With max_times_sampled: the slots of the items this draw sampled their
+  // last time, which left the replay (their rows stay until a later Add
+  // takes the slot); else empty.
+  std::vector<int64_t> removed_slots;
 };
 
 struct ReplayCounters {
@@ -156,8 +160,13 @@ class Replay {
 
   int64_t capacity() const { return options_.capacity; }
   double alpha() const { return options_.alpha; }
+  // The options it was created with (capacity, alpha, sampler, remover, ...).
+  const ReplayOptions& options() const { return options_; }
   // Items held: all of them drawable. O(1).
   int64_t size() const { return size_; }
+  // The draws a Sample may still make: with max_times_sampled = k, the sum
+  // over held items of k minus their times sampled; else unbounded (-1).
+  int64_t draws_left() const { return options_.max_times_sampled > 0 ? draws_left_ : -1; }
   uint64_t next_key() const { return next_key_; }
   // Slots ever used: [0, slots_used()) may hold items, the rest never have.
   int64_t slots_used() const { return fresh_; }

@@ -100,6 +100,7 @@ Status Replay::SampleThroughSelector(int64_t batch_size, double beta, SampleResu
       const double zero = 0.0;
       PERSERVE_RETURN_IF_ERROR(tree_->Update(std::span(&slot, 1), std::span(&zero, 1)));
       Unlink(key, slot);
+      result->removed_slots.push_back(slot);
     }
   }
   DropRemovedFromOrder();

@@ -102,11 +102,14 @@ Status StepReplay::CheckSteps(int64_t steps, int64_t items) const {
   return Status::Ok();
 }
 
+Status StepReplay::CheckTable(int64_t table) const {
+  if (table >= 0 && table < tables()) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("table {} is outside [0, {}): this server's tables are {}", table, tables(), TableNames()));
+}
+
 Status StepReplay::CheckCounts(int64_t steps, int table, int64_t items, bool item_per_step) const {
-  if (table < 0 || table >= tables()) {
-    return Status::InvalidArgument(fmt::format("table {} is outside [0, {}): this server's tables are {}", table,
-                                               tables(), TableNames()));
-  }
+  PERSERVE_RETURN_IF_ERROR(CheckTable(table));
   return tables_[static_cast<size_t>(table)]->CheckCount(steps, items, item_per_step);
 }
 

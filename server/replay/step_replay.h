@@ -165,6 +165,8 @@ class StepReplay {
   int TableIndex(std::string_view name) const;
   // The tables' names, in order, comma separated (for messages).
   std::string TableNames() const;
+  // OK for an index in [0, tables()); else InvalidArgument naming the tables.
+  Status CheckTable(int64_t table) const;
 
   // The default table's (table 0's), as a replay of one table reads them.
   const Schema& sample_schema() const { return table(0).sample_schema(); }

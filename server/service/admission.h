@@ -6,19 +6,27 @@
 // An append is held, in this order, behind its client's earlier held
 // appends, for its columns apart (not yet arrived), for rows of a reply in
 // flight it would overwrite (the ring's next slots pinned), or by the rate
-// limiter (the actors ahead of the learners; an append that creates no items
-// is never held by it, nor is any once no learner remains).
+// limiter of a table it creates items in (the actors ahead of that table's
+// learners; an append that creates no items is never held by one, nor is
+// any once no learner remains).
 //
-// A sample waits until the table holds --min-size-to-sample items, for the
-// rate limiter (the learners ahead), or for its client to receive earlier
-// replies past its allowance. With no actor open, a sample waiting for size
+// A sample waits until its table holds its minimum size, until it has the
+// draws the batch needs (a table whose items leave after max_times_sampled
+// draws: a queue), for the table's rate limiter (the learners ahead), or for
+// its client to receive earlier replies past its allowance. With no actor open, a sample waiting for size
 // or the limiter is hopeless: it can never be served.
+//
+// Each table has its own minimum size and rate limiter (the service's
+// limiters, by table index). With one table, messages read as they always
+// have; with several, they name the table.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "proto/append.h"
 #include "replay/step_replay.h"
 #include "service/client_book.h"
 #include "service/held_adds.h"
@@ -46,34 +54,37 @@ struct ReplyAllowance {
 
 class Admission {
  public:
-  enum class SampleWait { kNone, kMinSize, kRateLimiter, kUnread };
+  enum class SampleWait { kNone, kMinSize, kDraws, kRateLimiter, kUnread };
   enum class AppendHold { kEarlierAppend, kColumns, kRowsInFlight, kRateLimiter, kNone };
 
-  Admission(const replay::StepReplay& replay, const ClientBook& clients, const RateLimiter& limiter,
+  Admission(const replay::StepReplay& replay, const ClientBook& clients, const std::vector<RateLimiter>& limiters,
             const RowPins& pins, const HeldAdds& held, const Transport& transport, ReplyAllowance allowance)
       : replay_(replay),
         clients_(clients),
-        limiter_(limiter),
+        limiters_(limiters),
         pins_(pins),
         held_(held),
         transport_(transport),
         allowance_(allowance) {}
 
-  // Items that can be drawn now.
-  int64_t held_items() const { return replay_.items().size(); }
-  int64_t min_size() const { return limiter_.options().min_size_to_sample; }
+  // Items of `table` that can be drawn now, and the most a sample of it waits for.
+  int64_t held_items(int table) const { return replay_.table(table).items().size(); }
+  int64_t min_size(int table) const { return limiter(table).options().min_size_to_sample; }
+  const RateLimiter& limiter(int table) const { return limiters_[static_cast<size_t>(table)]; }
+  // "" with one table, else " of table <name>" (for messages).
+  std::string OfTable(int table) const;
 
   // Appends.
   // Whether a new append of `client` must be held: behind its held appends,
-  // or by pinned rows, or by the limiter.
-  bool HoldsNew(int client, int64_t steps, int64_t items) const {
-    return held_.count(client) > 0 || PinHolds(steps) || LimiterHolds(items);
+  // or by pinned rows, or by a limiter.
+  bool HoldsNew(int client, const proto::DecodedAppend& append) const {
+    return held_.count(client) > 0 || PinHolds(append.meta.steps) || LimiterHolds(append);
   }
-  bool LimiterHolds(int64_t items) const {
-    // An append of steps alone inserts nothing; with nobody left to sample,
-    // holding intake back would only stall the actors.
-    return items > 0 && clients_.open_learners() > 0 && !limiter_.CanInsert(items, held_items());
-  }
+  bool LimiterHolds(const proto::DecodedAppend& append) const { return LimitingTable(append) >= 0; }
+  // The first table whose rate limiter holds `append`'s items back, or -1.
+  // An append of steps alone inserts nothing; with nobody left to sample,
+  // holding intake back would only stall the actors.
+  int LimitingTable(const proto::DecodedAppend& append) const;
   // Whether writing the ring's next `steps` slots would change rows a reply in flight reads.
   bool PinHolds(int64_t steps) const {
     const store::StepStore& ring = replay_.steps();
@@ -87,18 +98,19 @@ class Admission {
 
   // Samples.
   SampleWait WaitFor(const WaitingSample& sample) const;
-  SampleWait WaitFor(int client, int64_t batch_size, int64_t reply_bytes) const;
+  SampleWait WaitFor(int client, int table, int64_t batch_size, int64_t reply_bytes) const;
   bool Hopeless(SampleWait wait) const {
-    return clients_.open_actors() == 0 && (wait == SampleWait::kMinSize || wait == SampleWait::kRateLimiter);
+    return clients_.open_actors() == 0 &&
+           (wait == SampleWait::kMinSize || wait == SampleWait::kDraws || wait == SampleWait::kRateLimiter);
   }
-  std::string Describe(SampleWait wait, int client) const;
-  // Bytes of the whole reply to a sample of `batch_size` items (at most, for a shard sample's).
-  int64_t SampleReplyBytes(int64_t batch_size) const;
+  std::string Describe(SampleWait wait, int client, int table) const;
+  // Bytes of the whole reply to a sample of `batch_size` items of `table` (at most, for a shard sample's).
+  int64_t SampleReplyBytes(int table, int64_t batch_size) const;
 
  private:
   const replay::StepReplay& replay_;
   const ClientBook& clients_;
-  const RateLimiter& limiter_;
+  const std::vector<RateLimiter>& limiters_;
   const RowPins& pins_;
   const HeldAdds& held_;
   const Transport& transport_;

@@ -6,14 +6,19 @@
 #include <spdlog/spdlog.h>
 
 namespace perserve::service {
-
 Intake::Intake(Parts parts, HeldAdds* held, int shard, int max_held)
     : parts_(std::move(parts)),
       held_(held),
       shard_(shard),
       max_held_(max_held),
       step_bytes_(parts_.replay->step_schema().ItemBytes()),
-      item_bytes_(parts_.replay->ItemColumnBytes()) {}
+      item_bytes_(ItemBytesByTable(*parts_.replay)) {}
+
+std::vector<int64_t> Intake::ItemBytesByTable(const replay::StepReplay& replay) {
+  std::vector<int64_t> bytes;
+  for (int t = 0; t < replay.tables(); ++t) bytes.push_back(replay.table(t).ItemColumnBytes());
+  return bytes;
+}
 
 void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte>* message) {
   ++parts_.counters->add_requests;
@@ -21,7 +26,11 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
   proto::DecodedAppend append;
   Status status = proto::DecodeAppend(frame, step_bytes_, item_bytes_, &append);
   const proto::AppendMeta& meta = append.meta;
-  if (status.ok()) status = parts_.replay->CheckCounts(meta.steps, 0, meta.item_count(), meta.item_per_step);
+  for (const proto::DecodedItems& group : append.groups) {
+    if (!status.ok()) break;
+    const int64_t items = group.item_per_step ? meta.steps : static_cast<int64_t>(group.item_steps.size());
+    status = parts_.replay->CheckCounts(meta.steps, group.table, items, group.item_per_step);
+  }
   if (status.ok()) status = parts_.replay->CheckSteps(meta.steps, meta.item_count());
   if (status.ok() && meta.columns_follow && !parts_.transport->TakesColumnsApart()) {
     status = Status::Unimplemented("this server's transport takes an append's columns in its request");
@@ -39,7 +48,7 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
     if (meta.columns_follow && !early) held_->Refuse(client);  // its columns, when they come, are dropped
     return parts_.replies->Error(client, request_id, status);
   }
-  const bool holds = parts_.admission->HoldsNew(client, meta.steps, meta.item_count());
+  const bool holds = parts_.admission->HoldsNew(client, append);
   uint64_t ticket = 0;  // an append apart's entry in its client's ledger
   if (!holds && early) return Apply(client, request_id, append, std::span<const std::byte>(*early), 0);
   if (!holds && !meta.columns_follow) return Apply(client, request_id, append, std::nullopt, 0);
@@ -115,10 +124,13 @@ void Intake::Apply(int client, uint64_t request_id, const proto::DecodedAppend& 
                    std::optional<std::span<const std::byte>> columns, uint64_t ticket) {
   const proto::AppendMeta& meta = append.meta;
   const bool owed = meta.columns_follow && !columns.has_value();
-  const replay::TableItems group{0, meta.item_per_step, append.item_steps, append.priorities, append.item_columns};
+  groups_.clear();
+  for (const proto::DecodedItems& group : append.groups) {
+    groups_.push_back(
+        replay::TableItems{group.table, group.item_per_step, group.item_steps, group.priorities, group.item_columns});
+  }
   replay::AppendRequest request{client, meta.first_step,
-                                store::StepBatch{meta.steps, columns.value_or(append.step_columns), false},
-                                {&group, meta.item_count() > 0 ? size_t{1} : size_t{0}}};
+                                store::StepBatch{meta.steps, columns.value_or(append.step_columns), false}, groups_};
   Status status;
   bool taken = false;
   if (owed) {
@@ -143,13 +155,16 @@ void Intake::Apply(int client, uint64_t request_id, const proto::DecodedAppend& 
     }
   }
   const int64_t items = meta.item_count();
-  parts_.limiter->Inserted(items, parts_.replay->items().size());
+  for (const replay::TableItems& group : groups_) {
+    (*parts_.limiters)[static_cast<size_t>(group.table)].Inserted(
+        group.count(meta.steps), parts_.replay->table(group.table).items().size());
+  }
   parts_.replies->Reply(client, proto::MessageKind::kAddReply, request_id,
                         proto::AddReply{proto::ShardKey(shard_, first_key), items});
 }
 
 bool Intake::CanRelease(HeldAdds::Iterator add) {
-  if (parts_.admission->LimiterHolds(add->items()) || parts_.admission->PinHolds(add->steps())) return false;
+  if (parts_.admission->LimiterHolds(add->append) || parts_.admission->PinHolds(add->steps())) return false;
   return held_->ColumnsReady(*add);
 }
 
@@ -195,7 +210,10 @@ bool Intake::LetOldestThrough() {
     spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
                  "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
                  "now and whenever this recurs",
-                 oldest->items(), parts_.limiter->options().error_buffer);
+                 oldest->items(),
+                 parts_.admission->limiter(std::max(0, parts_.admission->LimitingTable(oldest->append)))
+                     .options()
+                     .error_buffer);
   }
   Release(&oldest, Status::Ok());
   return true;

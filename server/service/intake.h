@@ -44,7 +44,7 @@ class Intake {
     Replies* replies;
     const Admission* admission;
     CheckpointDriver* checkpoints;
-    RateLimiter* limiter;
+    std::vector<RateLimiter>* limiters;  // a table's
     replay::EpisodeTracker* episodes;
     ServiceCounters* counters;
     std::function<Clock::time_point()> now;
@@ -88,13 +88,15 @@ class Intake {
   void Release(HeldAdds::Iterator* it, const Status& refusal);
   bool CanRelease(HeldAdds::Iterator add);
   Status Refuse(int client, uint64_t request_id, const proto::AppendMeta& meta, const Status& error);
+  static std::vector<int64_t> ItemBytesByTable(const replay::StepReplay& replay);
 
   Parts parts_;
   HeldAdds* held_;
   int shard_;
   int max_held_;
   int64_t step_bytes_;
-  int64_t item_bytes_;
+  std::vector<int64_t> item_bytes_;        // per table: an item's bytes of its item columns
+  std::vector<replay::TableItems> groups_;  // the append being applied, a table's items each
   int64_t bytes_received_ = 0;
   bool pin_hold_logged_ = false;
   bool early_logged_ = false;

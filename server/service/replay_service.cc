@@ -25,6 +25,18 @@ uint64_t RequestIdOf(std::span<const std::byte> bytes) {
   return header.request_id;
 }
 
+// Each table's limiter: its own options, or the service-wide ones.
+std::vector<RateLimiter> LimitersOf(const replay::StepReplay& replay, const ServiceOptions& options) {
+  std::vector<RateLimiter> limiters;
+  for (int t = 0; t < replay.tables(); ++t) {
+    RateLimiterOptions table{options.samples_per_insert, options.error_buffer, options.min_size_to_sample};
+    if (static_cast<size_t>(t) < options.tables.size()) table = options.tables[static_cast<size_t>(t)];
+    table.min_size_to_sample = std::max<int64_t>(1, table.min_size_to_sample);
+    limiters.emplace_back(table);
+  }
+  return limiters;
+}
+
 }  // namespace
 
 ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, ServiceOptions options)
@@ -33,8 +45,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       options_(std::move(options)),
       replies_(transport, &counters_),
       clients_(RolesOf(*transport), Now()),
-      limiter_(RateLimiterOptions{options_.samples_per_insert, options_.error_buffer,
-                                  std::max<int64_t>(1, options_.min_size_to_sample)}),
+      limiters_(LimitersOf(*replay, options_)),
       held_(transport, transport->client_count()),
       pins_(replay->steps().slots()),
       checkpoints_(replay,
@@ -51,9 +62,9 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       stats_(options_.stats_interval_seconds),
       episodes_(replay->step_schema(), options_.reward_column, options_.done_column, transport->client_count(),
                 /*bootstrap_steps=*/replay->steps().episodic()),
-      admission_(*replay, clients_, limiter_, pins_, held_, *transport,
+      admission_(*replay, clients_, limiters_, pins_, held_, *transport,
                  ReplyAllowance{options_.max_unread_sample_replies, options_.max_unread_reply_bytes}),
-      intake_(Intake::Parts{replay, transport, &replies_, &admission_, &checkpoints_, &limiter_, &episodes_,
+      intake_(Intake::Parts{replay, transport, &replies_, &admission_, &checkpoints_, &limiters_, &episodes_,
                             &counters_, [this] { return Now(); },
                             [this](int client) {
                               if (const std::optional<uint64_t> close = clients_.TakePendingClose(client)) {
@@ -61,7 +72,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
                               }
                             }},
               &held_, options_.shard, options_.max_deferred_adds),
-      sampling_(Sampling::Parts{replay, transport, &replies_, &admission_, &limiter_, &pins_, &counters_,
+      sampling_(Sampling::Parts{replay, transport, &replies_, &admission_, &limiters_, &pins_, &counters_,
                                 [this] { return Now(); }},
                 SamplingOptions{options_.max_sample_batch, options_.max_deferred_samples,
                                 options_.zero_copy_min_row_bytes, options_.shard},
@@ -71,13 +82,13 @@ CheckpointState ReplayService::SaveState() const {
   CheckpointState state;
   state.shard = options_.shard;
   state.shards = options_.shards;
-  state.limiter = limiter_.State();
+  state.limiter = limiters_.front().State();
   state.episodes = episodes_.carries();
   return state;
 }
 
 void ReplayService::Restore(const CheckpointState& state) {
-  limiter_.Restore(state.limiter);
+  limiters_.front().Restore(state.limiter);
   // Where the ring keeps episodes, a restored stream begins a new one (its
   // episode in progress ended with the actor that appended it); else the
   // statistics' episodes in progress carry on.
@@ -86,10 +97,14 @@ void ReplayService::Restore(const CheckpointState& state) {
 
 std::string ReplayService::Summary() const {
   const store::StepStore& ring = replay_->steps();
-  const replay::Replay& items = replay_->items();
-  return service::Summary(items, counters_, limiter_) +
-         fmt::format("; steps: {} held, {} appended; items: {} held, {} ever", ring.held(), ring.next_key(),
-                     items.size(), items.counters().items_added);
+  int64_t held = 0, ever = 0;
+  for (int t = 0; t < replay_->tables(); ++t) {
+    held += replay_->table(t).items().size();
+    ever += replay_->table(t).items().counters().items_added;
+  }
+  return service::Summary(*replay_, counters_, limiters_) +
+         fmt::format("; steps: {} held, {} appended; items: {} held, {} ever", ring.held(), ring.next_key(), held,
+                     ever);
 }
 
 Status ReplayService::Run() {
@@ -210,6 +225,7 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
     status = Status::InvalidArgument(fmt::format("an update of {} keys must carry {} bulk bytes a key, got {} in all",
                                                  request.count, kBytesPerKey, frame.bulk.size()));
   }
+  if (status.ok()) status = replay_->CheckTable(request.table);
   replay::UpdateCounts counts;
   if (status.ok()) {
     const size_t count = static_cast<size_t>(request.count);
@@ -227,7 +243,9 @@ void ReplayService::HandleUpdate(int client, const proto::Frame& frame) {
       keys[j] = proto::LocalKey(keys[j]);
     }
     if (status.ok()) status = proto::TakeArray(&bulk, count, &priorities);
-    if (status.ok()) status = replay_->mutable_items().UpdatePriorities(keys, priorities, &counts);
+    if (status.ok()) {
+      status = replay_->mutable_table(request.table).mutable_items().UpdatePriorities(keys, priorities, &counts);
+    }
   }
   if (!status.ok()) return replies_.Error(client, frame.header.request_id, status);
   replies_.Reply(client, proto::MessageKind::kUpdateReply, frame.header.request_id,
@@ -307,7 +325,7 @@ std::string ReplayService::DescribeClients() const {
     const WaitingSample& oldest = waiting.front();
     text += fmt::format(" | waiting samples {} (oldest {:.1f} s, for {})", waiting.size(),
                         std::chrono::duration<double>(now - oldest.arrived).count(),
-                        admission_.Describe(admission_.WaitFor(oldest), oldest.client));
+                        admission_.Describe(admission_.WaitFor(oldest), oldest.client, oldest.table));
   } else {
     text += " | waiting samples 0";
   }
@@ -315,7 +333,11 @@ std::string ReplayService::DescribeClients() const {
     text += fmt::format(" | held adds {} (oldest {:.1f} s: {})", held_.size(),
                         std::chrono::duration<double>(now - held_.front().arrived).count(), admission_.DescribeHeld());
   }
-  if (limiter_.enabled()) text += " | rate limiter " + limiter_.Describe();
+  for (int t = 0; t < replay_->tables(); ++t) {
+    if (limiters_[static_cast<size_t>(t)].enabled()) {
+      text += fmt::format(" | rate limiter{} {}", admission_.OfTable(t), limiters_[static_cast<size_t>(t)].Describe());
+    }
+  }
   text += clients_.DescribeSilent(now, std::max(1.0, options_.stats_interval_seconds),
                                   [this](int client) { return transport_->ClientName(client); });
   return text;
@@ -325,7 +347,7 @@ void ReplayService::MaybeLogStats() {
   const Clock::time_point now = Now();
   if (!stats_.Due(now)) return;
   const store::StepStore& ring = replay_->steps();
-  spdlog::info("{}; steps {} held | {}", stats_.Take(replay_->items(), counters_, now), ring.held(),
+  spdlog::info("{}; steps {} held | {}", stats_.Take(*replay_, counters_, now), ring.held(),
                DescribeClients());
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();

@@ -25,8 +25,12 @@
 // applied. A reply that cannot even be sent is logged and counted
 // (replies_dropped). Only a failing transport (MPI itself) ends Run.
 //
-// A sample request waits (is deferred, its reply held back) until
-// min_size_to_sample items are held, and while its client has not received
+// Several tables: every request names its table (an index; the default
+// table is 0), each table has its own minimum size and rate limiter
+// (ServiceOptions::tables), and an append may create items in several.
+//
+// A sample request waits (is deferred, its reply held back) until its table
+// holds its min_size_to_sample items, and while its client has not received
 // earlier sample replies past its allowance (max_unread_sample_replies, or
 // max_unread_reply_bytes: one reply always goes out when none is unread);
 // other clients are served meanwhile. A client may have at most
@@ -98,6 +102,9 @@ struct ServiceOptions {
   // The rate limiter (off at 0); min_size_to_sample is its M.
   double samples_per_insert = 0.0;
   double error_buffer = 0.0;
+  // Per table (by index): its minimum size and rate limiter. A table past
+  // this list's end (every table when it is empty) takes the three above.
+  std::vector<RateLimiterOptions> tables{};
   // A receive buffer grown past this by one large message is freed after it,
   // so one huge (even rejected) frame does not pin its size for good.
   int64_t keep_receive_bytes = int64_t{16} << 20;
@@ -197,7 +204,7 @@ class ReplayService {
   ServiceCounters counters_;
   Replies replies_;
   ClientBook clients_;
-  RateLimiter limiter_;
+  std::vector<RateLimiter> limiters_;  // a table's
   HeldAdds held_;
   RowPins pins_;
   CheckpointDriver checkpoints_;

@@ -19,8 +19,8 @@ constexpr int64_t kCopyGuardDivisor = 8;
 Sampling::Sampling(Parts parts, SamplingOptions options, int clients)
     : parts_(std::move(parts)), options_(options), waiting_(clients) {}
 
-Status Sampling::CheckReplyFits(int64_t count) const {
-  const int64_t reply_bytes = parts_.admission->SampleReplyBytes(count);
+Status Sampling::CheckReplyFits(int table, int64_t count) const {
+  const int64_t reply_bytes = parts_.admission->SampleReplyBytes(table, count);
   if (reply_bytes <= std::numeric_limits<int>::max()) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "a sample of {} items would be a {}-byte reply, over MPI's 2 GiB message limit", count, reply_bytes));
@@ -35,14 +35,16 @@ void Sampling::HandleSample(int client, const proto::Frame& frame) {
                                                  options_.max_sample_batch));
   }
   if (status.ok() && !frame.bulk.empty()) status = Status::InvalidArgument("a sample request carries no bulk data");
+  if (status.ok()) status = parts_.replay->CheckTable(request.table);
   if (status.ok() && !(request.timeout_seconds >= 0.0)) {
     status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
   }
-  if (status.ok()) status = CheckReplyFits(request.batch_size);
+  if (status.ok()) status = CheckReplyFits(request.table, request.batch_size);
   if (!status.ok()) return parts_.replies->Error(client, frame.header.request_id, status);
   const Clock::time_point now = parts_.now();
-  WaitingSample sample{client, frame.header.request_id, request.batch_size, request.beta, now,
-                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited};
+  WaitingSample sample{client,  frame.header.request_id, request.batch_size, request.beta, now,
+                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/false, {}, request.awaited,
+                       request.table};
   const Admission::SampleWait wait = parts_.admission->WaitFor(sample);
   if (waiting_.count(client) == 0 && wait == Admission::SampleWait::kNone) return Serve(sample);
   Defer(std::move(sample), wait);
@@ -63,10 +65,12 @@ void Sampling::HandleShardSample(int client, const proto::Frame& frame) {
   if (status.ok() && !(request.timeout_seconds >= 0.0)) {
     status = Status::InvalidArgument(fmt::format("timeout {} s must be >= 0", request.timeout_seconds));
   }
-  if (status.ok()) status = CheckReplyFits(request.count);
+  if (status.ok()) status = parts_.replay->CheckTable(request.table);
+  if (status.ok()) status = CheckReplyFits(request.table, request.count);
   const Clock::time_point now = parts_.now();
-  WaitingSample sample{client, frame.header.request_id, request.count, 0.0, now,
-                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited};
+  WaitingSample sample{client,  frame.header.request_id, request.count, 0.0, now,
+                       DeadlineAfter(now, request.timeout_seconds), /*shard_sample=*/true, {}, request.awaited,
+                       status.ok() ? request.table : 0};
   std::span<const std::byte> bulk = frame.bulk;
   if (status.ok()) status = proto::TakeArray(&bulk, static_cast<size_t>(request.count), &sample.fractions);
   if (status.ok()) status = replay::CheckFractions(sample.fractions);
@@ -95,7 +99,7 @@ void Sampling::Defer(WaitingSample sample, Admission::SampleWait wait) {
 
 void Sampling::RefuseHopeless(const WaitingSample& sample, Admission::SampleWait wait) {
   const std::string why = fmt::format("no actor remains open and this sample waits for {}: it can never be served",
-                                      parts_.admission->Describe(wait, sample.client));
+                                      parts_.admission->Describe(wait, sample.client, sample.table));
   if (!sample.shard_sample || !sample.fractions.empty()) {
     return parts_.replies->Error(sample.client, sample.request_id, Status::FailedPrecondition(why));
   }
@@ -106,53 +110,57 @@ void Sampling::RefuseHopeless(const WaitingSample& sample, Admission::SampleWait
 }
 
 void Sampling::Serve(const WaitingSample& sample) {
-  if (sample.shard_sample) return ServeShardSample(sample.client, sample.request_id, sample.fractions, sample.awaited);
-  ServeSample(sample.client, sample.request_id, sample.batch_size, sample.beta, sample.awaited);
+  if (sample.shard_sample) return ServeShardSample(sample);
+  ServeSample(sample);
 }
 
-void Sampling::ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta, bool awaited) {
-  const Status status = parts_.replay->mutable_items().Sample(batch_size, beta, &sample_);
-  if (!status.ok()) return parts_.replies->Error(client, request_id, status);
-  parts_.limiter->Sampled(batch_size);
-  SendDrawn(client, request_id, proto::MessageKind::kSampleReply, proto::SerializeMeta(proto::SampleReply{batch_size}),
-            awaited,
+void Sampling::ServeSample(const WaitingSample& sample) {
+  const Status status =
+      parts_.replay->mutable_table(sample.table).Sample(sample.batch_size, sample.beta, &sample_);
+  if (!status.ok()) return parts_.replies->Error(sample.client, sample.request_id, status);
+  (*parts_.limiters)[static_cast<size_t>(sample.table)].Sampled(sample.batch_size);
+  SendDrawn(sample, proto::MessageKind::kSampleReply, proto::SerializeMeta(proto::SampleReply{sample.batch_size}),
             {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.weights)),
              std::as_bytes(std::span(sample_.probabilities))});
 }
 
-void Sampling::ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions, bool awaited) {
-  const int64_t count = static_cast<int64_t>(fractions.size());
-  replay::Replay& items = parts_.replay->mutable_items();
+void Sampling::ServeShardSample(const WaitingSample& sample) {
+  const int64_t count = static_cast<int64_t>(sample.fractions.size());
+  replay::Replay& items = parts_.replay->mutable_table(sample.table).mutable_items();
   if (count > 0) {
-    const Status status = items.SampleAt(fractions, &sample_);
-    if (!status.ok()) return parts_.replies->Error(client, request_id, status);
-    parts_.limiter->Sampled(count);
+    const Status status = items.SampleAt(sample.fractions, &sample_);
+    if (!status.ok()) return parts_.replies->Error(sample.client, sample.request_id, status);
+    (*parts_.limiters)[static_cast<size_t>(sample.table)].Sampled(count);
   } else {
     sample_.keys.clear();
     sample_.leaves.clear();
     sample_.slots.clear();
   }
-  const int64_t held = parts_.admission->held_items();
+  const int64_t held = parts_.admission->held_items(sample.table);
   const proto::ShardSampleReply meta{count,         held, items.counters().items_added, items.tree().Total(),
-                                     items.tree().Min(), held >= parts_.admission->min_size()};
-  SendDrawn(client, request_id, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta), awaited,
+                                     items.tree().Min(), held >= parts_.admission->min_size(sample.table)};
+  SendDrawn(sample, proto::MessageKind::kShardSampleReply, proto::SerializeMeta(meta),
             {std::as_bytes(std::span(sample_.keys)), std::as_bytes(std::span(sample_.leaves))});
 }
 
-void Sampling::SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta,
-                         bool awaited, std::initializer_list<std::span<const std::byte>> arrays) {
+void Sampling::SendDrawn(const WaitingSample& sample, proto::MessageKind kind, const std::string& meta,
+                         std::initializer_list<std::span<const std::byte>> arrays) {
   for (uint64_t& key : sample_.keys) key = proto::ShardKey(options_.shard, key);  // in place: `arrays` view them
+  const int client = sample.client;
+  const uint64_t request_id = sample.request_id;
+  const bool awaited = sample.awaited;
   const replay::StepReplay& replay = *parts_.replay;
+  const replay::ItemTable& table = replay.table(sample.table);
   const int64_t count = static_cast<int64_t>(sample_.slots.size());
-  const int64_t row_bytes = replay.SampleItemBytes();
+  const int64_t row_bytes = table.SampleItemBytes();
   const size_t column_bytes = static_cast<size_t>(count * row_bytes);
-  const int64_t reply_bytes = parts_.admission->SampleReplyBytes(count);
-  if (count > 0 && awaited && replay.RowsAreSteps() && options_.zero_copy_min_row_bytes >= 0 &&
+  const int64_t reply_bytes = parts_.admission->SampleReplyBytes(sample.table, count);
+  if (count > 0 && awaited && table.RowsAreSteps() && options_.zero_copy_min_row_bytes >= 0 &&
       row_bytes >= options_.zero_copy_min_row_bytes) {
     // Rows the next appends will soon overwrite are copied into the reply;
     // the others go from the ring and stay pinned while the reply travels.
     const store::StepStore& ring = replay.steps();
-    replay.StepSlots(sample_.slots, &step_slots_);
+    table.StepSlots(sample_.slots, &step_slots_);
     const int64_t slots = ring.slots();
     const int64_t head_slot = ring.SlotOf(ring.next_key());
     const int64_t guard = std::max<int64_t>(1, slots / kCopyGuardDivisor);
@@ -175,7 +183,7 @@ void Sampling::SendDrawn(int client, uint64_t request_id, proto::MessageKind kin
   }
   std::vector<std::byte> frame = parts_.transport->AcquireBuffer(static_cast<size_t>(reply_bytes));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(kind, request_id, meta, arrays, column_bytes, &frame);
-  replay.Assemble(sample_.slots, columns);
+  table.Assemble(sample_.slots, columns);
   // A reply without rows (a shard's state) does not count against the client's unread allowance.
   parts_.replies->Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
 }
@@ -225,7 +233,7 @@ void Sampling::ExpireDeadlines(Clock::time_point now) {
     const std::string why =
         fmt::format("the sample waited {:.3f} s, its timeout, for {}",
                     std::chrono::duration<double>(now - it->arrived).count(),
-                    parts_.admission->Describe(parts_.admission->WaitFor(*it), it->client));
+                    parts_.admission->Describe(parts_.admission->WaitFor(*it), it->client, it->table));
     const WaitingSample expired = waiting_.Take(&it);
     parts_.replies->Error(expired.client, expired.request_id, Status::DeadlineExceeded(why));
   }

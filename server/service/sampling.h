@@ -49,7 +49,7 @@ class Sampling {
     Transport* transport;
     Replies* replies;
     const Admission* admission;
-    RateLimiter* limiter;
+    std::vector<RateLimiter>* limiters;  // a table's
     RowPins* pins;
     ServiceCounters* counters;
     std::function<Clock::time_point()> now;
@@ -75,18 +75,18 @@ class Sampling {
  private:
   void Defer(WaitingSample sample, Admission::SampleWait wait);
   void Serve(const WaitingSample& sample);
-  void ServeSample(int client, uint64_t request_id, int64_t batch_size, double beta, bool awaited);
-  void ServeShardSample(int client, uint64_t request_id, std::span<const double> fractions, bool awaited);
+  void ServeSample(const WaitingSample& sample);
+  void ServeShardSample(const WaitingSample& sample);
   // Replies with what sample_ holds: `arrays` (its keys first, which this
   // tags with the shard, in place), then its rows, from the ring only when
   // `awaited` (see the top).
-  void SendDrawn(int client, uint64_t request_id, proto::MessageKind kind, const std::string& meta, bool awaited,
+  void SendDrawn(const WaitingSample& sample, proto::MessageKind kind, const std::string& meta,
                  std::initializer_list<std::span<const std::byte>> arrays);
   // Answers FAILED_PRECONDITION to a sample that can never be served; a
   // learner's probe of this shard's state gets it as the state it asked for
   // (not counted as an error: the learner leaves an actor-less shard out).
   void RefuseHopeless(const WaitingSample& sample, Admission::SampleWait wait);
-  Status CheckReplyFits(int64_t count) const;
+  Status CheckReplyFits(int table, int64_t count) const;
 
   Parts parts_;
   SamplingOptions options_;

@@ -21,6 +21,7 @@
 #include "replay/step_replay.h"
 #include "service/checkpoint/checkpoint.h"
 #include "service/replay_service.h"
+#include "service/table_flags.h"
 #include "service/transport/mpi_transport.h"
 
 namespace {
@@ -42,14 +43,13 @@ struct Flags {
   bool max_priority_from_adds = false;
   std::string restore;
   bool min_size_given = false;
-  // Step streams (docs/steps.md): n-step transitions or sequences over the
-  // actors' appended steps, with stacked columns and item columns.
-  int n_step = 0;
+  // The default table (docs/steps.md for its layouts: n-step transitions or
+  // sequences over the actors' appended steps, with stacked columns and item
+  // columns; transitions without them) ...
+  perserve::service::TableFlags single;
   double discount = 0.99;
-  int sequence_length = 0;
-  int sequence_period = 0;
-  std::vector<std::string> stacks;
-  std::vector<std::string> item_columns;
+  // ... or several tables, one --table spec each (docs/tables.md).
+  std::vector<std::string> tables;
   // The service loop's flags bind straight to its options; the minimum size
   // defaults to 1000 here (capped to the capacity unless given).
   perserve::service::ServiceOptions service = [] {
@@ -124,44 +124,46 @@ class FinalCheckpointPause {
   std::exit(2);
 }
 
-// The table's layout and the ring from the flags (streams: set after the join).
-perserve::Status StepOptionsOf(const Flags& flags, perserve::replay::StepOptions* options) {
+// Each table's flags: the single-table flags' one table, or the --table specs.
+std::vector<perserve::service::TableFlags> TableFlagsOf(const Flags& flags) {
+  if (flags.tables.empty()) return {flags.single};
+  std::vector<perserve::service::TableFlags> tables;
+  for (const std::string& spec : flags.tables) {
+    perserve::service::TableFlags table;
+    if (const perserve::Status s = perserve::service::ParseTableSpec(spec, &table); !s.ok()) Abort(s.ToString());
+    tables.push_back(std::move(table));
+  }
+  return tables;
+}
+
+// "apex: 3-step transitions, discount 0.99, prioritized (alpha 0.6), 1000000 items at most, min size 1000;
+// a sample returns ..." for the start-up log.
+std::string DescribeTable(const perserve::replay::ItemTable& table, const perserve::service::RateLimiterOptions& limit) {
   using perserve::replay::StepOptions;
-  if (flags.n_step > 0 && flags.sequence_length > 0) {
-    return perserve::Status::InvalidArgument("--n-step and --sequence-length choose the item kind: give one");
+  const StepOptions& o = table.options();
+  const perserve::replay::ReplayOptions& items = table.items().options();
+  const std::string kind =
+      o.kind == StepOptions::Kind::kNStep      ? fmt::format("{}-step transitions, discount {}", o.n_step, o.discount)
+      : o.kind == StepOptions::Kind::kSequence ? fmt::format("sequences of {} steps every {} steps", o.sequence_length,
+                                                             o.sequence_period)
+                                               : std::string("transitions");
+  std::string text = fmt::format("table {}: {}, {} sampler", table.name(), kind,
+                                 perserve::table::SelectorKindName(items.sampler));
+  if (items.sampler == perserve::table::SelectorKind::kPrioritized) text += fmt::format(" (alpha {})", items.alpha);
+  text += fmt::format(", {} items at most ({} first out), min size to sample {}", items.capacity,
+                      items.remover == perserve::replay::RemoverKind::kOldestFirst ? "oldest" : "lowest priority",
+                      limit.min_size_to_sample);
+  if (items.max_times_sampled > 0) text += fmt::format(", each item sampled at most {} times", items.max_times_sampled);
+  if (limit.samples_per_insert > 0) {
+    text += fmt::format(", rate limiter {} samples per insert, error buffer {} items", limit.samples_per_insert,
+                        limit.error_buffer);
   }
-  options->kind = flags.n_step > 0           ? StepOptions::Kind::kNStep
-                  : flags.sequence_length > 0 ? StepOptions::Kind::kSequence
-                                              : StepOptions::Kind::kTransition;
-  options->n_step = std::max(1, flags.n_step);
-  options->discount = flags.discount;
-  options->sequence_length = flags.sequence_length;
-  options->sequence_period = flags.sequence_period > 0 ? flags.sequence_period : flags.sequence_length;
-  options->reward_column = flags.service.reward_column;
-  options->done_column = flags.service.done_column;
-  options->step_capacity = flags.capacity;
-  options->prefault = flags.prefault_store;
-  for (const std::string& spec : flags.stacks) {
-    const size_t colon = spec.rfind(':');
-    int depth = -1;
-    if (colon != std::string::npos && colon > 0) {
-      try {
-        size_t used = 0;
-        depth = std::stoi(spec.substr(colon + 1), &used);
-        if (used != spec.size() - colon - 1) depth = -1;
-      } catch (const std::exception&) {
-        depth = -1;
-      }
-    }
-    if (depth < 0) return perserve::Status::InvalidArgument(fmt::format("--stack {}: give name:depth, as obs:4", spec));
-    options->stacks.emplace_back(spec.substr(0, colon), depth);
+  text += fmt::format("; a sample returns {} ({} bytes an item)", table.sample_schema().ToString(),
+                      table.SampleItemBytes());
+  if (table.ItemColumnBytes() > 0) {
+    text += "; items carry " + perserve::Schema{table.options().item_columns}.ToString();
   }
-  for (const std::string& spec : flags.item_columns) {
-    perserve::Column column;
-    PERSERVE_RETURN_IF_ERROR(perserve::ParseColumn(spec, &column));
-    options->item_columns.push_back(column);
-  }
-  return perserve::Status::Ok();
+  return text;
 }
 
 // Joins, serves until every client has closed; everything MPI is freed on return.
@@ -175,42 +177,59 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   // The replay first (allocation, store prefault, the tree's auto calibration):
   // clients wait in the join meanwhile, so no request waits for it. A
   // stream per rank of the job at most (its clients are fewer).
-  perserve::replay::StepOptions step_options;
-  perserve::Status status = StepOptionsOf(flags, &step_options);
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  step_options.streams = world_size;
-  options.capacity = flags.max_items;
+  perserve::service::TableDefaults defaults;
+  defaults.items = options;
+  defaults.limiter = {flags.service.samples_per_insert, flags.service.error_buffer,
+                      flags.service.min_size_to_sample};
+  defaults.min_size_given = flags.min_size_given;
+  defaults.reward_column = flags.service.reward_column;
+  defaults.done_column = flags.service.done_column;
+  defaults.step_capacity = flags.capacity;
+  defaults.streams = world_size;
+  defaults.prefault = flags.prefault_store;
   std::unique_ptr<perserve::replay::StepReplay> replay;
-  if (status.ok()) status = perserve::replay::StepReplay::Create(step_options, options, schema, &replay);
+  perserve::service::ServiceOptions service_options = flags.service;
+  perserve::Status status =
+      perserve::service::TablesOf(TableFlagsOf(flags), defaults, schema, &replay, &service_options.tables);
   if (!status.ok()) Abort(status.ToString());
+  // Checkpoints hold one table with the default selectors (format 3).
+  const auto plain = [](const perserve::replay::ItemTable& table) {
+    const perserve::replay::ReplayOptions& o = table.items().options();
+    return o.sampler == perserve::table::SelectorKind::kPrioritized &&
+           o.remover == perserve::replay::RemoverKind::kOldestFirst && o.max_times_sampled == 0;
+  };
+  if ((!flags.service.checkpoint_dir.empty() || !flags.restore.empty()) &&
+      (replay->tables() > 1 || !plain(replay->table(0)))) {
+    Abort("--checkpoint-dir and --restore: checkpoints hold one table with the prioritized sampler, the fifo "
+          "remover and no max_times_sampled for now (docs/tables.md); this server has " +
+          std::to_string(replay->tables()) + " table(s): " + replay->TableNames());
+  }
+  const perserve::replay::ItemTable& first = replay->table(0);
   perserve::proto::ServedSchemas served = perserve::proto::TransitionSchemas(schema);
-  served.steps = !replay->RowsAreSteps();
-  served.samples = replay->sample_schema();
-  served.items = perserve::Schema{step_options.item_columns};
+  served.steps = !first.RowsAreSteps();
+  served.samples = first.sample_schema();
+  served.items = perserve::Schema{first.options().item_columns};
   served.max_steps_apart = replay->steps().slack();
+  served.tables.clear();
+  for (int t = 0; t < replay->tables(); ++t) {
+    const perserve::replay::ItemTable& table = replay->table(t);
+    const perserve::table::SelectorKind sampler = table.items().options().sampler;
+    served.tables.push_back(perserve::proto::TableSchemas{
+        table.name(), !table.RowsAreSteps(), table.sample_schema(), perserve::Schema{table.options().item_columns},
+        std::string(perserve::table::SelectorKindName(sampler)),
+        sampler == perserve::table::SelectorKind::kPrioritized || sampler == perserve::table::SelectorKind::kMaxHeap ||
+            sampler == perserve::table::SelectorKind::kMinHeap});
+  }
   // By default half the cores this rank may use (the other half for MPI's
   // progress and ranks beside it), at most 8: a sample's copy is memory-bound.
   replay->SetAssemblyThreads(flags.assembly_threads > 0
                                  ? flags.assembly_threads
                                  : std::clamp(perserve::replay::AssemblyPool::UsableCores() / 2, 1, 8));
-  perserve::service::ServiceOptions service_options = flags.service;
-  if (!flags.min_size_given) {
-    // Never a minimum the table cannot reach: all of a ring of transitions,
-    // half the whole items of a ring of one long episode per stream.
-    const int64_t reachable = replay->ReachableItems();
-    service_options.min_size_to_sample = std::min<int64_t>(
-        service_options.min_size_to_sample, replay->RowsAreSteps() ? reachable : std::max<int64_t>(1, reachable / 2));
-  }
-  if (const perserve::Status s = perserve::service::RateLimiter::Validate({service_options.samples_per_insert,
-                                                                           service_options.error_buffer,
-                                                                           service_options.min_size_to_sample});
-      !s.ok()) {
-    Abort(s.ToString());
-  }
   perserve::mpi::Communicator comm;
   perserve::mpi::JoinResult joined;
-  perserve::mpi::ServerInfo info{served, flags.alpha, flags.capacity, {}};
+  perserve::mpi::ServerInfo info{served, first.items().options().alpha, flags.capacity, {}};
   // Restored in the join, once the shard is known (clients wait in it
   // meanwhile), so the join tells each actor its stream's steps. A
   // checkpoint that does not fit or is damaged ends the job before anything
@@ -236,30 +255,21 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   if (!status.ok()) Abort("join failed: " + status.ToString());
   std::string shard_warning;
   const std::string shard = perserve::mpi::DescribeShard(joined, &shard_warning);
-  spdlog::info("serving {} clients ({}); {}{} steps, {} items at most, alpha {}, min size to sample {}, tree on {}, "
-               "{} assembly threads, schema {} ({} bytes a step)",
+  spdlog::info("serving {} clients ({}); {}{} steps, tree on {}, {} assembly threads, schema {} ({} bytes a step)",
                joined.client_ranks.size(), perserve::mpi::DescribeRoles(joined), shard.empty() ? "" : shard + "; ",
-               flags.capacity, replay->items().capacity(), flags.alpha, service_options.min_size_to_sample,
-               replay->items().tree().device_name(), replay->assembly_threads(), schema.ToString(), schema.ItemBytes());
-  if (served.steps) {
-    spdlog::info("step streams: {}; a sample returns {} ({} bytes an item){}",
-                 step_options.kind == perserve::replay::StepOptions::Kind::kNStep
-                     ? fmt::format("{}-step transitions, discount {}", step_options.n_step, step_options.discount)
-                     : fmt::format("sequences of {} steps every {} steps", step_options.sequence_length,
-                                   step_options.sequence_period),
-                 served.samples.ToString(), served.samples.ItemBytes(),
-                 served.items.columns.empty() ? "" : "; items carry " + served.items.ToString());
-  }
-  if (service_options.min_size_to_sample > replay->ReachableItems()) {
-    spdlog::warn("--min-size-to-sample {}: a ring of {} steps holds at most {} whole items while each stream's "
-                 "episodes run long (more only with short episodes); sampling may wait for ever",
-                 service_options.min_size_to_sample, flags.capacity, replay->ReachableItems());
+               flags.capacity, first.items().tree().device_name(), replay->assembly_threads(), schema.ToString(),
+               schema.ItemBytes());
+  for (int t = 0; t < replay->tables(); ++t) {
+    const perserve::replay::ItemTable& table = replay->table(t);
+    const perserve::service::RateLimiterOptions& limit = service_options.tables[static_cast<size_t>(t)];
+    spdlog::info("{}", DescribeTable(table, limit));
+    if (limit.min_size_to_sample > table.ReachableItems()) {
+      spdlog::warn("table {}: min size to sample {}: a ring of {} steps holds at most {} whole items while each "
+                   "stream's episodes run long (more only with short episodes); sampling may wait for ever",
+                   table.name(), limit.min_size_to_sample, flags.capacity, table.ReachableItems());
+    }
   }
   if (!shard_warning.empty()) spdlog::warn("{}", shard_warning);
-  if (flags.service.samples_per_insert > 0) {
-    spdlog::info("rate limiter: {} samples per insert, error buffer {} items", flags.service.samples_per_insert,
-                 flags.service.error_buffer);
-  }
   perserve::service::MpiTransport transport(comm.get(), joined.client_ranks,
                                                perserve::service::MpiTransport::ClientRoles(joined));
   // mpirun and srun send SIGTERM to every rank at once: a client may die
@@ -298,7 +308,7 @@ static int Main(int argc, char** argv) {
   app.add_option("--capacity", flags.capacity,
                  "steps the ring holds (all actors together; a transition is a step), oldest dropped first")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-items", flags.max_items,
+  app.add_option("--max-items", flags.single.max_items,
                  "items the table holds at most (default: --capacity); past it the oldest items leave first. An item "
                  "also leaves when a step it needs leaves the ring")
       ->check(CLI::PositiveNumber);
@@ -379,23 +389,29 @@ static int Main(int argc, char** argv) {
   app.add_option("--restore", flags.restore,
                  "start from a checkpoint: a checkpoint directory, or a --checkpoint-dir (its newest complete one "
                  "for this shard); the schema and capacity flags must match it");
-  app.add_option("--n-step", flags.n_step,
+  app.add_option("--n-step", flags.single.n_step,
                  "step streams (docs/steps.md): actors append steps, each item an n-step transition computed at "
                  "sample time (obs, action, return, discount, next_obs)")
       ->check(CLI::PositiveNumber);
   app.add_option("--discount", flags.discount, "the n-step return's discount G, in [0, 1]")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--sequence-length", flags.sequence_length,
+  app.add_option("--sequence-length", flags.single.sequence_length,
                  "step streams: each item a sequence of this many steps (R2D2: 80), with a mask past its episode")
       ->check(CLI::PositiveNumber);
-  app.add_option("--sequence-period", flags.sequence_period,
+  app.add_option("--sequence-period", flags.single.sequence_period,
                  "sequences start every this many steps of an episode (R2D2: 40; default: the length)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--stack", flags.stacks,
+  app.add_option("--stack", flags.single.stacks,
                  "step streams: a column stored one frame a step and returned stacked, name:depth (obs:4 returns "
                  "84,84 frames as 84,84,4); n-step items also return it at the next step as next_<name>");
-  app.add_option("--item-column", flags.item_columns,
+  app.add_option("--item-column", flags.single.item_columns,
                  "step streams: a column an actor sends with each item it creates, name:dtype:shape (repeat)");
+  app.add_option("--table", flags.tables,
+                 "a table, NAME:key=value,... (repeat for several tables over the one step ring; docs/tables.md): "
+                 "n_step, discount, sequence_length, sequence_period, stack, item_column, sampler (prioritized, "
+                 "uniform, fifo, lifo, max_heap, min_heap), remover (fifo, min_heap), max_items, max_times_sampled, "
+                 "alpha, min_size, samples_per_insert, error_buffer. Without it the flags above make one table, "
+                 "\"default\"");
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->capture_default_str();
   try {
@@ -406,29 +422,42 @@ static int Main(int argc, char** argv) {
     app.exit(e);
     Abort("bad command line");
   }
-  if (flags.max_items == 0) flags.max_items = flags.capacity;
   flags.min_size_given = app.count("--min-size-to-sample") > 0;
-  if (flags.min_size_given &&
-      (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > flags.max_items)) {
-    Abort(fmt::format("--min-size-to-sample {} must be in [1, {}]: the table holds at most {} items (--max-items, "
-                      "else --capacity); no sample could ever be served",
-                      flags.service.min_size_to_sample, flags.max_items, flags.max_items));
-  }
-  // The layout's flags without a layout: refused rather than ignored.
-  if (flags.n_step == 0 && flags.sequence_length == 0) {
-    for (const char* flag : {"--stack", "--item-column", "--sequence-period", "--discount"}) {
+  if (app.count("--discount") > 0) flags.single.discount = flags.discount;
+  if (flags.tables.empty()) {
+    // The single table's flags, checked as flags (the --table specs' keys are checked alike, by TablesOf).
+    const int64_t max_items = flags.single.max_items > 0 ? flags.single.max_items : flags.capacity;
+    if (flags.min_size_given &&
+        (flags.service.min_size_to_sample < 1 || flags.service.min_size_to_sample > max_items)) {
+      Abort(fmt::format("--min-size-to-sample {} must be in [1, {}]: the table holds at most {} items (--max-items, "
+                        "else --capacity); no sample could ever be served",
+                        flags.service.min_size_to_sample, max_items, max_items));
+    }
+    // The layout's flags without a layout: refused rather than ignored.
+    if (flags.single.n_step == 0 && flags.single.sequence_length == 0) {
+      for (const char* flag : {"--stack", "--item-column", "--sequence-period", "--discount"}) {
+        if (app.count(flag) > 0) {
+          Abort(fmt::format("{} shapes n-step items or sequences: give --n-step or --sequence-length too (without "
+                            "them the server stores transitions)",
+                            flag));
+        }
+      }
+    }
+    if (flags.single.n_step > 0 && app.count("--sequence-period") > 0) {
+      Abort("--sequence-period is for sequences (--sequence-length), not n-step items");
+    }
+    if (flags.single.sequence_length > 0 && app.count("--discount") > 0) {
+      Abort("--discount is for n-step items (--n-step); a sequence returns its rewards as they are");
+    }
+  } else {
+    for (const char* flag : {"--n-step", "--sequence-length", "--sequence-period", "--discount", "--stack",
+                             "--item-column", "--max-items"}) {
       if (app.count(flag) > 0) {
-        Abort(fmt::format("{} shapes n-step items or sequences: give --n-step or --sequence-length too (without "
-                          "them the server stores transitions)",
+        Abort(fmt::format("{} shapes the one table the flags make; with --table give it in each table's spec "
+                          "(docs/tables.md)",
                           flag));
       }
     }
-  }
-  if (flags.n_step > 0 && app.count("--sequence-period") > 0) {
-    Abort("--sequence-period is for sequences (--sequence-length), not n-step items");
-  }
-  if (flags.sequence_length > 0 && app.count("--discount") > 0) {
-    Abort("--discount is for n-step items (--n-step); a sequence returns its rewards as they are");
   }
   if (flags.service.checkpoint_every_seconds > 0 && flags.service.checkpoint_dir.empty()) {
     Abort("--checkpoint-every needs --checkpoint-dir");

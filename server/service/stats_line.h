@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "replay/replay.h"
+#include "replay/step_replay.h"
 #include "service/rate_limiter.h"
 
 namespace perserve::service {
@@ -27,8 +30,10 @@ struct ServiceCounters {
   int64_t pinned_adds = 0;        // adds held because they would overwrite rows of a reply in flight
 };
 
-// The whole job's counts, for the final line.
-std::string Summary(const replay::Replay& replay, const ServiceCounters& counters, const RateLimiter& limiter);
+// The whole job's counts, for the final line: with several tables, each
+// table's counts and rate limiter after its name.
+std::string Summary(const replay::StepReplay& replay, const ServiceCounters& counters,
+                    const std::vector<RateLimiter>& limiters);
 
 class StatsLine {
  public:
@@ -41,12 +46,14 @@ class StatsLine {
   }
   // "size N | in X items/s | sampled ... | errors E | rss R MiB": the counts
   // since the last line (or the start); the next interval begins at `now`.
-  std::string Take(const replay::Replay& replay, const ServiceCounters& counters, Clock::time_point now);
+  // With several tables: "tables: apex size N in X/s sampled Y/s updated
+  // Z/s stale S; r2d2 size ... | errors E | rss R MiB".
+  std::string Take(const replay::StepReplay& replay, const ServiceCounters& counters, Clock::time_point now);
 
  private:
   double interval_seconds_;
   Clock::time_point since_ = Clock::now();
-  replay::ReplayCounters replay_at_last_;
+  std::vector<replay::ReplayCounters> replay_at_last_;  // a table's
   ServiceCounters service_at_last_;
 };
 

@@ -25,6 +25,7 @@ struct WaitingSample {
   bool shard_sample = false;   // a ShardSampleRequest: draws at `fractions` (a probe when empty)
   std::vector<double> fractions{};
   bool awaited = false;  // the client receives the reply next: its rows may go from the store
+  int table = 0;         // the table it samples (an index of the replay's)
 };
 
 class WaitingSamples {

@@ -56,6 +56,11 @@ class ShardedLoopbackConnection final : public Connection {
       : shards_(shards), between_steps_(std::move(between_steps)) {}
 
   const Schema& schema() const override { return shards_->front().replay->step_schema(); }
+  // The tables the learner is told of (none set: the Connection's default, one table).
+  const std::vector<proto::TableSchemas>& tables() const override {
+    return tables_.empty() ? Connection::tables() : tables_;
+  }
+  void set_tables(std::vector<proto::TableSchemas> tables) { tables_ = std::move(tables); }
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override {
     std::vector<std::byte> buffer;
     buffer.reserve(expected_bytes);
@@ -108,6 +113,7 @@ class ShardedLoopbackConnection final : public Connection {
   std::vector<Shard>* shards_;
   std::function<void()> between_steps_;
   std::vector<proto::ShardSampleRequest> sent_;
+  std::vector<proto::TableSchemas> tables_;
 };
 
 class ShardSamplerLoopbackTest : public ::testing::Test {
@@ -383,6 +389,45 @@ TEST_F(ShardSamplerLoopbackTest, ANewBetaKeepsThePrefetchedSamplesAndWeighsThemF
     EXPECT_EQ(sampled, 4 * 32);
     shards_.clear();
   }
+}
+
+// Each table has its own sampler over the shards: every shard request (a
+// state request, a part, an info) names the table, and one table's shard
+// states are not another's. These one-table shards refuse a second table.
+TEST_F(ShardSamplerLoopbackTest, ShardRequestsNameTheirTable) {
+  StartShards(2, 1024, MinSize(1));
+  Add(0, 50, 1.0);
+  Add(1, 50, 1.0);
+  ClientOptions options;
+  options.shard_seed = 5;
+  auto connection = std::make_unique<ShardedLoopbackConnection>(&shards_, nullptr);
+  const Schema schema{{Column{"id", DType::kInt64, {}}}};
+  connection->set_tables({proto::TableSchemas{"default", false, schema, {}},
+                          proto::TableSchemas{"second", false, schema, {}}});
+  connection_ = connection.get();
+  std::unique_ptr<LearnerClient> learner = TestAccess::Learner(std::move(connection), options);
+  SampleBatch batch;
+  ASSERT_TRUE(learner->Sample("default", 16, 0.4, &batch).ok());
+  EXPECT_EQ(batch.table, "default");
+  ReplayInfo info;
+  ASSERT_TRUE(learner->Info(&info).ok());
+  EXPECT_EQ(info.size, 100);
+  const size_t default_requests = connection_->sent().size();
+  for (const proto::ShardSampleRequest& request : connection_->sent()) EXPECT_EQ(request.table, 0);
+
+  const Status other_info = learner->Info("second", &info);
+  EXPECT_EQ(other_info.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(other_info.message().find("a request for table 1: this server has one table"), std::string::npos)
+      << other_info.ToString();
+  const Status other = learner->Sample("second", 16, 0.4, &batch);
+  EXPECT_EQ(other.code(), Status::Code::kInvalidArgument) << other.ToString();
+  ASSERT_GT(connection_->sent().size(), default_requests + 2);
+  for (size_t i = default_requests; i < connection_->sent().size(); ++i) EXPECT_EQ(connection_->sent()[i].table, 1);
+  // The default table's sampler still knows its shards ready: a part a shard at once.
+  const size_t before = connection_->sent().size();
+  ASSERT_TRUE(learner->Sample(16, 0.4, &batch).ok());
+  EXPECT_EQ(connection_->sent().size(), before + 2);
+  EXPECT_TRUE(learner->Close().ok());
 }
 
 }  // namespace

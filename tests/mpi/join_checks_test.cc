@@ -54,7 +54,9 @@ TEST(JoinChecksTest, MoreThan1024ServersAreRefused) {
 // it adds, with no item columns.
 TEST(JoinChecksTest, StreamStepCountsAndStepsApartAreCheckedWhenDecoded) {
   const Schema step{{{"obs", DType::kUInt8, {2}}, {"reward", DType::kFloat32, {}}, {"done", DType::kUInt8, {}}}};
-  proto::ServedSchemas served{true, step, step, {}, {437, 0, 12}, 256};
+  proto::ServedSchemas served = proto::OneTableSchemas(true, step, step, {});
+  served.stream_steps = {437, 0, 12};
+  served.max_steps_apart = 256;
   const auto decode = [](const proto::ServedSchemas& sent, proto::ServedSchemas* decoded) {
     const std::string bytes = proto::SerializeServedSchemas(sent);
     return proto::DeserializeServedSchemas(std::as_bytes(std::span(bytes.data(), bytes.size())), decoded);

@@ -17,11 +17,11 @@ std::vector<std::byte> AddFrame(uint64_t id) {
   AppendMeta meta;
   meta.first_step = AppendMeta::kAtEnd;
   meta.steps = 2;
-  meta.item_per_step = true;
-  meta.has_priorities = true;
+  meta.groups = {ItemGroup{/*table=*/0, /*items=*/0, /*item_per_step=*/true, /*has_priorities=*/true}};
   const std::span<const std::byte> step_columns[] = {columns};
+  const ItemGroupSpans group{{}, priorities, {}};
   std::vector<std::byte> frame;
-  EncodeAppend(id, meta, step_columns, {}, priorities, {}, &frame);
+  EncodeAppend(id, meta, step_columns, std::span(&group, 1), &frame);
   return frame;
 }
 
@@ -33,16 +33,19 @@ TEST(CodecTest, RoundTripsHeaderMetaAndBulk) {
   EXPECT_EQ(decoded.header.request_id, 42u);
   EXPECT_EQ(decoded.bulk.size(), 6u + 2 * sizeof(double));
   DecodedAppend append;
-  ASSERT_TRUE(DecodeAppend(decoded, /*step_bytes=*/3, /*item_bytes=*/0, &append).ok());
+  const int64_t no_item_columns[] = {0};
+  ASSERT_TRUE(DecodeAppend(decoded, /*step_bytes=*/3, no_item_columns, &append).ok());
   EXPECT_EQ(append.meta.steps, 2);
-  EXPECT_EQ(append.meta.item_count(), 2);
+  EXPECT_EQ(append.item_count(), 2);
   EXPECT_EQ(append.meta.first_step, AppendMeta::kAtEnd);
-  EXPECT_TRUE(append.meta.has_priorities);
   ASSERT_EQ(append.step_columns.size(), 6u);
   EXPECT_EQ(append.step_columns[5], std::byte{6});
-  EXPECT_TRUE(append.item_steps.empty());
-  EXPECT_EQ(append.priorities, (std::vector<double>{1.0, 2.0}));
-  EXPECT_TRUE(append.item_columns.empty());
+  ASSERT_EQ(append.groups.size(), 1u);
+  EXPECT_EQ(append.groups[0].table, 0);
+  EXPECT_TRUE(append.groups[0].item_per_step);
+  EXPECT_TRUE(append.groups[0].item_steps.empty());
+  EXPECT_EQ(append.groups[0].priorities, (std::vector<double>{1.0, 2.0}));
+  EXPECT_TRUE(append.groups[0].item_columns.empty());
 }
 
 // An append of steps and items over listed steps, with item columns: each
@@ -51,41 +54,44 @@ TEST(CodecTest, AnAppendOfStepsAndListedItemsRoundTrips) {
   AppendMeta meta;
   meta.first_step = 7;
   meta.steps = 3;
-  meta.items = 2;
+  meta.groups = {ItemGroup{0, /*items=*/2, false, false}};
   meta.timeout_seconds = 1.5;
   const std::vector<std::byte> first(3, std::byte{0xa}), second(6, std::byte{0xb});
   const std::span<const std::byte> step_columns[] = {first, second};  // 1 + 2 bytes a step
   const std::vector<int64_t> item_steps = {5, 9};
   const std::vector<std::byte> state(8, std::byte{0xc});  // 4 bytes an item
   const std::span<const std::byte> item_columns[] = {state};
+  const ItemGroupSpans group{item_steps, {}, item_columns};
   std::vector<std::byte> frame;
-  EncodeAppend(3, meta, step_columns, item_steps, {}, item_columns, &frame);
+  EncodeAppend(3, meta, step_columns, std::span(&group, 1), &frame);
   Frame decoded;
   ASSERT_TRUE(DecodeFrame(frame, &decoded).ok());
   DecodedAppend append;
-  ASSERT_TRUE(DecodeAppend(decoded, 3, 4, &append).ok());
+  const int64_t four[] = {4};
+  ASSERT_TRUE(DecodeAppend(decoded, 3, four, &append).ok());
   EXPECT_EQ(append.meta.first_step, 7);
   EXPECT_EQ(append.meta.timeout_seconds, 1.5);
   ASSERT_EQ(append.step_columns.size(), 9u);
   EXPECT_EQ(append.step_columns[2], std::byte{0xa});
   EXPECT_EQ(append.step_columns[3], std::byte{0xb});
-  EXPECT_EQ(append.item_steps, item_steps);
-  EXPECT_TRUE(append.priorities.empty());
-  ASSERT_EQ(append.item_columns.size(), 8u);
-  EXPECT_EQ(append.item_columns[0], std::byte{0xc});
+  ASSERT_EQ(append.groups.size(), 1u);
+  EXPECT_EQ(append.groups[0].item_steps, item_steps);
+  EXPECT_TRUE(append.groups[0].priorities.empty());
+  ASSERT_EQ(append.groups[0].item_columns.size(), 8u);
+  EXPECT_EQ(append.groups[0].item_columns[0], std::byte{0xc});
   // Against other byte counts it does not add up, and says so.
-  const Status wrong = DecodeAppend(decoded, 4, 4, &append);
+  const Status wrong = DecodeAppend(decoded, 4, four, &append);
   EXPECT_EQ(wrong.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(wrong.message().find("carries 33 bulk bytes"), std::string::npos) << wrong.ToString();
 
   // Its columns apart: none in the request.
   meta.columns_follow = true;
-  EncodeAppend(4, meta, {}, item_steps, {}, item_columns, &frame);
+  EncodeAppend(4, meta, {}, std::span(&group, 1), &frame);
   ASSERT_TRUE(DecodeFrame(frame, &decoded).ok());
-  ASSERT_TRUE(DecodeAppend(decoded, 3, 4, &append).ok());
+  ASSERT_TRUE(DecodeAppend(decoded, 3, four, &append).ok());
   EXPECT_TRUE(append.step_columns.empty());
-  EXPECT_EQ(append.item_steps, item_steps);
-  EXPECT_EQ(append.item_columns.size(), 8u);
+  EXPECT_EQ(append.groups[0].item_steps, item_steps);
+  EXPECT_EQ(append.groups[0].item_columns.size(), 8u);
 }
 
 // Malformed appends are refused by the decoder, naming the problem.
@@ -97,24 +103,24 @@ TEST(CodecTest, MalformedAppendsAreRefused) {
     Frame decoded;
     EXPECT_TRUE(DecodeFrame(frame, &decoded).ok());
     DecodedAppend append;
-    return DecodeAppend(decoded, 3, 0, &append);
+    const int64_t no_item_columns[] = {0};
+    return DecodeAppend(decoded, 3, no_item_columns, &append);
   };
   AppendMeta none;
-  EXPECT_NE(decode(none, 0).message().find("an append of 0 steps and 0 items"), std::string::npos);
+  EXPECT_NE(decode(none, 0).message().find("an append of no steps and no items"), std::string::npos);
   AppendMeta negative;
   negative.steps = -1;
-  negative.items = 2;
+  negative.groups = {ItemGroup{0, 2, false, false}};
   EXPECT_EQ(decode(negative, 16).code(), Status::Code::kInvalidArgument);
   AppendMeta both;  // items listed and an item per step
   both.steps = 1;
-  both.items = 1;
-  both.item_per_step = true;
-  EXPECT_NE(decode(both, 11).message().find("(an item per step) is malformed"), std::string::npos);
+  both.groups = {ItemGroup{0, 1, true, false}};
+  EXPECT_NE(decode(both, 11).message().find("and an item per step is malformed"), std::string::npos);
   AppendMeta at_end;  // only an add goes at the stream's end
   at_end.first_step = AppendMeta::kAtEnd;
   at_end.steps = 1;
   EXPECT_NE(decode(at_end, 3).message().find("an append from step -1"), std::string::npos);
-  at_end.item_per_step = true;
+  at_end.groups = {ItemGroup{0, 0, true, false}};
   EXPECT_TRUE(decode(at_end, 3).ok());
   AppendMeta timeout;
   timeout.steps = 1;
@@ -122,7 +128,7 @@ TEST(CodecTest, MalformedAppendsAreRefused) {
   EXPECT_NE(decode(timeout, 3).message().find("timeout -1 s"), std::string::npos);
   AppendMeta huge;  // counts far past the bulk: no overflow, a refusal
   huge.steps = int64_t{1} << 62;
-  huge.items = int64_t{1} << 62;
+  huge.groups = {ItemGroup{0, int64_t{1} << 62, false, true}};
   EXPECT_EQ(decode(huge, 64).code(), Status::Code::kInvalidArgument);
 }
 

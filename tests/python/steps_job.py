@@ -8,6 +8,13 @@ sampled item bit for bit against a plain NumPy reference.
 (S server ranks, 1 when not given: with 2, each actor appends to its own
 shard and the learner samples over both.)
 
+Mode "tables": one server of three tables over its one step ring (issue 34),
+fed by the same appends: "apex" (prioritized n-step items, as mode nstep),
+"r2d2" (uniform sequences with an item column, as mode sequence, its own
+stack depth) and "recent" (a LIFO table of the steps themselves, 64 at most).
+Each append creates items in all three; the learner samples each table in
+turn and checks every item against the reference of the table's layout.
+
 Every step's content is a function of (actor, stream index), and a frame's
 first bytes name both, so the learner decodes each sampled item's actor and
 step from its newest frame and recomputes the whole item from the stream's
@@ -32,6 +39,8 @@ MODES = {
     "nstep": dict(n=3, discount=0.875, stack=4, length=0, period=0, item_columns=False),
     "sequence": dict(n=0, discount=0.0, stack=2, length=5, period=2, item_columns=True),
 }
+# Mode "tables": each table's layout, as the server's --table specs give it.
+TABLES = {"apex": ("nstep", MODES["nstep"]), "r2d2": ("sequence", MODES["sequence"])}
 APPENDS_PER_ACTOR = 340  # of 1 to 8 steps: about 1500 steps each
 BATCHES = 60
 BATCH = 32
@@ -164,6 +173,33 @@ def check_item(sample, i: int, mode_name: str, mode: dict, where: str) -> None:
                                  f"got {got!r}, expected {value!r}")
 
 
+def append_to_tables(a, actor: int, count: int, made: dict, rng) -> None:
+    """Mode "tables": the stream's next `count` steps, with the items they make
+    whole in apex and r2d2 and one item a step in recent, in one append."""
+    first = a.steps_appended
+    rows = [step(actor, i) for i in range(first, first + count)]
+    steps = {name: np.array([r[name] for r in rows]) for name in ("obs", "action", "reward", "done")}
+    items = {"recent": perserve.Items(list(range(first, first + count)))}
+    for table, (_, mode) in TABLES.items():
+        ready = item_steps(actor, first + count, made[table], mode)
+        if not ready:
+            continue
+        columns = {"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)} if mode["item_columns"] else None
+        items[table] = perserve.Items(ready, rng.uniform(0.1, 2.0, len(ready)), columns)
+        made[table] = ready[-1] + 1
+    a.append(steps, items)
+
+
+def check_step(sample, i: int, where: str) -> None:
+    """Mode "tables": item i of the recent table is the step itself."""
+    newest = sample.columns["obs"][i]
+    actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
+    for name, value in step(actor, t).items():
+        got = sample.columns[name][i]
+        if got.tobytes() != np.asarray(value).tobytes():
+            raise AssertionError(f"{where} recent item {i} (actor {actor}, step {t}) column {name}: got {got!r}")
+
+
 def append_steps(a, actor: int, count: int, made: int, mode: dict, rng) -> int:
     """Appends the stream's next `count` steps with the items they make
     whole (random priorities; the item column, when the mode has one, names
@@ -175,21 +211,28 @@ def append_steps(a, actor: int, count: int, made: int, mode: dict, rng) -> int:
     priorities = rng.uniform(0.1, 2.0, len(ready)) if ready else None
     item_columns = ({"state": np.array([[actor, t, t * 2 + 1] for t in ready], np.float32)}
                     if mode["item_columns"] and ready else None)
-    a.append(steps, ready or None, priorities, item_columns)
+    if ready and count % 2 == 0:  # the same items, as one table's of several (the server's one: "default")
+        a.append(steps, {"default": perserve.Items(ready, priorities, item_columns)})
+    else:
+        a.append(steps, ready or None, priorities, item_columns)
     return ready[-1] + 1 if ready else made
 
 
 def run_actor(actor: int, mode: dict) -> None:
     rng = np.random.default_rng(actor)
     with perserve.Actor(MPI.COMM_WORLD) as a:
-        assert a.stores_steps
+        tables = mode is None
+        assert a.stores_steps or tables
         peers = a.peers()
         actors = peers.Split(0, actor)
-        made = 0
+        made = {"apex": 0, "r2d2": 0} if tables else 0
         for appends in range(APPENDS_PER_ACTOR):
             if appends % 4 == 3:
                 actors.Barrier()
-            made = append_steps(a, actor, int(rng.integers(1, 9)), made, mode, rng)
+            if tables:
+                append_to_tables(a, actor, int(rng.integers(1, 9)), made, rng)
+            else:
+                made = append_steps(a, actor, int(rng.integers(1, 9)), made, mode, rng)
         a.flush()
         actors.Free()
         peers.Free()
@@ -206,7 +249,8 @@ def run_learner(mode: dict, mode_name: str) -> None:
                 else ["obs", "action", "reward", "done", "mask", "state"])
         assert names == want, names
         for b in range(BATCHES):
-            sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
+            sample = learner.sample(BATCH, beta=0.5, timeout=60.0, table="default" if b % 2 else None)
+            assert sample.table == "default", sample.table
             for i in range(sample.size):
                 check_item(sample, i, mode_name, mode, f"batch {b}")
                 checked += 1
@@ -216,13 +260,53 @@ def run_learner(mode: dict, mode_name: str) -> None:
     print(f"steps_job {mode_name}: {checked} sampled items equal the NumPy reference", flush=True)
 
 
+def run_tables_learner() -> None:
+    """Mode "tables": each table's samples against its layout's reference;
+    priorities updated in the prioritized table, refused for the others."""
+    checked = {"apex": 0, "r2d2": 0, "recent": 0}
+    with perserve.Learner(MPI.COMM_WORLD, prefetch=1) as learner:
+        peers = learner.peers()
+        peers.Split(1, 0).Free()
+        peers.Free()
+        assert learner.tables() == ["apex", "r2d2", "recent"], learner.tables()
+        assert [c.name for c in learner.schema("r2d2")][-2:] == ["mask", "state"]
+        try:
+            learner.update_priorities([0], [1.0], table="r2d2")
+            raise AssertionError("an update of the uniform table was sent")
+        except perserve.InvalidArgumentError as error:
+            assert "r2d2" in str(error), error
+        for b in range(BATCHES):
+            table = ("apex", "r2d2", "recent")[b % 3]
+            sample = learner.sample(BATCH, beta=0.5, timeout=60.0, table=table)
+            assert sample.table == table, sample.table
+            for i in range(sample.size):
+                if table == "recent":
+                    check_step(sample, i, f"batch {b}")
+                else:
+                    mode_name, mode = TABLES[table]
+                    check_item(sample, i, mode_name, mode, f"batch {b} table {table}")
+                checked[table] += 1
+            if table == "apex":
+                assert np.all(sample.weights > 0) and np.all(sample.weights <= 1)
+                learner.update_priorities(sample.keys, np.full(sample.size, 0.5 + b % 3), table="apex")
+            else:
+                assert np.all(sample.weights == 1.0), "uniform and lifo draws weigh 1"
+        info = {table: learner.info(table) for table in checked}
+        assert info["recent"].size <= 64, info["recent"]
+        learner.flush()
+    print(f"steps_job tables: {sum(checked.values())} sampled items ({checked}) equal the NumPy reference",
+          flush=True)
+
+
 def main() -> None:
     mode_name = sys.argv[1]
     servers = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    mode = MODES[mode_name]
+    mode = MODES.get(mode_name)  # None: mode "tables"
     rank = MPI.COMM_WORLD.rank  # the servers first, then the two actors, then the learner
     if rank in (servers, servers + 1):
         run_actor(rank - servers, mode)
+    elif mode is None:
+        run_tables_learner()
     else:
         run_learner(mode, mode_name)
 

@@ -339,6 +339,43 @@ def test_info_counts_the_replay_and_add_need_not_block(client, role, peers):
             client.checkpoint()
 
 
+def test_the_default_table_by_name_and_unknown_tables(client, role, peers):
+    # This server has one table, "default": named, it is what every call
+    # without a table means; another name is refused before anything is sent.
+    assert client.tables() == ["default"]
+    unknown = 'no table "r2d2": the server\'s tables are "default"; nothing was sent'
+    if role == "actor":
+        assert client.add(batch(np.arange(400, 410)), table="default") is True
+        client.flush()
+        with pytest.raises(perserve.InvalidArgumentError, match=unknown):
+            client.add(batch(np.arange(10)), table="r2d2")
+        with pytest.raises(perserve.InvalidArgumentError, match=unknown):
+            client.append(items={"r2d2": perserve.Items([0])})
+        with pytest.raises(perserve.InvalidArgumentError, match="carry their own priorities"):
+            client.append(items={"default": [0]}, priorities=[1.0])
+        assert client.item_schema("default") == [] and client.item_schema() == []
+    peers.Barrier()
+    if role == "learner":
+        while client.samples_in_flight:
+            client.receive_sample()
+        assert client.schema("default") == list(client.schema) and client.schema() == list(client.schema)
+        sample = client.sample(8, 0.4, table="default")
+        assert sample.table == "default" and len(sample) == 8
+        assert client.sample(8, 0.4).table == "default"  # the prefetched ones: the same table
+        assert client.update_priorities(sample.keys, np.full(8, 2.0), wait=True, table="default") == (8, 0, 0)
+        assert client.info(table="default") == client.info()
+        while client.samples_in_flight:
+            assert client.receive_sample().table == "default"
+        client.request_sample(4, 0.4, table="default")
+        assert len(client.receive_sample()) == 4
+        for call in (lambda: client.sample(8, 0.4, table="r2d2"), lambda: client.request_sample(8, 0.4, table="r2d2"),
+                     lambda: client.info(table="r2d2"), lambda: client.schema("r2d2"),
+                     lambda: client.update_priorities(sample.keys, np.ones(8), table="r2d2")):
+            with pytest.raises(perserve.InvalidArgumentError, match=unknown):
+                call()
+        assert client.samples_in_flight == 0
+
+
 def test_close_is_idempotent_and_final(client, role):
     client.close()
     client.close()

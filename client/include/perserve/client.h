@@ -51,6 +51,11 @@
 
 namespace perserve {
 
+namespace proto {
+struct ItemGroup;
+struct ItemGroupSpans;
+}  // namespace proto
+
 namespace client_internal {
 class Connection;
 class ShardSampler;
@@ -122,9 +127,11 @@ struct SampleBatch {
   std::vector<double> probabilities;  // P(i) of each draw
   std::vector<std::span<const std::byte>> columns;
   std::vector<std::byte> message;     // owns the bytes `columns` point into
+  std::string table;                  // the name of the table it was drawn from
 };
 
-// What the replay holds, over all its server ranks (LearnerClient::Info).
+// What one table of the replay holds, over all its server ranks
+// (LearnerClient::Info).
 struct ReplayInfo {
   int64_t size = 0;         // items stored
   int64_t items_added = 0;  // items ever stored (acknowledged adds)
@@ -151,16 +158,18 @@ Status CheckPriorities(std::span<const double> priorities);
 // A request's timeout in seconds: finite and >= 0 (0: none).
 Status CheckTimeout(double timeout_seconds);
 
-// Items an actor creates over its stream's steps (a server of step streams:
-// docs/steps.md). steps[i] is the stream index of item i's step (the stream's
-// first step is 0; ActorClient::steps_appended() counts them); priorities
-// empty (the server's max priority) or one per item; columns: the server's
-// item columns (ActorClient::item_schema()), steps.size() rows each, or none
-// when it has none.
+// Items an actor creates over its stream's steps in one table (a server of
+// step streams: docs/steps.md). steps[i] is the stream index of item i's step
+// (the stream's first step is 0; ActorClient::steps_appended() counts them);
+// priorities empty (the server's max priority) or one per item; columns: the
+// table's item columns (ActorClient::item_schema(table)), steps.size() rows
+// each, or none when it has none; table: the table's name (empty: the
+// default table, the server's first).
 struct NewItems {
   std::span<const int64_t> steps;
   std::span<const double> priorities;
   ColumnSpans columns;
+  std::string_view table;
 };
 
 class ActorClient {
@@ -179,9 +188,11 @@ class ActorClient {
   // the server stored it: rejections by the server of earlier batches are
   // returned by Flush or by the next Add, which then does not send its own
   // batch (the message says so; send it again). Waits while max_in_flight
-  // batches are unacknowledged.
-  Status Add(const ColumnSpans& batch, std::span<const double> priorities = {});
-  Status Add(const BatchView& batch, std::span<const double> priorities = {});
+  // batches are unacknowledged. `table`: the table of transitions the items
+  // go to (empty: the default table); a name the server does not serve, or a
+  // table whose items are computed over steps, is refused here (nothing sent).
+  Status Add(const ColumnSpans& batch, std::span<const double> priorities = {}, std::string_view table = {});
+  Status Add(const BatchView& batch, std::span<const double> priorities = {}, std::string_view table = {});
 
   // Add without copying the columns: an add of at least
   // options.columns_apart_min_bytes of columns sends them from the caller's
@@ -191,7 +202,7 @@ class ActorClient {
   // options.max_in_flight later adds have returned OK (an add waits for the
   // oldest acknowledgement while max_in_flight are in flight), so an actor
   // that fills max_in_flight + 1 buffers in turn never waits for its own.
-  Status AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities = {});
+  Status AddBorrowed(const ColumnSpans& batch, std::span<const double> priorities = {}, std::string_view table = {});
 
   // Step streams (a server started with --n-step or --sequence-length;
   // docs/steps.md). Appends steps (schema()'s columns, steps.size rows each;
@@ -204,21 +215,34 @@ class ActorClient {
   // whole request: reported as Add's rejections are, and the refused steps
   // are not in the stream (steps_appended() then counts the steps the server
   // acknowledged, once the rejection is reported). Copies, as Add.
+  // The items go to items.table (empty: the default table).
   Status Append(const ColumnSpans& steps, const NewItems& items = {});
+  // The same, creating items in several tables in one request (the steps
+  // sent once): one NewItems a table, each naming its table (at most once;
+  // an unknown name is refused here, listing the server's tables, and
+  // nothing is sent). NewItems with no items create nothing.
+  Status Append(const ColumnSpans& steps, std::span<const NewItems> items);
   // Append without copying the step columns: an append whose step columns
   // come to at least options.columns_apart_min_bytes sends them from the
   // caller's memory straight into the server's ring (smaller ones, and the
   // items, are copied, as by Append). The step columns must stay alive and
   // unchanged until the append is acknowledged, as AddBorrowed's.
   Status AppendBorrowed(const ColumnSpans& steps, const NewItems& items = {});
+  Status AppendBorrowed(const ColumnSpans& steps, std::span<const NewItems> items);
   // The steps this actor's stream holds so far, counting those sent: the
   // next appended step's index. After a server restored from a checkpoint
   // it starts at the steps the stream held there (docs/steps.md), and the
   // first step appended begins a new episode.
   int64_t steps_appended() const { return steps_sent_; }
-  // Whether the server stores step streams, and its item columns.
+  // Whether the server stores step streams, and its item columns (the
+  // default table's).
   bool stores_steps() const;
   const Schema& item_schema() const;
+  // The item columns of the table named `table` (empty: the default table;
+  // no columns for a name the server does not serve).
+  const Schema& item_schema(std::string_view table) const;
+  // The server's tables' names, in its order (the default table first).
+  std::vector<std::string> tables() const;
 
   // Takes the acknowledgements that have arrived, without waiting, and sets
   // *ready to whether an Add would send at once (fewer than max_in_flight
@@ -256,14 +280,14 @@ class ActorClient {
   // Close() from the MPI_Finalize hook, saying so on stderr.
   void CloseAtFinalize();
   // Add and AddBorrowed: `borrow` sends columns apart from the caller's memory.
-  Status Send(const ColumnSpans& batch, std::span<const double> priorities, bool borrow);
+  Status Send(const ColumnSpans& batch, std::span<const double> priorities, std::string_view table, bool borrow);
   // Append and AppendBorrowed.
-  Status SendSteps(const ColumnSpans& steps, const NewItems& items, bool borrow);
-  // Every add and append: steps (size 0: none), then the items over this
-  // append's steps one each (item_per_step) or over `item_steps`.
-  Status SendAppend(const ColumnSpans& steps, bool item_per_step, std::span<const int64_t> item_steps,
-                    std::span<const double> priorities, std::span<const std::span<const std::byte>> item_columns,
-                    bool borrow);
+  Status SendSteps(const ColumnSpans& steps, std::span<const NewItems> items, bool borrow);
+  // Every add and append: steps (size 0: none), then each group's items
+  // (groups[i] with spans[i]) over this append's steps one each
+  // (item_per_step) or over its item steps. An add: every group item_per_step.
+  Status SendAppend(const ColumnSpans& steps, const std::vector<proto::ItemGroup>& groups,
+                    const std::vector<proto::ItemGroupSpans>& spans, bool borrow);
   // After a refused append: once nothing is in flight, the stream goes on
   // from the steps the server acknowledged.
   void RewindIfDrained();
@@ -299,7 +323,16 @@ class LearnerClient {
   static Status Join(MPI_Comm comm, const ClientOptions& options, std::unique_ptr<LearnerClient>* learner);
   ~LearnerClient();  // Close()s if not closed, printing its error (see the top of this file)
 
+  // What a sample of the default table returns.
   const Schema& schema() const;
+  // What a sample of the table named `table` returns (empty: the default
+  // table; no columns for a name the server does not serve).
+  const Schema& schema(std::string_view table) const;
+  // The server's tables' names, in its order (the default table first).
+  // Every call below without a table means the default table; those with
+  // one refuse a name the server does not serve (InvalidArgument listing
+  // the server's tables) before sending anything.
+  std::vector<std::string> tables() const;
 
   // Draws batch_size items proportional to priority^alpha, with replacement
   // (one draw in each of batch_size equal segments of the total, as in
@@ -321,11 +354,19 @@ class LearnerClient {
   // starts when the server receives it (while the caller still trains on
   // the previous batch), not when the call that returns it begins.
   Status Sample(int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds = 0.0);
+  // The same from the table named `table`, drawn by its sampler (weights as
+  // the server sends them: 1 for a table that is not prioritized). Requests
+  // prefetched for another table are received and dropped, as those of
+  // another batch size.
+  Status Sample(std::string_view table, int64_t batch_size, double beta, SampleBatch* batch,
+                double timeout_seconds = 0.0);
 
   // The same in two halves: requests are answered in the order they were
   // made. At most max(1, options.prefetch) requests in flight. A timeout
   // works as in Sample: ReceiveSample returns the DEADLINE_EXCEEDED.
+  // batch->table names the table the reply's request named.
   Status RequestSample(int64_t batch_size, double beta, double timeout_seconds = 0.0);
+  Status RequestSample(std::string_view table, int64_t batch_size, double beta, double timeout_seconds = 0.0);
   Status ReceiveSample(SampleBatch* batch);
   int samples_in_flight() const { return static_cast<int>(pending_samples_.size()); }
   // The server ranks (shards) this learner samples over.
@@ -333,6 +374,8 @@ class LearnerClient {
   // Asks every server rank for its state (one round trip, answered at once
   // whatever the replay holds): sizes, items ever added, totals.
   Status Info(ReplayInfo* info);
+  // The same for the table named `table`.
+  Status Info(std::string_view table, ReplayInfo* info);
   // Asks every server rank for a checkpoint and waits until each is durable
   // (the servers keep serving meanwhile); *paths gets each checkpoint's
   // directory, by shard. FAILED_PRECONDITION from a server started without
@@ -342,6 +385,12 @@ class LearnerClient {
   // New priorities (finite, > 0, checked here) for sampled keys; waits for
   // the answer.
   Status UpdatePriorities(std::span<const uint64_t> keys, std::span<const double> priorities,
+                          UpdateResult* result = nullptr);
+  // The same for keys sampled from the table named `table` (a key names an
+  // item only together with its table). A table that keeps no priorities
+  // (its sampler uniform, fifo or lifo) is refused here: InvalidArgument,
+  // nothing sent.
+  Status UpdatePriorities(std::string_view table, std::span<const uint64_t> keys, std::span<const double> priorities,
                           UpdateResult* result = nullptr);
 
   // The same without waiting for the answer: the acknowledgement is
@@ -356,6 +405,10 @@ class LearnerClient {
   // Keys and priorities are copied; their values are the server's policy to
   // judge (docs/operations.md), not checked here.
   Status SendPriorityUpdate(std::span<const uint64_t> keys, std::span<const double> priorities);
+  // The same for keys of the table named `table`, refused here as
+  // UpdatePriorities' for a table that keeps no priorities.
+  Status SendPriorityUpdate(std::string_view table, std::span<const uint64_t> keys,
+                            std::span<const double> priorities);
   // Waits for every update sent; returns a rejection not yet returned.
   Status Flush();
   // Totals over acknowledged updates (both kinds).
@@ -372,6 +425,7 @@ class LearnerClient {
  private:
   struct PendingSample {
     uint64_t id;
+    int table;  // its index in the server's tables
     int64_t batch_size;
     double beta;
     std::unique_ptr<client_internal::ShardedRequest> sharded;  // with several servers: the requests to each
@@ -392,16 +446,29 @@ class LearnerClient {
   // Sends a sample request (no checks: the callers have made them).
   // `awaited`: the caller receives this reply before it returns (its rows
   // may then go from the server's store; see proto::SampleRequest::awaited).
-  Status SendSampleRequest(int64_t batch_size, double beta, double timeout_seconds, bool awaited);
+  Status SendSampleRequest(int table, int64_t batch_size, double beta, double timeout_seconds, bool awaited);
   Status TakePendingError();
-  // Sends an update of these keys and priorities to shard `shard`.
-  Status SendUpdate(int shard, std::span<const uint64_t> keys, std::span<const double> priorities, uint64_t* id);
+  // The index of the table named `table` that takes priority updates, or
+  // InvalidArgument (no such table, or one that keeps no priorities).
+  Status UpdatableTable(std::string_view table, int* index) const;
+  // Sends an update of these keys and priorities of table `table` to shard `shard`.
+  Status SendUpdate(int shard, int table, std::span<const uint64_t> keys, std::span<const double> priorities,
+                    uint64_t* id);
   // Sends an update split by the shards its keys name; *ids gets a request id a shard.
-  Status SendUpdates(std::span<const uint64_t> keys, std::span<const double> priorities, std::vector<uint64_t>* ids);
+  Status SendUpdates(int table, std::span<const uint64_t> keys, std::span<const double> priorities,
+                     std::vector<uint64_t>* ids);
+  // The callers above, once the table is known (its index).
+  Status SampleTable(int table, int64_t batch_size, double beta, SampleBatch* batch, double timeout_seconds);
+  Status RequestSampleTable(int table, int64_t batch_size, double beta, double timeout_seconds);
+  Status InfoTable(int table, ReplayInfo* info);
+  Status UpdateTable(int table, std::span<const uint64_t> keys, std::span<const double> priorities,
+                     UpdateResult* result);
+  Status SendUpdateTable(int table, std::span<const uint64_t> keys, std::span<const double> priorities);
 
   std::unique_ptr<client_internal::Connection> connection_;
   ClientOptions options_;
-  std::unique_ptr<client_internal::ShardSampler> sampler_;  // with several servers
+  // With several servers: one a table (by index), the shards' states being a table's.
+  std::vector<std::unique_ptr<client_internal::ShardSampler>> samplers_;
   std::deque<PendingSample> pending_samples_;  // oldest first
   std::deque<uint64_t> pending_updates_;       // request ids, oldest first
   Status update_error_;                        // the first rejection not yet reported

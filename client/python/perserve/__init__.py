@@ -24,7 +24,7 @@ from .errors import (Error, FailedPreconditionError, InternalError, InvalidArgum
 
 __all__ = [
     "Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample", "UpdateResult", "ReplayInfo",
-    "WeightBroadcast",
+    "Items", "WeightBroadcast",
     "Error", "InvalidArgumentError", "OutOfRangeError", "FailedPreconditionError", "UnavailableError",
     "InternalError", "NotFoundError", "UnimplementedError", "ResourceExhaustedError", "DeadlineExceededError",
 ]
@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 # Each name's module: imported (mpi4py, and MPI_Init with it) on first use.
 _LAZY = {name: ".client" for name in ("Actor", "Learner", "Bystander", "join_bystander", "Column", "Sample",
-                                      "UpdateResult", "ReplayInfo")}
+                                      "UpdateResult", "ReplayInfo", "Items")}
 _LAZY["WeightBroadcast"] = ".weights"
 
 

@@ -18,7 +18,7 @@ import atexit
 import math
 import sys
 import weakref
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -105,7 +105,7 @@ class UpdateResult(NamedTuple):
 
 
 class ReplayInfo(NamedTuple):
-    """What the replay holds, over all its server ranks (Learner.info)."""
+    """What one table of the replay holds, over all its server ranks (Learner.info)."""
     size: int          # items stored
     items_added: int   # items ever stored (every actor's acknowledged adds)
     total: float       # sum of the leaves, priority^alpha
@@ -129,6 +129,44 @@ class Column(NamedTuple):
 
 def _schema(raw: list) -> list[Column]:
     return [Column(name, np.dtype(dtype), tuple(shape)) for name, dtype, shape in raw]
+
+
+class Items(NamedTuple):
+    """Items an actor creates in one table of a step server (``Actor.append``
+    with several tables): ``steps`` the stream indices of the items' steps,
+    ``priorities`` None (the server's maximum) or one per item, ``columns``
+    the table's item columns by name (``Actor.item_schema(table)``), one row
+    per item, or None when it has none."""
+    steps: Any
+    priorities: Any = None
+    columns: Optional[Mapping[str, Any]] = None
+
+
+class TableColumns(list):
+    """A table's columns (a list of ``Column``), as ``Learner.schema`` gives
+    the default table's; called with a table's name, the columns of that
+    table's samples: ``learner.schema("r2d2")`` (None: the default table's)."""
+
+    def __init__(self, columns: list, by_table: Mapping[str, list]) -> None:
+        super().__init__(columns)
+        self._by_table = by_table
+
+    def __call__(self, table: Optional[str] = None) -> list[Column]:
+        if table is None:
+            return list(self)
+        _check_table(list(self._by_table), table)
+        return list(self._by_table[table])
+
+
+def _check_table(tables: Sequence[str], table: Optional[str]) -> str:
+    """The table's name as the C++ client takes it ("" for the default
+    table, None), after checking the server serves it."""
+    if table is None:
+        return ""
+    if table not in tables:
+        names = ", ".join(f'"{name}"' for name in tables)
+        raise InvalidArgumentError(f'no table "{table}": the server\'s tables are {names}; nothing was sent')
+    return table
 
 
 def _fortran_handle(comm: Optional[MPI.Comm]) -> int:
@@ -228,8 +266,14 @@ class Actor(_Client):
         self._handle = _perserve.Actor(_fortran_handle(comm), max_in_flight, _timeout_seconds(add_timeout))
         _abort_job_on_uncaught_exception()
         self._schema = _schema(self._handle.schema())
-        self._item_schema = _schema(self._handle.item_schema())
+        self._tables = list(self._handle.tables())
+        self._item_schemas = {name: _schema(self._handle.item_schema(name)) for name in self._tables}
+        self._item_schema = _schema(self._handle.item_schema(""))
         _open_clients.add(self)
+
+    def tables(self) -> list[str]:
+        """The server's tables' names, in its order (the default table first)."""
+        return list(self._tables)
 
     @property
     def stores_steps(self) -> bool:
@@ -238,9 +282,11 @@ class Actor(_Client):
         return self._live().stores_steps()
 
     @property
-    def item_schema(self) -> list[Column]:
-        """The columns an item carries (``perserve-server --item-column``)."""
-        return self._item_schema
+    def item_schema(self) -> "TableColumns":
+        """The columns an item of the default table carries
+        (``perserve-server --item-column``); ``actor.item_schema(table)``
+        gives another table's."""
+        return TableColumns(self._item_schema, self._item_schemas)
 
     @property
     def steps_appended(self) -> int:
@@ -249,8 +295,28 @@ class Actor(_Client):
         first step appended then begins a new episode)."""
         return self._live().steps_appended
 
+    def _group(self, table: str, items: Any, priorities: Any, item_columns: Optional[Mapping[str, Any]]) -> tuple:
+        """One table's items as the extension takes them, checked: (table,
+        item steps, priorities or None, item column arrays)."""
+        item_schema = self._item_schemas[table] if table else self._item_schema
+        item_steps = np.ascontiguousarray([] if items is None else items, dtype=np.int64).reshape(-1)
+        in_table = f' (table "{table}")' if table else ""
+        if priorities is not None:
+            priorities = np.ascontiguousarray(priorities, dtype=np.float64)
+            if priorities.shape != item_steps.shape:
+                raise InvalidArgumentError(f"{priorities.size} priorities for {item_steps.size} items{in_table}; "
+                                           "nothing was sent")
+        item_arrays: list = []
+        if item_columns is not None or (item_schema and item_steps.size > 0):
+            count, item_arrays = _check_columns(item_schema, item_columns or {})
+            if count != item_steps.size:
+                raise InvalidArgumentError(f"{item_steps.size} items{in_table} with item columns of {count} rows; "
+                                           "nothing was sent")
+        return (table, item_steps, priorities, item_arrays)
+
     def append(self, steps: Optional[Mapping[str, Any]] = None, items: Any = None, priorities: Any = None,
-               item_columns: Optional[Mapping[str, Any]] = None, *, block: bool = True) -> bool:
+               item_columns: Optional[Mapping[str, Any]] = None, *, block: bool = True,
+               table: Optional[str] = None) -> bool:
         """Appends steps to this actor's stream and creates items over it
         (a server of step streams; docs/steps.md). ``steps`` maps every step
         column (``schema``) to an array of shape ``(n,) + column.shape``, or
@@ -259,39 +325,49 @@ class Actor(_Client):
         stream indices of the items to create (these steps included);
         ``priorities`` None (the server's maximum) or one per item;
         ``item_columns`` the item columns (``item_schema``), one row per item.
-        Checked here as ``add`` is; the server refuses an item over steps it
-        no longer holds or that are not all appended yet (the n steps after
-        an n-step item's, a sequence's L), raising at the next ``append`` or
-        ``flush``, and that request's steps are then not in the stream.
-        ``block`` as for ``add``."""
+        ``table``: the table the items go to (None: the default table).
+
+        Items in several tables in one request: ``items`` a dict mapping each
+        table's name to its ``Items(steps, priorities, columns)`` (or to just
+        its stream indices), with ``priorities``, ``item_columns`` and
+        ``table`` left None.
+
+        Checked here as ``add`` is (a table the server does not serve raises
+        ``InvalidArgumentError`` naming its tables); the server refuses an
+        item over steps it no longer holds or that are not all appended yet
+        (the n steps after an n-step item's, a sequence's L), raising at the
+        next ``append`` or ``flush``, and that request's steps are then not in
+        the stream. ``block`` as for ``add``."""
         handle = self._live()
         size, arrays = (0, []) if steps is None else _check_columns(self._schema, steps)
-        item_steps = np.ascontiguousarray([] if items is None else items, dtype=np.int64).reshape(-1)
-        if priorities is not None:
-            priorities = np.ascontiguousarray(priorities, dtype=np.float64)
-            if priorities.shape != item_steps.shape:
-                raise InvalidArgumentError(f"{priorities.size} priorities for {item_steps.size} items; nothing was "
-                                           "sent")
-        item_arrays: list = []
-        if item_columns is not None or (self._item_schema and item_steps.size > 0):
-            count, item_arrays = _check_columns(self._item_schema, item_columns or {})
-            if count != item_steps.size:
-                raise InvalidArgumentError(f"{item_steps.size} items with item columns of {count} rows; nothing "
-                                           "was sent")
+        if isinstance(items, Mapping):
+            if priorities is not None or item_columns is not None or table is not None:
+                raise InvalidArgumentError("items for several tables (a dict) carry their own priorities and item "
+                                           "columns (perserve.Items), and name their tables; nothing was sent")
+            groups = []
+            for name, given in items.items():
+                given = given if isinstance(given, Items) else Items(given)
+                groups.append(self._group(_check_table(self._tables, name), given.steps, given.priorities,
+                                          given.columns))
+        else:
+            groups = [self._group(_check_table(self._tables, table), items, priorities, item_columns)]
         if not block and not handle.can_add():
             return False
-        handle.append(size, arrays, item_steps, priorities, item_arrays)
+        handle.append(size, arrays, groups)
         return True
 
-    def add(self, columns: Mapping[str, Any], priorities: Any = None, *, block: bool = True) -> bool:
+    def add(self, columns: Mapping[str, Any], priorities: Any = None, *, block: bool = True,
+            table: Optional[str] = None) -> bool:
         """Adds n transitions: ``columns`` maps every column name to an array
         of shape ``(n,) + column.shape`` and the column's dtype; priorities
-        None (the server's running maximum) or n floats, finite and >= 0.
-        Waits while ``max_in_flight`` batches are unacknowledged; with
+        None (the server's running maximum) or n floats, finite and >= 0;
+        ``table`` the table of transitions they go to (None: the default
+        table). Waits while ``max_in_flight`` batches are unacknowledged; with
         ``block=False`` it does not: it sends nothing and returns False
         (the server's rate limiter is holding the actor back: act, take new
         weights, and add again later). Returns True when the batch was sent."""
         handle = self._live()
+        name = _check_table(self._tables, table)
         size, arrays = _check_columns(self._schema, columns)
         if priorities is not None:
             priorities = np.ascontiguousarray(priorities, dtype=np.float64)
@@ -299,7 +375,7 @@ class Actor(_Client):
                 raise InvalidArgumentError(f"{priorities.size} priorities for {size} items; nothing was sent")
         if not block and not handle.can_add():
             return False
-        handle.add(size, arrays, priorities)
+        handle.add(size, arrays, priorities, name)
         return True
 
     def flush(self) -> None:
@@ -340,16 +416,18 @@ class _Batch:
 
 
 class Sample(_Batch):
-    """One prioritized sample. ``columns`` maps each column name to an array
-    of shape ``(size,) + column.shape`` with the column's dtype; those arrays,
-    ``keys``, ``weights`` and ``probabilities`` are views of the received
-    message (``message``), which lives as long as any of them."""
+    """One sample of one table (``table``, its name). ``columns`` maps each
+    of the table's column names to an array of shape ``(size,) +
+    column.shape`` with the column's dtype; those arrays, ``keys``,
+    ``weights`` and ``probabilities`` are views of the received message
+    (``message``), which lives as long as any of them. Pass ``keys`` back to
+    ``update_priorities`` with the same ``table``."""
 
-    __slots__ = ("keys", "weights", "probabilities", "columns", "message")
+    __slots__ = ("keys", "weights", "probabilities", "columns", "message", "table")
 
-    def __init__(self, raw: tuple, schema: list[Column]) -> None:
-        self.keys, self.weights, self.probabilities, self.message, arrays = raw
-        self.columns = {column.name: array for column, array in zip(schema, arrays)}
+    def __init__(self, raw: tuple, schemas: Mapping[str, list[Column]]) -> None:
+        self.keys, self.weights, self.probabilities, self.message, arrays, self.table = raw
+        self.columns = {column.name: array for column, array in zip(schemas[self.table], arrays)}
 
     def __repr__(self) -> str:
         return self._describe("perserve.Sample")
@@ -377,14 +455,28 @@ class Learner(_Client):
         self._prefetch = prefetch
         self._handle = _perserve.Learner(_fortran_handle(comm), prefetch, max_in_flight, exact_shard_totals)
         _abort_job_on_uncaught_exception()
-        self._schema = _schema(self._handle.schema())
+        self._tables = list(self._handle.tables())
+        self._schemas = {name: _schema(self._handle.schema(name)) for name in self._tables}
+        self._schema = self._schemas[self._tables[0]]
         _open_clients.add(self)
 
-    def info(self) -> "ReplayInfo":
-        """The replay's state now, over all its server ranks (one round trip,
-        answered at once): items stored, items ever added, the sum of the
-        leaves, server ranks, and those holding their minimum size."""
-        return ReplayInfo(*self._live().info())
+    @property
+    def schema(self) -> "TableColumns":
+        """The columns of the default table's samples, as the server declared
+        them, in order; ``learner.schema(table)`` gives another table's."""
+        return TableColumns(self._schema, self._schemas)
+
+    def tables(self) -> list[str]:
+        """The server's tables' names, in its order (the default table first).
+        Every call that takes ``table=`` means the default table with None."""
+        return list(self._tables)
+
+    def info(self, table: Optional[str] = None) -> "ReplayInfo":
+        """A table's state now (None: the default table's), over all the
+        server ranks (one round trip, answered at once): items stored, items
+        ever added, the sum of the leaves, server ranks, and those holding
+        their minimum size."""
+        return ReplayInfo(*self._live().info(_check_table(self._tables, table)))
 
     def checkpoint(self) -> list:
         """Asks every server rank for a checkpoint and returns, once each is
@@ -397,33 +489,43 @@ class Learner(_Client):
         """How many server ranks (shards) this learner samples over."""
         return self._handle.shards()
 
-    def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> Sample:
+    def sample(self, batch_size: int, beta: float, timeout: Optional[float] = None, *,
+               table: Optional[str] = None) -> Sample:
         """Draws batch_size items proportional to priority^alpha, with IS
         weights for ``beta``, with replacement (an item can come more than
         once); waits until the replay holds its minimum size.
-        Samples prefetched with another batch size or beta are dropped.
+        Samples prefetched with another batch size, beta or table are dropped.
+
+        ``table``: the table to draw from (None: the default table), by its
+        sampler; a table that is not prioritized gives weights of 1.
 
         ``timeout`` (seconds, None: wait as long as it takes): a request the
         server still defers that long after receiving it raises
         ``perserve.DeadlineExceededError``; the learner stays usable. The
         requests this call prefetches carry the same timeout, their clocks
         starting when the server receives them."""
-        return Sample(self._live().sample(batch_size, beta, _timeout_seconds(timeout)), self._schema)
+        name = _check_table(self._tables, table)
+        return Sample(self._live().sample(name, batch_size, beta, _timeout_seconds(timeout)), self._schemas)
 
-    def request_sample(self, batch_size: int, beta: float, timeout: Optional[float] = None) -> None:
-        """Sends one sample request (at most max(1, prefetch) in flight);
-        with ``timeout``, its ``receive_sample`` may raise DeadlineExceededError."""
-        self._live().request_sample(batch_size, beta, _timeout_seconds(timeout))
+    def request_sample(self, batch_size: int, beta: float, timeout: Optional[float] = None, *,
+                       table: Optional[str] = None) -> None:
+        """Sends one sample request (at most max(1, prefetch) in flight) to
+        ``table`` (None: the default table); with ``timeout``, its
+        ``receive_sample`` may raise DeadlineExceededError."""
+        name = _check_table(self._tables, table)
+        self._live().request_sample(name, batch_size, beta, _timeout_seconds(timeout))
 
     def receive_sample(self) -> Sample:
-        """The reply to the oldest request in flight (requests are answered in order)."""
-        return Sample(self._live().receive_sample(), self._schema)
+        """The reply to the oldest request in flight (requests are answered
+        in order); its ``table`` is the one the request named."""
+        return Sample(self._live().receive_sample(), self._schemas)
 
     @property
     def samples_in_flight(self) -> int:
         return 0 if self._handle is None else self._handle.samples_in_flight
 
-    def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False) -> Optional[UpdateResult]:
+    def update_priorities(self, keys: Any, priorities: Any, *, wait: bool = False,
+                          table: Optional[str] = None) -> Optional[UpdateResult]:
         """New priorities for sampled keys (arrays, or torch tensors on any
         device; the server's policy judges them:
         perserve-server refuses an update with a NaN, infinite, negative or,
@@ -434,11 +536,17 @@ class Learner(_Client):
         (prefetch+1)-th), or from ``flush``. With ``wait=True`` waits for the
         server and returns this update's ``UpdateResult(applied, stale,
         dropped)``, stale counting keys whose items were overwritten, dropped
-        bad priorities the server dropped (``--drop-bad-priorities``)."""
+        bad priorities the server dropped (``--drop-bad-priorities``).
+
+        ``table``: the table the keys were sampled from (None: the default
+        table; a key names an item only with its table). A table whose
+        sampler keeps no priorities (uniform, fifo, lifo) raises
+        ``InvalidArgumentError`` and nothing is sent."""
+        name = _check_table(self._tables, table)
         keys, priorities = _update_arrays(keys, priorities)
         if wait:
-            return UpdateResult(*self._live().update_and_wait(keys, priorities))
-        self._live().send_update(keys, priorities)
+            return UpdateResult(*self._live().update_and_wait(name, keys, priorities))
+        self._live().send_update(name, keys, priorities)
         return None
 
     def flush(self) -> UpdateResult:

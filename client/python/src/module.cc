@@ -26,6 +26,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "perserve/client.h"
@@ -84,8 +85,8 @@ struct OwnedSample {
   std::shared_ptr<MessagePool> pool;
 };
 
-// A sample as Python sees it: (keys, weights, probabilities, message, [column arrays]),
-// every array a view into the one SampleBatch the capsule owns.
+// A sample as Python sees it: (keys, weights, probabilities, message, [column arrays],
+// table name), every array a view into the one SampleBatch the capsule owns.
 py::tuple SampleToPython(SampleBatch batch, const Schema& schema, std::shared_ptr<MessagePool> pool) {
   auto* sample = new OwnedSample{std::move(batch), std::move(pool)};
   SampleBatch* owned = &sample->batch;
@@ -108,7 +109,7 @@ py::tuple SampleToPython(SampleBatch batch, const Schema& schema, std::shared_pt
     columns.append(py::array(py::dtype(std::string(DTypeName(column.dtype))), shape, {},
                              owned->columns[i].data(), base));
   }
-  return py::make_tuple(keys, weights, probabilities, message, columns);
+  return py::make_tuple(keys, weights, probabilities, message, columns, owned->table);
 }
 
 template <typename T>
@@ -168,37 +169,46 @@ class Actor : public Guarded<ActorClient> {
 
   py::list schema() const { return SchemaColumns(client_->schema()); }
   std::string schema_string() const { return client_->schema().ToString(); }
+  std::vector<std::string> tables() const { return client_->tables(); }
 
   // columns: one C-contiguous buffer per schema column, in schema order
-  // (the Python layer has checked dtypes and shapes by name).
+  // (the Python layer has checked dtypes and shapes by name); table: its
+  // name ("": the default table).
   using Priorities = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
-  void add(int64_t size, const std::vector<py::buffer>& columns, std::optional<Priorities> priorities) {
+  void add(int64_t size, const std::vector<py::buffer>& columns, std::optional<Priorities> priorities,
+           const std::string& table) {
     std::vector<py::buffer_info> views;
     const ColumnSpans batch = SpansOf(size, columns, &views);
     std::span<const double> given;
     if (priorities) given = SpanOf(*priorities);
-    Locked([&] { return client_->Add(batch, given); });
+    Locked([&] { return client_->Add(batch, given, table); });
   }
 
   // An append: `size` steps (one buffer per step column, in order; size 0:
-  // none), items at these stream indices with their priorities (optional)
-  // and item columns (one buffer per item column, in order).
+  // none), then for each group (table name, "" the default; item stream
+  // indices; priorities or None; item columns, one buffer per item column of
+  // the table, in order) its items.
   using Steps = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-  void append(int64_t size, const std::vector<py::buffer>& columns, Steps item_steps,
-              std::optional<Priorities> priorities, const std::vector<py::buffer>& item_columns) {
+  using Group = std::tuple<std::string, Steps, std::optional<Priorities>, std::vector<py::buffer>>;
+  void append(int64_t size, const std::vector<py::buffer>& columns, const std::vector<Group>& groups) {
     std::vector<py::buffer_info> views;
+    views.reserve(columns.size() + 8 * groups.size());
     const ColumnSpans steps = SpansOf(size, columns, &views);
-    NewItems items;
-    items.steps = std::span<const int64_t>(item_steps.data(), static_cast<size_t>(item_steps.size()));
-    if (priorities) items.priorities = SpanOf(*priorities);
-    items.columns = SpansOf(static_cast<int64_t>(item_steps.size()), item_columns, &views);
-    if (item_columns.empty()) items.columns.size = 0;
-    Locked([&] { return client_->Append(steps, items); });
+    std::vector<NewItems> items(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto& [table, item_steps, priorities, item_columns] = groups[g];
+      items[g].table = table;
+      items[g].steps = std::span<const int64_t>(item_steps.data(), static_cast<size_t>(item_steps.size()));
+      if (priorities) items[g].priorities = SpanOf(*priorities);
+      items[g].columns = SpansOf(static_cast<int64_t>(item_steps.size()), item_columns, &views);
+      if (item_columns.empty()) items[g].columns.size = 0;
+    }
+    Locked([&] { return client_->Append(steps, std::span<const NewItems>(items)); });
   }
   int64_t steps_appended() const { return client_->steps_appended(); }
   bool stores_steps() const { return client_->stores_steps(); }
-  py::list item_schema() const { return SchemaColumns(client_->item_schema()); }
+  py::list item_schema(const std::string& table) const { return SchemaColumns(client_->item_schema(table)); }
 
   void flush() { Locked([&] { return client_->Flush(); }); }
   void close() { Locked([&] { return client_->Close(); }); }
@@ -223,46 +233,50 @@ class Learner : public Guarded<LearnerClient> {
     Check(LearnerClient::Join(CommFromFortran(comm), options, &client_));
   }
 
-  py::list schema() const { return SchemaColumns(client_->schema()); }
+  py::list schema(const std::string& table) const { return SchemaColumns(client_->schema(table)); }
   std::string schema_string() const { return client_->schema().ToString(); }
+  std::vector<std::string> tables() const { return client_->tables(); }
   int shards() const { return client_->shards(); }
   std::vector<std::string> checkpoint() {
     std::vector<std::string> paths;
     Locked([&] { return client_->Checkpoint(&paths); });
     return paths;
   }
-  py::tuple info() {
+  py::tuple info(const std::string& table) {
     ReplayInfo info;
-    Locked([&] { return client_->Info(&info); });
+    Locked([&] { return client_->Info(table, &info); });
     return py::make_tuple(info.size, info.items_added, info.total, info.shards, info.shards_ready);
   }
 
-  py::tuple sample(int64_t batch_size, double beta, double timeout_seconds) {
+  // table: its name ("": the default table).
+  py::tuple sample(const std::string& table, int64_t batch_size, double beta, double timeout_seconds) {
     SampleBatch batch;
     batch.message = pool_->Take();
-    Locked([&] { return client_->Sample(batch_size, beta, &batch, timeout_seconds); });
-    return SampleToPython(std::move(batch), client_->schema(), pool_);
+    Locked([&] { return client_->Sample(table, batch_size, beta, &batch, timeout_seconds); });
+    const Schema& schema = client_->schema(batch.table);
+    return SampleToPython(std::move(batch), schema, pool_);
   }
-  void request_sample(int64_t batch_size, double beta, double timeout_seconds) {
-    Locked([&] { return client_->RequestSample(batch_size, beta, timeout_seconds); });
+  void request_sample(const std::string& table, int64_t batch_size, double beta, double timeout_seconds) {
+    Locked([&] { return client_->RequestSample(table, batch_size, beta, timeout_seconds); });
   }
   py::tuple receive_sample() {
     SampleBatch batch;
     batch.message = pool_->Take();
     Locked([&] { return client_->ReceiveSample(&batch); });
-    return SampleToPython(std::move(batch), client_->schema(), pool_);
+    const Schema& schema = client_->schema(batch.table);
+    return SampleToPython(std::move(batch), schema, pool_);
   }
   int samples_in_flight() const { return client_->samples_in_flight(); }
 
   using Keys = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
   using Priorities = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
-  void send_update(const Keys& keys, const Priorities& priorities) {
-    Locked([&] { return client_->SendPriorityUpdate(SpanOf(keys), SpanOf(priorities)); });
+  void send_update(const std::string& table, const Keys& keys, const Priorities& priorities) {
+    Locked([&] { return client_->SendPriorityUpdate(table, SpanOf(keys), SpanOf(priorities)); });
   }
-  py::tuple update_and_wait(const Keys& keys, const Priorities& priorities) {
+  py::tuple update_and_wait(const std::string& table, const Keys& keys, const Priorities& priorities) {
     UpdateResult result;
-    Locked([&] { return client_->UpdatePriorities(SpanOf(keys), SpanOf(priorities), &result); });
+    Locked([&] { return client_->UpdatePriorities(table, SpanOf(keys), SpanOf(priorities), &result); });
     return py::make_tuple(result.applied, result.stale, result.dropped);
   }
   py::tuple updates() const {
@@ -342,12 +356,12 @@ PYBIND11_MODULE(_perserve, m) {
            py::arg("add_timeout_seconds"))
       .def("schema", &Actor::schema)
       .def("schema_string", &Actor::schema_string)
-      .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"))
-      .def("append", &Actor::append, py::arg("size"), py::arg("columns"), py::arg("item_steps"),
-           py::arg("priorities"), py::arg("item_columns"))
+      .def("tables", &Actor::tables)
+      .def("add", &Actor::add, py::arg("size"), py::arg("columns"), py::arg("priorities"), py::arg("table"))
+      .def("append", &Actor::append, py::arg("size"), py::arg("columns"), py::arg("groups"))
       .def_property_readonly("steps_appended", &Actor::steps_appended)
       .def("stores_steps", &Actor::stores_steps)
-      .def("item_schema", &Actor::item_schema)
+      .def("item_schema", &Actor::item_schema, py::arg("table"))
       .def("flush", &Actor::flush)
       .def("can_add", &Actor::can_add)
       .def("close", &Actor::close)
@@ -358,13 +372,15 @@ PYBIND11_MODULE(_perserve, m) {
   py::class_<Learner>(m, "Learner")
       .def(py::init<int64_t, int, int, bool>(), py::arg("comm"), py::arg("prefetch"), py::arg("max_in_flight"),
            py::arg("exact_shard_totals"))
-      .def("schema", &Learner::schema)
+      .def("schema", &Learner::schema, py::arg("table"))
+      .def("tables", &Learner::tables)
       .def("shards", &Learner::shards)
-      .def("info", &Learner::info)
+      .def("info", &Learner::info, py::arg("table"))
       .def("checkpoint", &Learner::checkpoint)
       .def("schema_string", &Learner::schema_string)
-      .def("sample", &Learner::sample, py::arg("batch_size"), py::arg("beta"), py::arg("timeout_seconds"))
-      .def("request_sample", &Learner::request_sample, py::arg("batch_size"), py::arg("beta"),
+      .def("sample", &Learner::sample, py::arg("table"), py::arg("batch_size"), py::arg("beta"),
+           py::arg("timeout_seconds"))
+      .def("request_sample", &Learner::request_sample, py::arg("table"), py::arg("batch_size"), py::arg("beta"),
            py::arg("timeout_seconds"))
       .def("receive_sample", &Learner::receive_sample)
       .def_property_readonly("samples_in_flight", &Learner::samples_in_flight)

@@ -1,11 +1,14 @@
 // Several tables over one step ring: each table must be exactly the replay
 // of one table it would be alone. A random driver feeds one StepReplay of
-// three tables (n-step with stacks, sequences with an item column,
-// transitions drawn uniformly) and, beside it, three StepReplays of one table
+// four tables (n-step with stacks, sequences with an item column,
+// transitions drawn uniformly, a fifo queue of transitions each drawn at most
+// twice) and, beside it, four StepReplays of one table
 // each, with the same steps and each one's own items. After every append
 // every table holds the same keys in the same slots as its twin, assembles
 // every held item to the same bytes and draws the same samples: eviction
-// takes every table's items with their steps, and no table disturbs another.
+// takes every table's items with their steps (no held item of any table
+// needs a step the ring no longer holds, draws that remove items included),
+// and no table disturbs another.
 // Then the refusals: a bad item in one table refuses the whole append,
 // nothing changing in any table or the ring.
 #include <algorithm>
@@ -25,8 +28,10 @@ namespace {
 constexpr int kStreams = 2;
 constexpr int64_t kRing = 40;
 
-std::vector<TableConfig> ThreeTables() {
-  std::vector<TableConfig> tables(3);
+constexpr size_t kTables = 4;
+
+std::vector<TableConfig> Tables() {
+  std::vector<TableConfig> tables(kTables);
   tables[0].name = "apex";
   tables[0].layout.kind = StepOptions::Kind::kNStep;
   tables[0].layout.n_step = 3;
@@ -43,6 +48,11 @@ std::vector<TableConfig> ThreeTables() {
   tables[2].layout.kind = StepOptions::Kind::kTransition;
   tables[2].items = ReplayOptions{16, 1.0, tree::Device::kCpu, 9};
   tables[2].items.sampler = table::SelectorKind::kUniform;
+  tables[3].name = "queue";
+  tables[3].layout.kind = StepOptions::Kind::kTransition;
+  tables[3].items = ReplayOptions{12, 1.0, tree::Device::kCpu, 10};
+  tables[3].items.sampler = table::SelectorKind::kFifo;
+  tables[3].items.max_times_sampled = 2;
   for (TableConfig& table : tables) {
     table.layout.step_capacity = kRing;
     table.layout.streams = kStreams;
@@ -52,7 +62,7 @@ std::vector<TableConfig> ThreeTables() {
 
 class TablesRun {
  public:
-  explicit TablesRun(uint64_t seed) : rng_(seed), configs_(ThreeTables()) {
+  explicit TablesRun(uint64_t seed) : rng_(seed), configs_(Tables()) {
     const Status made = StepReplay::Create(configs_, TestStepSchema(), &shared_);
     EXPECT_TRUE(made.ok()) << made.ToString();
     for (const TableConfig& config : configs_) {
@@ -105,7 +115,7 @@ class TablesRun {
     std::vector<TableItems> groups;
     for (size_t t = 0; t < configs_.size(); ++t) {
       StepReplay& alone = *alone_[t];
-      const bool per_step = t == 2 && steps > 0 && Pick(0, 2) == 0;
+      const bool per_step = t >= 2 && steps > 0 && Pick(0, 2) == 0;
       const int64_t wanted = Pick(0, 3);
       for (int tries = 0; !per_step && tries < 12 && static_cast<int64_t>(item_steps[t].size()) < wanted; ++tries) {
         const int64_t candidate = Pick(std::max<int64_t>(0, first_step - 10), first_step + steps - 1);
@@ -161,6 +171,12 @@ class TablesRun {
         EXPECT_EQ(mine.SlotOf(key), twin.SlotOf(key)) << configs_[t].name << " key " << key;
         if (mine.SlotOf(key) >= 0) slots.push_back(mine.SlotOf(key));
       }
+      // Every held item's steps are in the ring: its step (its row's first column) at least.
+      for (const int64_t slot : slots) {
+        uint64_t step_key = 0;
+        std::memcpy(&step_key, mine.store().Rows(0, slot, 1).data(), sizeof(step_key));
+        EXPECT_GE(step_key, shared_->steps().oldest_key()) << configs_[t].name << " slot " << slot;
+      }
       held_[t] = std::max<int64_t>(held_[t], static_cast<int64_t>(slots.size()));
       evicted_[t] = mine.next_key() - static_cast<uint64_t>(slots.size());
       std::vector<std::byte> got(slots.size() * static_cast<size_t>(table.SampleItemBytes()));
@@ -169,11 +185,15 @@ class TablesRun {
       alone_[t]->Assemble(slots, want);
       EXPECT_TRUE(got == want) << configs_[t].name << ": an item assembles otherwise than alone";
       if (!slots.empty()) {
+        // Through the tables: the queue's draws remove items (their second draw).
+        const int64_t batch = std::min<int64_t>(6, static_cast<int64_t>(slots.size()));
         SampleResult a, b;
-        EXPECT_TRUE(shared_->mutable_table(static_cast<int>(t)).mutable_items().Sample(6, 0.4, &a).ok());
-        EXPECT_TRUE(alone_[t]->mutable_items().Sample(6, 0.4, &b).ok());
+        EXPECT_TRUE(shared_->mutable_table(static_cast<int>(t)).Sample(batch, 0.4, &a).ok());
+        EXPECT_TRUE(alone_[t]->mutable_table(0).Sample(batch, 0.4, &b).ok());
         EXPECT_EQ(a.keys, b.keys) << configs_[t].name;
         EXPECT_EQ(a.weights, b.weights) << configs_[t].name;
+        EXPECT_EQ(a.removed_slots, b.removed_slots) << configs_[t].name;
+        drawn_out_[t] += static_cast<int64_t>(a.removed_slots.size());
       }
     }
     EXPECT_EQ(shared_->steps().held(), alone_[0]->steps().held());
@@ -184,22 +204,25 @@ class TablesRun {
   int64_t held(size_t t) const { return held_[t]; }
   int64_t evicted(size_t t) const { return evicted_[t]; }
   int64_t groups_given(size_t t) const { return groups_given_[t]; }
+  int64_t drawn_out(size_t t) const { return drawn_out_[t]; }
 
  private:
   std::mt19937_64 rng_;
   std::vector<TableConfig> configs_;
   std::unique_ptr<StepReplay> shared_;
   std::vector<std::unique_ptr<StepReplay>> alone_;
-  int64_t held_[3] = {0, 0, 0};
-  uint64_t evicted_[3] = {0, 0, 0};
-  int64_t groups_given_[3] = {0, 0, 0};
+  int64_t held_[kTables] = {};
+  uint64_t evicted_[kTables] = {};
+  int64_t groups_given_[kTables] = {};
+  int64_t drawn_out_[kTables] = {};
 };
 
 TEST(StepTablesTest, EveryTableOverTheSharedRingIsTheReplayItWouldBeAlone) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     TablesRun run(seed);
     for (int i = 0; i < 400; ++i) ASSERT_TRUE(run.Append()) << "seed " << seed << " append " << i;
-    for (size_t t = 0; t < 3; ++t) {
+    EXPECT_GT(run.drawn_out(3), 100) << "seed " << seed << ": the queue's items left by their draws";
+    for (size_t t = 0; t < kTables; ++t) {
       // The run did what it is for: every table got items, held several and lost some with their steps.
       EXPECT_GT(run.groups_given(t), 20) << "seed " << seed << " table " << t;
       EXPECT_GT(run.held(t), 3) << "seed " << seed << " table " << t;
@@ -231,7 +254,7 @@ class StepTablesRefusalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     TablesRun run(99);  // for its random steps
-    ASSERT_TRUE(StepReplay::Create(ThreeTables(), TestStepSchema(), &replay_).ok());
+    ASSERT_TRUE(StepReplay::Create(Tables(), TestStepSchema(), &replay_).ok());
     // Six steps of one episode on stream 0, no items yet.
     std::vector<std::vector<std::vector<std::byte>>> rows;
     for (int j = 0; j < 6; ++j) {
@@ -280,8 +303,8 @@ TEST_F(StepTablesRefusalTest, ABadItemInOneTableRefusesTheWholeAppend) {
 
 TEST_F(StepTablesRefusalTest, UnknownOrRepeatedTablesAndAddsToStepTablesAreRefused) {
   const int64_t good = 1;
-  const TableItems unknown[] = {TableItems{3, false, std::span<const int64_t>(&good, 1)}};
-  ExpectRefused(unknown, "table 3 is outside [0, 3): this server's tables are apex, r2d2, eval");
+  const TableItems unknown4[] = {TableItems{4, false, std::span<const int64_t>(&good, 1)}};
+  ExpectRefused(unknown4, "table 4 is outside [0, 4): this server's tables are apex, r2d2, eval, queue");
   const TableItems twice[] = {TableItems{2, false, std::span<const int64_t>(&good, 1)},
                               TableItems{2, false, std::span<const int64_t>(&good, 1)}};
   ExpectRefused(twice, "gives table eval items twice");
@@ -306,26 +329,26 @@ TEST_F(StepTablesRefusalTest, UnknownOrRepeatedTablesAndAddsToStepTablesAreRefus
 
 TEST(StepTablesCreateTest, TablesMustHaveNamesOfTheirOwnAndShareTheRing) {
   std::unique_ptr<StepReplay> replay;
-  std::vector<TableConfig> tables = ThreeTables();
+  std::vector<TableConfig> tables = Tables();
   tables[2].name = "apex";
   Status status = StepReplay::Create(tables, TestStepSchema(), &replay);
   EXPECT_NE(status.message().find("table apex: two tables have this name"), std::string::npos) << status.ToString();
-  tables = ThreeTables();
+  tables = Tables();
   tables[1].name = "";
   status = StepReplay::Create(tables, TestStepSchema(), &replay);
   EXPECT_NE(status.message().find("table 1 has no name"), std::string::npos) << status.ToString();
-  tables = ThreeTables();
+  tables = Tables();
   tables[1].layout.step_capacity = 64;
   status = StepReplay::Create(tables, TestStepSchema(), &replay);
   EXPECT_NE(status.message().find("differ from the first table's"), std::string::npos) << status.ToString();
-  tables = ThreeTables();
+  tables = Tables();
   tables[1].layout.sequence_period = 9;
   status = StepReplay::Create(tables, TestStepSchema(), &replay);
   EXPECT_NE(status.message().find("table r2d2: sequence period 9"), std::string::npos) << status.ToString();
   status = StepReplay::Create(std::vector<TableConfig>{}, TestStepSchema(), &replay);
   EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
-  ASSERT_TRUE(StepReplay::Create(ThreeTables(), TestStepSchema(), &replay).ok());
-  EXPECT_EQ(replay->tables(), 3);
+  ASSERT_TRUE(StepReplay::Create(Tables(), TestStepSchema(), &replay).ok());
+  EXPECT_EQ(replay->tables(), 4);
   EXPECT_EQ(replay->TableIndex("r2d2"), 1);
   EXPECT_EQ(replay->TableIndex("nope"), -1);
   EXPECT_TRUE(replay->steps().episodic());
