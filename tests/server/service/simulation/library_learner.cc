@@ -25,7 +25,7 @@ LibraryLearner::LibraryLearner(int client, LibraryWorld* world)
   options_.prefetch = config_.prefetch;
   options_.exact_shard_totals = config_.exact_shard_totals;
   options_.max_in_flight = static_cast<int>(random_.Pick(1, 4));
-  options_.shard_seed = random_.generator()() | 1;
+  options_.shard_seed = random_.generator().Bits() | 1;
   halves_ = random_.Chance(0.25);
   batch_size_ = random_.Pick(1, 16);
   beta_ = random_.Uniform(0.0, 1.0);

@@ -50,7 +50,7 @@ void LibraryStepActor::Act() {
 
 void LibraryStepActor::Append(bool outside) {
   const StepStreamsConfig& steps = config_.steps;
-  std::mt19937_64& rng = random_.generator();
+  PortableRandom& rng = random_.generator();
   const int64_t before = actor_->steps_appended();
   stream_.Commit(before, {});
   const int64_t count = random_.Pick(0, steps.max_append);

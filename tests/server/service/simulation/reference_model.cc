@@ -213,7 +213,9 @@ std::vector<uint64_t> ReferenceModel::Received(int client, int shard, std::span<
       // It comes after the replies to everything sent before it (read in
       // order, so read already), but for waiting samples, which a close drops.
       for (const auto& [earlier, waiting] : ledger.requests) {
-        Expect(waiting.kind == Kind::kSample || waiting.kind == Kind::kShardSample, [&] {
+        // Structured bindings captured by name (Clang before 16 cannot capture them implicitly).
+        const bool unanswered_sample = waiting.kind == Kind::kSample || waiting.kind == Kind::kShardSample;
+        Expect(unanswered_sample, [&, &earlier = earlier, &waiting = waiting] {
           return fmt::format("{}: the close reply came before the reply to request {} ({})", what(), earlier,
                              KindName(waiting.kind));
         });
@@ -334,7 +336,7 @@ void ReferenceModel::AddAcknowledged(int client, int shard, const Request& reque
     const uint64_t key = first_key + static_cast<uint64_t>(i);
     const int64_t id = ItemId(client, request.first_item + i);
     const auto [it, inserted] = item_of_key_.emplace(key, id);
-    Expect(inserted, [&] {
+    Expect(inserted, [&, &it = it] {
       return fmt::format("key {} acknowledged twice (client {} item {}, and item {:#x} before)", key, client,
                          request.first_item + i, it->second);
     });
@@ -532,7 +534,7 @@ void ReferenceModel::CheckEnd() const {
     for (int shard = 0; shard < config_.shards; ++shard) {
       // A close drops the client's waiting samples unanswered; nothing else may be.
       for (const auto& [id, request] : ledger(client, shard).requests) {
-        Expect(request.kind == Kind::kSample || request.kind == Kind::kShardSample, [&] {
+        Expect(request.kind == Kind::kSample || request.kind == Kind::kShardSample, [&, &id = id, &request = request] {
           return fmt::format("client {} request {} ({}{}) was never answered", client, id, KindName(request.kind),
                              config_.shards == 1 ? "" : fmt::format(", shard {}", shard));
         });

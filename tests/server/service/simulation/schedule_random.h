@@ -1,6 +1,6 @@
 // The one source of decisions in a simulated run, shared by the simulator
-// and its clients: the seed's generator, and the run's trace. A run has
-// four: the first decides what the first version of the simulation did;
+// and its clients: the seed's generator (portable_random.h: the same draws
+// under every standard library), and the run's trace. A run has four: the first decides what the first version of the simulation did;
 // features added later draw from the second (seeded from the same seed), so
 // a seed pinned as a regression test keeps its schedule when features are
 // added; the third decides the shards and the client library's clients
@@ -13,8 +13,9 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <random>
 #include <utility>
+
+#include "server/service/simulation/portable_random.h"
 
 namespace perserve::service::simulation {
 
@@ -33,10 +34,10 @@ class ScheduleRandom {
   // 8998; the determinism check's 6, 8, 4) draws none.
   static uint64_t StepsSeed(uint64_t seed) { return seed ^ 0x804bbaa5e49d5a86ULL; }
 
-  std::mt19937_64& generator() { return rng_; }
-  int64_t Pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
-  bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
-  double Uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
+  PortableRandom& generator() { return rng_; }
+  int64_t Pick(int64_t lo, int64_t hi) { return rng_.Int(lo, hi); }
+  bool Chance(double p) { return rng_.Chance(p); }
+  double Uniform(double lo, double hi) { return rng_.Real(lo, hi); }
 
   // PERSERVE_SIM_TRACE=1: every request, reply and step on stdout, to follow a failing seed.
   bool tracing() const { return tracing_; }
@@ -48,7 +49,7 @@ class ScheduleRandom {
   int64_t steps() const { return steps_; }
 
  private:
-  std::mt19937_64 rng_;
+  PortableRandom rng_;
   int64_t steps_ = 0;
   const bool tracing_ = std::getenv("PERSERVE_SIM_TRACE") != nullptr;
 };

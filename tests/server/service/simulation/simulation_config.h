@@ -8,11 +8,11 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <random>
 #include <memory>
 #include <string>
 
 #include "replay/step_replay.h"
+#include "server/service/simulation/portable_random.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/step_config.h"
 #include "service/replay_service.h"
@@ -111,9 +111,9 @@ inline Status CreateShardReplay(const SimulationConfig& config, int streams, con
 
 // `later`: the stream of features added after seeds were pinned as
 // regression tests (RegressionSeeds), so those seeds keep their schedules.
-inline SimulationConfig DrawConfig(std::mt19937_64& rng, std::mt19937_64& later) {
-  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  auto chance = [&rng](double p) { return std::bernoulli_distribution(p)(rng); };
+inline SimulationConfig DrawConfig(PortableRandom& rng, PortableRandom& later) {
+  auto pick = [&rng](int64_t lo, int64_t hi) { return rng.Int(lo, hi); };
+  auto chance = [&rng](double p) { return rng.Chance(p); };
   SimulationConfig config;
   config.actors = static_cast<int>(pick(1, 3));
   config.learners = static_cast<int>(pick(1, 2));
@@ -145,7 +145,7 @@ inline SimulationConfig DrawConfig(std::mt19937_64& rng, std::mt19937_64& later)
   config.work_ticks = static_cast<int>(pick(50, 400));
   config.max_adds_in_flight = static_cast<int>(pick(1, 6));
   config.max_requests_waiting = static_cast<int>(pick(1, 6));
-  config.shard_samples = std::bernoulli_distribution(0.5)(later);
+  config.shard_samples = later.Chance(0.5);
   return config;
 }
 
@@ -153,9 +153,9 @@ inline SimulationConfig DrawConfig(std::mt19937_64& rng, std::mt19937_64& later)
 // several shards, library clients, awaited raw samples. From a third stream
 // (`library`), so every seed that draws none of them runs exactly as before
 // (the first two streams untouched); about half the seeds draw them.
-inline void DrawLibraryConfig(std::mt19937_64& library, SimulationConfig* config) {
-  auto pick = [&library](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(library); };
-  auto chance = [&library](double p) { return std::bernoulli_distribution(p)(library); };
+inline void DrawLibraryConfig(PortableRandom& library, SimulationConfig* config) {
+  auto pick = [&library](int64_t lo, int64_t hi) { return library.Int(lo, hi); };
+  auto chance = [&library](double p) { return library.Chance(p); };
   if (!chance(kLibraryConfigShare)) return;
   config->shards = chance(0.6) ? static_cast<int>(pick(2, 3)) : 1;
   config->library_actors = static_cast<int>(pick(0, 2));

@@ -4,6 +4,11 @@
 //   PERSERVE_SIM_SEED=<seed>        runs that seed alone (every test but it skips)
 //   PERSERVE_SIM_SEEDS=<n>          how many seeds ManySeeds runs (default kSeedsInCi)
 //   PERSERVE_SIM_FIRST_SEED=<seed>  where ManySeeds starts (default 1)
+//   PERSERVE_SIM_SCHEDULES=<file>   ManySeeds writes a line per seed there: the seed, passed or
+//                                   failed, its steps, replies, and the hex digests of its
+//                                   replies and draws; equal in every build (two builds' are
+//                                   compared by scripts/sim-portability.sh)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
@@ -12,6 +17,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -52,7 +58,7 @@ TEST_F(SimulationTest, OneSeed) {
   const SimulationResult result = RunSimulation(*only_seed_);
   std::cout << "seed " << *only_seed_ << ": " << result.config << "\n  " << result.steps << " steps, " << result.replies
             << " replies, " << result.deadlines_exceeded << " ended at their timeout, fingerprint " << std::hex
-            << result.fingerprint << std::dec << "\n";
+            << result.fingerprint << ", schedule " << result.schedule << std::dec << "\n";
   EXPECT_TRUE(result.passed) << "seed " << *only_seed_ << " failed " << result.failure;
 }
 
@@ -68,6 +74,11 @@ TEST_F(SimulationTest, ManySeeds) {
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
   std::array<double, 4> kind_seconds{};
+  std::ofstream schedules;
+  if (const char* path = std::getenv("PERSERVE_SIM_SCHEDULES"); path != nullptr && *path != '\0') {
+    schedules.open(path);
+    ASSERT_TRUE(schedules) << "PERSERVE_SIM_SCHEDULES: cannot write " << path;
+  }
   for (uint64_t seed = first; seed < first + seeds && failed < 5; ++seed, ++ran) {
     const auto began = Clock::now();
     const SimulationResult result = RunSimulation(seed);
@@ -84,6 +95,10 @@ TEST_F(SimulationTest, ManySeeds) {
     first_apart += result.columns_first;
     step_totals.Add(result.step_counts);
     if (!result.passed) ++failed;
+    if (schedules.is_open()) {
+      schedules << fmt::format("{} {} {} {} {:016x} {:016x}\n", seed, result.passed ? "passed" : "failed", result.steps,
+                               result.replies, result.fingerprint, result.schedule);
+    }
     EXPECT_TRUE(result.passed) << "seed " << seed << " failed " << result.failure
                                << "\n  configuration: " << result.config << "\n  rerun: " << RerunCommand(seed);
   }

@@ -175,6 +175,12 @@ SimulationResult Simulator::Run() {
     result_.failure = fmt::format("at step {}: unexpected exception: {}", result_.steps, error.what());
   }
   if (!result_.passed) AbortLibraryClients();  // outside the catch: fibers switch
+  Hash64 schedule;
+  for (ScheduleRandom* random : {&random_, &later_random_, &library_random_, &steps_random_}) {
+    const uint64_t digest = random->generator().digest();
+    schedule.Update(std::as_bytes(std::span(&digest, 1)));
+  }
+  result_.schedule = schedule.Finish();
   return result_;
 }
 
@@ -208,14 +214,14 @@ void Simulator::Start() {
   replay_options.capacity = config_.capacity;
   replay_options.alpha = random_.Uniform(0.0, 1.0);
   replay_options.device = tree::Device::kCpu;
-  replay_options.seed = random_.generator()();
+  replay_options.seed = random_.generator().Bits();
   replay_options.priority_eps = config_.priority_eps;
   replay_options.drop_bad_priorities = config_.drop_bad_priorities;
   replay_options.max_priority_from_adds = random_.Chance(0.5);
   for (int s = 0; s < shards; ++s) {
     Shard& shard = shards_[static_cast<size_t>(s)];
     shard.replay_options = replay_options;
-    if (s > 0) shard.replay_options.seed = library_random_.generator()();
+    if (s > 0) shard.replay_options.seed = library_random_.generator().Bits();
     const Status created =
         CreateShardReplay(config_, shard.transport->client_count(), shard.replay_options, &shard.replay);
     if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());

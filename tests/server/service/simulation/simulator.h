@@ -11,7 +11,7 @@
 // after every step; once the clients stop working and close, every service
 // must reach done() within a bound of steps.
 //
-// Nothing but the seed's std::mt19937_64 decides anything: the service's
+// Nothing but the seed's generators (portable_random.h) decide anything: the service's
 // clock is the simulation's (1 ms a step), so requests' timeouts fire at the
 // same step of every run; checkpoints write
 // one slice a pass (ServiceOptions::checkpoint_slice 0) and their helper
@@ -59,6 +59,7 @@ struct SimulationResult {
   int64_t steps = 0;         // calls of ReplayService::Step
   int64_t replies = 0;       // replies the clients received
   uint64_t fingerprint = 0;  // of every reply received, in order: equal runs, equal fingerprints
+  uint64_t schedule = 0;     // of every draw of the seed's generators, in order (PortableRandom::digest)
   int64_t deadlines_exceeded = 0;  // requests the service ended at their timeout
   // The library clients': batches checked (exact: against one replay of the
   // union as it stood), lent columns read at their receipt, waits that ran ticks.

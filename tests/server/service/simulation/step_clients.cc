@@ -35,7 +35,7 @@ void SimulatedClients::AppendSteps(int client) {
     state.stream_refused = false;
   }
   const StepStreamsConfig& steps = config_.steps;
-  std::mt19937_64& rng = random_.generator();
+  PortableRandom& rng = random_.generator();
   const int64_t first_step = stream.size();
   int64_t count = random_.Pick(0, steps.max_append);
   const StepRows rows = stream.Draw(rng, count);

@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "perserve/schema.h"
 #include "replay/step_replay.h"
+#include "server/service/simulation/portable_random.h"
 
 namespace perserve::service::simulation {
 
@@ -51,16 +51,16 @@ struct StepStreamsConfig {
 // Where every episode's end is drawn: a step's done value. 0 goes on; 1
 // ends the episode (terminal), 2 cuts it off (truncated: the step is its
 // bootstrap step, docs/steps.md), a third of the ends.
-inline uint8_t DrawEpisodeEnd(std::mt19937_64& rng, double episode_end) {
-  if (!std::bernoulli_distribution(episode_end)(rng)) return 0;
-  return std::bernoulli_distribution(1.0 / 3)(rng) ? 2 : 1;
+inline uint8_t DrawEpisodeEnd(PortableRandom& rng, double episode_end) {
+  if (!rng.Chance(episode_end)) return 0;
+  return rng.Chance(1.0 / 3) ? 2 : 1;
 }
 
 // Draws the step streams of a seed from the fourth stream, or none.
 // `min_size_to_sample` is lowered to what a small ring keeps whole.
-inline StepStreamsConfig DrawStepConfig(std::mt19937_64& steps, int64_t* min_size_to_sample) {
-  auto pick = [&steps](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(steps); };
-  auto chance = [&steps](double p) { return std::bernoulli_distribution(p)(steps); };
+inline StepStreamsConfig DrawStepConfig(PortableRandom& steps, int64_t* min_size_to_sample) {
+  auto pick = [&steps](int64_t lo, int64_t hi) { return steps.Int(lo, hi); };
+  auto chance = [&steps](double p) { return steps.Chance(p); };
   StepStreamsConfig config;
   if (!chance(kStepConfigShare)) return config;
   config.on = true;
@@ -76,7 +76,7 @@ inline StepStreamsConfig DrawStepConfig(std::mt19937_64& steps, int64_t* min_siz
     o.kind = replay::StepOptions::Kind::kNStep;
     o.n_step = static_cast<int>(pick(1, 4));
     const int64_t discount = pick(0, 4);
-    o.discount = discount == 0 ? 0.0 : discount == 1 ? 1.0 : std::uniform_real_distribution<double>(0.0, 1.0)(steps);
+    o.discount = discount == 0 ? 0.0 : discount == 1 ? 1.0 : steps.Real(0.0, 1.0);
     if (chance(0.8)) o.stacks.emplace_back("obs", depth);  // else obs:1 by default
     if (chance(0.3)) o.item_columns.push_back(Column{"state", DType::kFloat32, {2}});
   } else {

@@ -24,7 +24,7 @@ uint8_t Mix(uint64_t a, uint64_t b, uint64_t c) {
 StepStream::StepStream(const StepStreamsConfig& config, int client)
     : config_(config), client_(client), view_(OneStream(config.options), config.step_schema) {}
 
-StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
+StepRows StepStream::Draw(PortableRandom& rng, int64_t count) {
   StepRows rows;
   for (int64_t j = 0; j < count; ++j, ++drawn_) {
     std::vector<std::vector<std::byte>> step;
@@ -34,7 +34,7 @@ StepRows StepStream::Draw(std::mt19937_64& rng, int64_t count) {
       if (column.name == "done") {
         row[0] = std::byte{DrawEpisodeEnd(rng, config_.episode_end)};
       } else if (column.name == "reward") {
-        const double reward = std::uniform_real_distribution<double>(-3.0, 3.0)(rng);
+        const double reward = rng.Real(-3.0, 3.0);
         const float reward32 = static_cast<float>(reward);
         std::memcpy(row.data(), column.dtype == DType::kFloat32 ? static_cast<const void*>(&reward32) : &reward,
                     row.size());
@@ -56,15 +56,15 @@ void StepStream::Commit(int64_t kept, const StepRows& rows) {
   view_.Append(0, rows);
 }
 
-std::vector<int64_t> StepStream::PickItems(std::mt19937_64& rng, int64_t most) const {
+std::vector<int64_t> StepStream::PickItems(PortableRandom& rng, int64_t most) const {
   std::vector<int64_t> items;
   const int64_t have = size();
   if (have == 0) return items;
   const replay::StepOptions& o = config_.options;
   const int64_t span = config_.n_step() ? o.n_step : o.sequence_length;
-  std::uniform_int_distribution<int64_t> recent(std::max<int64_t>(0, have - span - 4), have - 1);
+  const int64_t oldest = std::max<int64_t>(0, have - span - 4);
   for (int tries = 0; tries < 12 && static_cast<int64_t>(items.size()) < most; ++tries) {
-    const int64_t t = recent(rng);
+    const int64_t t = rng.Int(oldest, have - 1);
     if (Creatable(t) && items_.count(t) == 0 && std::find(items.begin(), items.end(), t) == items.end()) {
       items.push_back(t);
     }
@@ -72,20 +72,20 @@ std::vector<int64_t> StepStream::PickItems(std::mt19937_64& rng, int64_t most) c
   return items;
 }
 
-int64_t StepStream::RecentItem(std::mt19937_64& rng) const {
+int64_t StepStream::RecentItem(PortableRandom& rng) const {
   if (items_.empty()) return -1;
   const int64_t newest = *items_.rbegin();
   const auto first = items_.lower_bound(newest - 8);
   const int64_t recent = std::distance(first, items_.end());
-  return *std::next(first, std::uniform_int_distribution<int64_t>(0, recent - 1)(rng));
+  return *std::next(first, rng.Int(0, recent - 1));
 }
 
-int64_t StepStream::OffPeriod(std::mt19937_64& rng) const {
+int64_t StepStream::OffPeriod(PortableRandom& rng) const {
   const replay::StepOptions& o = config_.options;
   if (config_.n_step() || o.sequence_period == 1 || size() == 0) return -1;
-  std::uniform_int_distribution<int64_t> recent(std::max<int64_t>(0, size() - 12), size() - 1);
+  const int64_t oldest = std::max<int64_t>(0, size() - 12);
   for (int tries = 0; tries < 12; ++tries) {
-    const int64_t t = recent(rng);
+    const int64_t t = rng.Int(oldest, size() - 1);
     if ((t - view_.EpisodeStart(0, t)) % o.sequence_period != 0) return t;
   }
   return -1;
@@ -98,13 +98,13 @@ int64_t StepStream::RecentBootstrap() const {
   return -1;
 }
 
-StepRows StepStream::ItemRows(std::mt19937_64& rng, int64_t count) const {
+StepRows StepStream::ItemRows(PortableRandom& rng, int64_t count) const {
   StepRows rows;
   for (int64_t i = 0; i < count; ++i) {
     std::vector<std::vector<std::byte>> item;
     for (const Column& column : config_.options.item_columns) {
       std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
-      for (auto& b : row) b = static_cast<std::byte>(std::uniform_int_distribution<int>(0, 255)(rng));
+      for (auto& b : row) b = static_cast<std::byte>(rng.Int(0, 255));
       item.push_back(std::move(row));
     }
     rows.push_back(std::move(item));

@@ -10,11 +10,11 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "server/replay/step_reference.h"
+#include "server/service/simulation/portable_random.h"
 #include "server/service/simulation/step_config.h"
 
 namespace perserve::service::simulation {
@@ -29,7 +29,7 @@ class StepStream {
   int64_t size() const { return view_.steps(0); }
   // `count` new steps to follow the view (not in it yet); each step's done
   // comes from DrawEpisodeEnd, the one place episodes end.
-  StepRows Draw(std::mt19937_64& rng, int64_t count);
+  StepRows Draw(PortableRandom& rng, int64_t count);
   // The view becomes its first `kept` steps, then `rows` (after an append,
   // or, with no rows, after a refusal: what the server holds); the items
   // sent over the steps it drops are forgotten.
@@ -37,17 +37,17 @@ class StepStream {
   bool Creatable(int64_t t) const { return view_.Creatable(0, t, 0); }
   // Up to `most` distinct steps among the recent ones where an item can be
   // created now and none was sent yet.
-  std::vector<int64_t> PickItems(std::mt19937_64& rng, int64_t most) const;
+  std::vector<int64_t> PickItems(PortableRandom& rng, int64_t most) const;
   // Items are sent over these steps.
   void MarkItems(const std::vector<int64_t>& steps) { items_.insert(steps.begin(), steps.end()); }
   // A recent step an item was sent over, or -1 if none is.
-  int64_t RecentItem(std::mt19937_64& rng) const;
+  int64_t RecentItem(PortableRandom& rng) const;
   // A step where a sequence cannot start (off its period), or -1 if none is recent.
-  int64_t OffPeriod(std::mt19937_64& rng) const;
+  int64_t OffPeriod(PortableRandom& rng) const;
   // A recent bootstrap step (done 2: no item starts there), or -1 if none is.
   int64_t RecentBootstrap() const;
   // The item columns' rows of `count` new items.
-  StepRows ItemRows(std::mt19937_64& rng, int64_t count) const;
+  StepRows ItemRows(PortableRandom& rng, int64_t count) const;
   // The wire layout of rows: each column's rows, column after column.
   static std::vector<std::byte> Wire(const StepRows& rows, size_t columns);
 
