@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "client/src/portable_shuffle.h"
 #include "perserve/importance_weight.h"
 
 namespace perserve::client_internal {
@@ -56,7 +57,7 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   }
   std::vector<size_t> order(batch);
   std::iota(order.begin(), order.end(), size_t{0});
-  std::shuffle(order.begin(), order.end(), *rng);
+  PortableShuffle(std::span(order), rng);  // std::shuffle's permutation differs between standard libraries
   plan->shard_of.resize(batch);
   plan->fractions.assign(count, {});
   for (size_t position = 0; position < batch; ++position) {
