@@ -138,7 +138,7 @@ struct ServedSchemas {
   int64_t max_steps_apart = 0;
   // Every table over the server's steps, in the server's order: requests name
   // a table by its index here. tables[0] is the default table; at least one.
-  std::vector<TableSchemas> tables;
+  std::vector<TableSchemas> tables = {};
   // The index of the table named `name`, or -1.
   int TableIndex(std::string_view name) const;
   // Servers agree on this (shards serve the same tables).
