@@ -19,7 +19,8 @@ std::string Summary(const replay::StepReplay& steps, const ServiceCounters& coun
   };
   std::string summary;
   if (steps.tables() == 1) {
-    summary = table_counts(steps.items()) + ", ";
+    summary = table_counts(steps.items());
+    summary += ", ";
   } else {
     for (int t = 0; t < steps.tables(); ++t) {
       const RateLimiter& limiter = limiters[static_cast<size_t>(t)];
@@ -35,7 +36,7 @@ std::string Summary(const replay::StepReplay& steps, const ServiceCounters& coun
   const bool limited = std::any_of(limiters.begin(), limiters.end(), [](const RateLimiter& l) { return l.enabled(); });
   if (limited) {
     summary += fmt::format("; rate limiter{}, {} adds held, {} let through",
-                           steps.tables() == 1 ? " " + limiters.front().Describe() : std::string(),
+                           steps.tables() == 1 ? fmt::format(" {}", limiters.front().Describe()) : std::string(),
                            counters.deferred_adds, counters.limiter_overrides);
   }
   if (counters.zero_copy_replies > 0) {

@@ -48,6 +48,15 @@ Status ParseNumber(std::string_view spec, std::string_view key, std::string_view
   return Status::Ok();
 }
 
+// The same into an optional value (a key the table may leave to the server's flag).
+template <typename T>
+Status ParseNumber(std::string_view spec, std::string_view key, std::string_view value, std::optional<T>* out) {
+  T parsed{};
+  PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed));
+  *out = parsed;
+  return Status::Ok();
+}
+
 // The table's item layout from its flags (the ring's fields from the defaults).
 Status LayoutOf(const TableFlags& flags, const TableDefaults& defaults, replay::StepOptions* options) {
   using replay::StepOptions;
@@ -133,9 +142,7 @@ Status ParseTableSpec(std::string_view spec, TableFlags* table) {
     if (key == "n_step") {
       PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.n_step));
     } else if (key == "discount") {
-      double discount = 0.0;
-      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &discount));
-      parsed.discount = discount;
+      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.discount));
     } else if (key == "sequence_length") {
       PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.sequence_length));
     } else if (key == "sequence_period") {
@@ -153,21 +160,13 @@ Status ParseTableSpec(std::string_view spec, TableFlags* table) {
     } else if (key == "max_times_sampled") {
       PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.max_times_sampled));
     } else if (key == "alpha") {
-      double alpha = 0.0;
-      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &alpha));
-      parsed.alpha = alpha;
+      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.alpha));
     } else if (key == "min_size") {
-      int64_t min_size = 0;
-      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &min_size));
-      parsed.min_size = min_size;
+      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.min_size));
     } else if (key == "samples_per_insert") {
-      double ratio = 0.0;
-      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &ratio));
-      parsed.samples_per_insert = ratio;
+      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.samples_per_insert));
     } else if (key == "error_buffer") {
-      double buffer = 0.0;
-      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &buffer));
-      parsed.error_buffer = buffer;
+      PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.error_buffer));
     } else {
       return Status::InvalidArgument(fmt::format("--table {}: unknown key \"{}\" (keys: {})", spec, key, kKeys));
     }
