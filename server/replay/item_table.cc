@@ -45,7 +45,7 @@ Status ItemTable::CheckItem(const StreamView& request, size_t position, int64_t 
                             uint64_t* earliest_key) const {
   const auto refuse = [&](const std::string& why) {
     return Status::InvalidArgument(
-        fmt::format("table {}: item {} over step {} of stream {}: {}", name_, position, t, request.stream, why));
+        fmt::format("{}item {} over step {} of stream {}: {}", label_, position, t, request.stream, why));
   };
   if (t < 0) return refuse("the stream never had it (stream indices start at 0)");
   if (t >= request.new_steps) {
@@ -157,12 +157,11 @@ Status ItemTable::CheckCount(int64_t steps, int64_t items, bool item_per_step) c
     const int64_t capacity = std::min(options_.step_capacity, items_->capacity());
     if (steps >= 1 && steps <= capacity) return Status::Ok();
     return Status::InvalidArgument(
-        fmt::format("an add of {} items to table {}: the count must be in [1, capacity {}]", steps, name_, capacity));
+        fmt::format("{}an add of {} items: the count must be in [1, capacity {}]", label_, steps, capacity));
   }
   if (items < 0 || items > items_->capacity()) {
-    return Status::InvalidArgument(fmt::format("an append of {} items to table {}: the count must be in [0, item "
-                                               "capacity {}]",
-                                               items, name_, items_->capacity()));
+    return Status::InvalidArgument(fmt::format("{}an append of {} items: the count must be in [0, item capacity {}]",
+                                               label_, items, items_->capacity()));
   }
   return Status::Ok();
 }
@@ -171,25 +170,23 @@ Status ItemTable::PrepareItems(const StreamView& view, const TableItems& request
   const int64_t count = request.count(steps);
   if (request.item_per_step && options_.kind != StepOptions::Kind::kTransition) {
     return Status::FailedPrecondition(fmt::format(
-        "table {}'s items are n-step transitions or sequences over steps (--n-step, --sequence-length): append "
+        "{}this table's items are n-step transitions or sequences over steps (--n-step, --sequence-length): append "
         "steps and name the steps items start at (Append; docs/steps.md), rather than adding transitions",
-        name_));
+        label_));
   }
   PERSERVE_RETURN_IF_ERROR(CheckCount(steps, count, request.item_per_step));
   if (count > 0) {
     const Status checked = items_->CheckAdd(count, request.priorities);
     if (!checked.ok()) {
-      return Status::FromCode(static_cast<int>(checked.code()), fmt::format("table {}: {}", name_, checked.message()));
+      return Status::FromCode(static_cast<int>(checked.code()), label_ + checked.message());
     }
   } else if (!request.priorities.empty()) {
-    return Status::InvalidArgument(
-        fmt::format("no items for table {} but {} priorities", name_, request.priorities.size()));
+    return Status::InvalidArgument(fmt::format("{}no items but {} priorities", label_, request.priorities.size()));
   }
   const uint64_t expected_item_bytes = static_cast<uint64_t>(count * layout_.item_column_bytes);
   if (request.item_columns.size() != expected_item_bytes) {
-    return Status::InvalidArgument(fmt::format("{} items of table {} must carry {} bytes of item columns ({} per "
-                                               "item), got {}",
-                                               count, name_, expected_item_bytes, layout_.item_column_bytes,
+    return Status::InvalidArgument(fmt::format("{}{} items must carry {} bytes of item columns ({} per item), got {}",
+                                               label_, count, expected_item_bytes, layout_.item_column_bytes,
                                                request.item_columns.size()));
   }
   earliest_keys_.resize(static_cast<size_t>(count));
@@ -201,9 +198,9 @@ Status ItemTable::PrepareItems(const StreamView& view, const TableItems& request
     if (item_step_keys_[j] < view.first_new_key) {
       const int64_t held = ItemOver(item_step_keys_[j]);
       if (held != kNoItem) {
-        return Status::InvalidArgument(fmt::format("table {}: item {} over step {} of stream {}: the table holds an "
-                                                   "item over that step already (key {}); an item is created once",
-                                                   name_, j, t, view.stream, items_->KeyAt(held)));
+        return Status::InvalidArgument(fmt::format("{}item {} over step {} of stream {}: the table holds an item over "
+                                                   "that step already (key {}); an item is created once",
+                                                   label_, j, t, view.stream, items_->KeyAt(held)));
       }
     }
   }
@@ -213,9 +210,9 @@ Status ItemTable::PrepareItems(const StreamView& view, const TableItems& request
     const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
     if (twice != sorted.end()) {
       const auto first = std::find(item_step_keys_.begin(), item_step_keys_.end(), *twice);
-      return Status::InvalidArgument(fmt::format("the request creates two items of table {} over step {} of stream "
-                                                 "{}; an item is created once",
-                                                 name_, request.item_steps[first - item_step_keys_.begin()],
+      return Status::InvalidArgument(fmt::format("{}the request creates two items over step {} of stream {}; an item "
+                                                 "is created once",
+                                                 label_, request.item_steps[first - item_step_keys_.begin()],
                                                  view.stream));
     }
   }
@@ -299,9 +296,8 @@ Status ItemTable::LinkRestored() {
     if (item_key == Replay::kNoKey) continue;
     const uint64_t step_key = ItemStepKey(item_slot);
     if (step_key < steps_->oldest_key() || step_key >= steps_->next_key()) {
-      return Status::InvalidArgument(fmt::format("item key {} of table {}: its step key {} is not held (the ring "
-                                                 "holds {} .. {})",
-                                                 item_key, name_, step_key, steps_->oldest_key(),
+      return Status::InvalidArgument(fmt::format("{}item key {}: its step key {} is not held (the ring holds {} .. {})",
+                                                 label_, item_key, step_key, steps_->oldest_key(),
                                                  static_cast<int64_t>(steps_->next_key()) - 1));
     }
     const store::StepInfo& info = steps_->Info(step_key);
@@ -321,8 +317,8 @@ Status ItemTable::LinkRestored() {
     }
     const int64_t other = ItemOver(step_key);
     if (other != kNoItem) {
-      return Status::InvalidArgument(fmt::format("item keys {} and {} of table {} are both over step key {}",
-                                                 items_->KeyAt(other), item_key, name_, step_key));
+      return Status::InvalidArgument(fmt::format("{}item keys {} and {} are both over step key {}", label_,
+                                                 items_->KeyAt(other), item_key, step_key));
     }
     Link(item_slot, earliest);
   }

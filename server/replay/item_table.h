@@ -156,6 +156,9 @@ class ItemTable {
   void WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start, std::byte* out) const;
 
   std::string name_;
+  // What its errors begin with: "table NAME: " when the replay has several
+  // tables, else nothing (a replay of one table says what it always said).
+  std::string label_;
   StepOptions options_;
   StepLayout layout_;
   const store::StepStore* steps_;

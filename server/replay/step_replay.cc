@@ -71,6 +71,9 @@ Status StepReplay::Create(std::vector<TableConfig> tables, Schema step_schema, s
     replay->tables_.emplace_back(new ItemTable(std::move(tables[i].name), tables[i].layout, std::move(layouts[i]),
                                                std::move(items), &replay->steps_));
   }
+  if (replay->tables_.size() > 1) {
+    for (const auto& table : replay->tables_) table->label_ = fmt::format("table {}: ", table->name());
+  }
   *out = std::move(replay);
   return Status::Ok();
 }

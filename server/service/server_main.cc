@@ -155,7 +155,7 @@ std::string DescribeTable(const perserve::replay::ItemTable& table, const perser
                       limit.min_size_to_sample);
   if (items.max_times_sampled > 0) text += fmt::format(", each item sampled at most {} times", items.max_times_sampled);
   if (limit.samples_per_insert > 0) {
-    text += fmt::format(", rate limiter {} samples per insert, error buffer {} items", limit.samples_per_insert,
+    text += fmt::format(", rate limiter: {} samples per insert, error buffer {} items", limit.samples_per_insert,
                         limit.error_buffer);
   }
   text += fmt::format("; a sample returns {} ({} bytes an item)", table.sample_schema().ToString(),

@@ -240,7 +240,7 @@ TEST_F(StepAppendErrorsTest, BadRequestsChangeNothing) {
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {1.0, 2.0}, &first), "2 priorities for 1 items");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {std::nan("")}, &first), "position 0");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {-1.0}, &first), "position 0");
-  ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {}, {1.0}, &first), "no items for table default but 1 priorities");
+  ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {}, {1.0}, &first), "no items but 1 priorities");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {7, 7, 8, 8, 9}, {}, &first), "capacity 4");
   ExpectUnchanged(Append(0, 10, 2, MakeSteps(10, 2), {8}, {}, &first, 12), "must carry 8 bytes of item columns");
   std::vector<std::byte> bad_done = MakeSteps(10, 2);
@@ -278,7 +278,7 @@ TEST_F(StepAppendErrorsTest, AnItemCreatedTwiceIsRefusedAndNothingStored) {
   uint64_t first = 0;
   const std::vector<std::byte> two = MakeSteps(10, 2);
   ExpectUnchanged(Append(0, 10, 2, two, {7, 8, 7}, {}, &first),
-                  "the request creates two items of table default over step 7 of stream 0; an item is created once");
+                  "the request creates two items over step 7 of stream 0; an item is created once");
   ExpectUnchanged(Append(0, 10, 0, {}, {6}, {}, &first),
                   "item 0 over step 6 of stream 0: the table holds an item over that step already (key 1); an item "
                   "is created once");

@@ -290,7 +290,7 @@ TEST_F(StepTablesRefusalTest, ABadItemInOneTableRefusesTheWholeAppend) {
   // The sequence table's item without its item column's bytes.
   const int64_t start = 0;  // a sequence of 5 from the episode's start
   const TableItems no_state[] = {TableItems{1, false, std::span<const int64_t>(&start, 1)}};
-  ExpectRefused(no_state, "items of table r2d2 must carry 12 bytes of item columns");
+  ExpectRefused(no_state, "table r2d2: 1 items must carry 12 bytes of item columns");
   const TableItems with_state[] = {TableItems{1, false, std::span<const int64_t>(&start, 1), {}, state},
                                    TableItems{2, false, std::span<const int64_t>(&good, 1)}};
   uint64_t first = 0;
@@ -315,7 +315,7 @@ TEST_F(StepTablesRefusalTest, UnknownOrRepeatedTablesAndAddsToStepTablesAreRefus
                                                    add_to_apex},
                                      &first);
   EXPECT_EQ(add.code(), Status::Code::kFailedPrecondition) << add.ToString();
-  EXPECT_NE(add.message().find("table apex's items are n-step"), std::string::npos) << add.ToString();
+  EXPECT_NE(add.message().find("table apex: this table's items are n-step"), std::string::npos) << add.ToString();
   EXPECT_TRUE(State::Of(*replay_) == before_);
   // An add to the table of transitions goes at the stream's end.
   const TableItems add_to_eval[] = {TableItems{2, true}};
