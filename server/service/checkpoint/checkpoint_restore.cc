@@ -246,13 +246,6 @@ Status ValidateState(const std::string& dir, CheckpointState* state, const repla
     state->limiter = first.limiter;
     return Status::Ok();
   }
-  // Formats 1 to 3 hold one table of the default selectors.
-  if (steps.tables() != 1 || !DefaultSelectors(steps.table(0))) {
-    return Status::FailedPrecondition(fmt::format(
-        "{} (format {}) holds one table, of the prioritized sampler, the fifo remover and no max_times_sampled; this "
-        "server has {} table(s) ({}): restore it into a server of that one table",
-        dir, format, steps.tables(), steps.TableNames()));
-  }
   // Formats 1 and 2 kept item k in slot k mod capacity.
   if (format != kOneModelFormat && replay.capacity() < capacity) {
     return Status::FailedPrecondition(fmt::format("{} (format {}) holds up to {} items; this server's table holds "
@@ -570,6 +563,13 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
         "{} holds a replay of {}; this server stores {} (--n-step or --sequence-length: restore with the flags it "
         "was written with)",
         dir, format == kStepFormat ? "step streams" : "transitions", transitions ? "transitions" : "step streams"));
+  }
+  // Formats 1 to 3 hold one table of the default selectors.
+  if (format < kTablesFormat && (steps->tables() != 1 || !DefaultSelectors(steps->table(0)))) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} (format {}) holds one table, of the prioritized sampler, the fifo remover and no max_times_sampled; this "
+        "server has {} table(s) ({}): restore it into a server of that one table",
+        dir, format, steps->tables(), steps->TableNames()));
   }
   // The flags first, so that an error names the flag: format 4's tables,
   // then the ring's (formats 2 and 3 list table 0's layout with the ring's).

@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepRep
   using Kind = replay::StepOptions::Kind;
   const replay::StepOptions& o = steps.options();
   if (format >= checkpoint_layout::kTablesFormat) {
-    // The ring's alone: each table's layout is its own (TableFlags).
+    // The ring's alone: each table's layout is its own (TableCheckpointFlags).
     const store::StepStore& ring = steps.steps();
     const auto column = [&](int index) {
       return index >= 0 ? steps.step_schema().columns[static_cast<size_t>(index)].name : std::string("none");

@@ -46,7 +46,7 @@ namespace perserve::service {
 
 // The flags a restore must share with the checkpoint's ring, as (flag,
 // value): format 4 --column, --capacity, --reward-column and --done-column
-// (each table's own: TableFlags); formats 2 and 3 --column, --capacity,
+// (each table's own: TableCheckpointFlags); formats 2 and 3 --column, --capacity,
 // --n-step, --discount, --sequence-length, --sequence-period, --stack,
 // --reward-column, --done-column, --item-column of table 0, and (format 3)
 // --max-items.

@@ -12,7 +12,7 @@
 
 namespace perserve::service {
 
-std::vector<std::pair<std::string, std::string>> TableFlags(const replay::ItemTable& table) {
+std::vector<std::pair<std::string, std::string>> TableCheckpointFlags(const replay::ItemTable& table) {
   using Kind = replay::StepOptions::Kind;
   const replay::StepOptions& o = table.options();
   const replay::ReplayOptions& items = table.items().options();
@@ -56,7 +56,7 @@ Status CheckTables(const std::string& dir, std::span<const TableCheckpointState>
                       "server's: {}): restore with the tables it was written with, in that order (--table)",
                       dir, t, saved.name, table.name(), theirs, steps.TableNames()));
     }
-    const auto flags = TableFlags(table);
+    const auto flags = TableCheckpointFlags(table);
     if (saved.flags.size() != flags.size()) {
       return Status::InvalidArgument(fmt::format("{}/state.bin: table {} lists {} flags; a checkpoint lists {} "
                                                  "(damaged)",

@@ -36,7 +36,7 @@ namespace perserve::service {
 // in CheckpointState's own fields; a restore of one gives this for it.)
 struct TableCheckpointState {
   std::string name;
-  // Its layout and options, as TableFlags gives them.
+  // Its layout and options, as TableCheckpointFlags gives them.
   std::vector<std::pair<std::string, std::string>> flags;
   int64_t size = 0;  // items held
   replay::ReplayState replay;
@@ -56,12 +56,12 @@ struct TableCheckpointState {
 // n_step, discount, sequence_length, sequence_period, stack, item_column,
 // max_items, sampler, remover, max_times_sampled, alpha. Doubles as their
 // shortest round trip (equal text, equal bits).
-std::vector<std::pair<std::string, std::string>> TableFlags(const replay::ItemTable& table);
+std::vector<std::pair<std::string, std::string>> TableCheckpointFlags(const replay::ItemTable& table);
 
 // The checkpoint's tables (format 4) against the server's: FailedPrecondition
 // where their count, a name (in order) or a flag differs, naming the table
 // and both values; InvalidArgument where a table's flags are not a list of
-// TableFlags' keys (damaged). Checked before anything of the checkpoint is
+// TableCheckpointFlags' keys (damaged). Checked before anything of the checkpoint is
 // restored.
 Status CheckTables(const std::string& dir, std::span<const TableCheckpointState> tables,
                    const replay::StepReplay& steps);
