@@ -68,21 +68,37 @@ void CheckKind(const Frame& frame, std::span<const std::byte> bytes) {
     case MessageKind::kAppendRequest: {
       AppendMeta meta;
       if (DecodeAndReencode(frame, bytes, &meta).ok()) {
-        // The decoder against its own checks, for a few step and item sizes.
+        // The decoder against its own checks, for a few step sizes and
+        // tables' item sizes (one table, or three).
+        constexpr int64_t kOneTable[] = {8};
+        constexpr int64_t kThreeTables[] = {0, 8, 3};
         for (const int64_t step_bytes : {int64_t{1}, int64_t{17}}) {
-          for (const int64_t item_bytes : {int64_t{0}, int64_t{8}}) {
+          for (const std::span<const int64_t> item_bytes :
+               {std::span<const int64_t>(kOneTable), std::span<const int64_t>(kThreeTables)}) {
             DecodedAppend append;
             const Status decoded = DecodeAppend(frame, step_bytes, item_bytes, &append);
             if (!decoded.ok()) {
               FUZZ_CHECK(decoded.code() == Status::Code::kInvalidArgument);
               continue;
             }
-            const int64_t items = append.meta.item_count();
-            FUZZ_CHECK(append.item_steps.size() == static_cast<size_t>(append.meta.item_per_step ? 0 : items));
-            FUZZ_CHECK(append.priorities.size() == static_cast<size_t>(append.meta.has_priorities ? items : 0));
-            FUZZ_CHECK(append.item_columns.size() == static_cast<size_t>(items * item_bytes));
+            FUZZ_CHECK(append.groups.size() == append.meta.groups.size());
+            size_t bulk_bytes = append.step_columns.size();
+            for (size_t g = 0; g < append.groups.size(); ++g) {
+              const ItemGroup& group = append.meta.groups[g];
+              const DecodedItems& items = append.groups[g];
+              const int64_t count = group.item_count(append.meta.steps);
+              FUZZ_CHECK(items.table == group.table && items.table >= 0 &&
+                         static_cast<size_t>(items.table) < item_bytes.size());
+              for (size_t earlier = 0; earlier < g; ++earlier) FUZZ_CHECK(append.groups[earlier].table != items.table);
+              FUZZ_CHECK(items.item_steps.size() == static_cast<size_t>(group.item_per_step ? 0 : count));
+              FUZZ_CHECK(items.priorities.size() == static_cast<size_t>(group.has_priorities ? count : 0));
+              FUZZ_CHECK(items.item_columns.size() ==
+                         static_cast<size_t>(count * item_bytes[static_cast<size_t>(items.table)]));
+              bulk_bytes += items.item_steps.size() * 8 + items.priorities.size() * 8 + items.item_columns.size();
+            }
             FUZZ_CHECK(append.step_columns.size() ==
                        static_cast<size_t>(append.meta.columns_follow ? 0 : append.meta.steps * step_bytes));
+            FUZZ_CHECK(bulk_bytes == frame.bulk.size());
           }
         }
       }

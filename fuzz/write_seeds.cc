@@ -88,14 +88,33 @@ Bytes AddFrame(uint64_t request_id, int64_t first_id, int64_t count, bool with_p
   proto::AppendMeta meta;
   meta.first_step = proto::AppendMeta::kAtEnd;
   meta.steps = count;
-  meta.item_per_step = true;
-  meta.has_priorities = with_priorities;
+  meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, with_priorities}};
   meta.columns_follow = columns_follow;
   const std::span<const std::byte> columns[] = {std::as_bytes(std::span(items.ids)),
                                                 std::as_bytes(std::span(items.tags))};
+  const proto::ItemGroupSpans group{{}, items.priorities, {}};
   Bytes frame;
-  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : columns, {},
-                      items.priorities, {}, &frame);
+  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : columns,
+                      std::span(&group, 1), &frame);
+  return frame;
+}
+
+// An append of 2 steps creating items in three tables: an item per step in
+// table 1, items over listed steps with priorities in table 2, then one in
+// table 0 (each table's item columns empty: the fuzzer varies the sizes).
+Bytes ThreeTablesAppendFrame(uint64_t request_id) {
+  proto::AppendMeta meta;
+  meta.first_step = 0;
+  meta.steps = 2;
+  meta.groups = {proto::ItemGroup{1, 0, true, false}, proto::ItemGroup{2, 2, false, true},
+                 proto::ItemGroup{0, 1, false, false}};
+  const std::vector<std::byte> steps(2, std::byte{3});
+  const std::span<const std::byte> columns[] = {steps};
+  const std::vector<int64_t> listed = {0, 1}, one = {1};
+  const std::vector<double> priorities = {0.5, 2.0};
+  const proto::ItemGroupSpans groups[] = {{}, {listed, priorities, {}}, {one, {}, {}}};
+  Bytes frame;
+  proto::EncodeAppend(request_id, meta, columns, groups, &frame);
   return frame;
 }
 
@@ -122,6 +141,8 @@ std::map<std::string, Bytes> FrameSeeds() {
       {"add_with_priorities", AddFrame(2, 4, 3, true)},
       {"add_reply", Frame(MessageKind::kAddReply, 2, proto::AddReply{4, 3})},
       {"sample", Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{2, 0.4})},
+      {"sample_table_2", Frame(MessageKind::kSampleRequest, 3, proto::SampleRequest{2, 0.4, 0.0, false, 2})},
+      {"append_three_tables", ThreeTablesAppendFrame(9)},
       {"sample_reply", SampleReplyFrame(3)},
       {"update", UpdateFrame(4, {0, 5}, {2.0, 0.25})},
       {"update_reply", Frame(MessageKind::kUpdateReply, 4, proto::UpdateReply{1, 1})},
@@ -154,12 +175,12 @@ Bytes AppendFrame(uint64_t request_id, int64_t first_step, int64_t count, const 
   proto::AppendMeta meta;
   meta.first_step = first_step;
   meta.steps = count;
-  meta.items = static_cast<int64_t>(items.size());
-  meta.has_priorities = with_priorities;
+  if (!items.empty()) meta.groups = {proto::ItemGroup{0, static_cast<int64_t>(items.size()), false, with_priorities}};
   const std::span<const std::byte> columns[] = {std::as_bytes(std::span(obs)), std::as_bytes(std::span(reward)),
                                                 std::as_bytes(std::span(done))};
+  const proto::ItemGroupSpans group{items, priorities, {}};
   Bytes frame;
-  proto::EncodeAppend(request_id, meta, columns, items, priorities, {}, &frame);
+  proto::EncodeAppend(request_id, meta, columns, std::span(&group, meta.groups.size()), &frame);
   return frame;
 }
 
@@ -270,7 +291,13 @@ std::map<std::string, Bytes> JoinSeeds() {
                         {"return", DType::kFloat64, {}},
                         {"discount", DType::kFloat64, {}},
                         {"next_obs", DType::kUInt8, {84, 84, 4}}}};
-  const std::string step_schemas = proto::SerializeServedSchemas(proto::ServedSchemas{true, frame_step, stacked, {}, {}, 0});
+  const std::string step_schemas =
+      proto::SerializeServedSchemas(proto::OneTableSchemas(true, frame_step, stacked, {}));
+  // An n-step table (the default), a uniform table of transitions and a fifo table over steps.
+  proto::ServedSchemas tables = proto::OneTableSchemas(true, frame_step, stacked, {});
+  tables.tables.push_back(proto::TableSchemas{"eval", false, frame_step, {}, "uniform", false});
+  tables.tables.push_back(proto::TableSchemas{"queue", true, stacked, {}, "fifo", false});
+  const std::string table_schemas = proto::SerializeServedSchemas(tables);
   const auto join = [](int32_t rank, int32_t role, int32_t version, uint64_t length, const std::string& schema,
                        double alpha = 0.6, double capacity = 1 << 21, uint32_t servers = 1) {
     return EncodeJoinInput(JoinInput{rank, role, version, length, alpha, capacity, servers,
@@ -281,6 +308,7 @@ std::map<std::string, Bytes> JoinSeeds() {
       {"server_small_schema", join(1, server, proto::kProtocolVersion, small_schema.size(), small_schema, 1.0, 64, 2)},
       {"learner_no_schema", join(2, learner, proto::kProtocolVersion, 0, "")},
       {"server_step_schemas", join(0, server, proto::kProtocolVersion, step_schemas.size(), step_schemas)},
+      {"server_three_tables", join(0, server, proto::kProtocolVersion, table_schemas.size(), table_schemas)},
       {"other_version", join(3, server, proto::kProtocolVersion + 1, small_schema.size(), small_schema)},
       {"unknown_role", join(4, 5, proto::kProtocolVersion, uint64_t{1} << 40, small_schema)},
       {"nan_capacity", join(0, server, proto::kProtocolVersion, small_schema.size(), small_schema, 0.6,

@@ -124,9 +124,10 @@ Status CheckTableSchemas(bool steps, const Schema& adds, const Schema& samples, 
 }  // namespace
 
 std::string TableSchemas::ToString() const {
-  return fmt::format("table \"{}\" ({}, {}{}): samples {}; item columns {}", name, steps ? "over steps" : "transitions",
-                     sampler, updatable ? "" : ", no updates", samples.ToString(),
-                     items.columns.empty() ? "none" : items.ToString());
+  return fmt::format("table \"{}\" ({}, {}{}{}): samples {}; item columns {}", name,
+                     steps ? "over steps" : "transitions", sampler, updatable ? "" : ", no updates",
+                     max_times_sampled > 0 ? fmt::format(", max_times_sampled {}", max_times_sampled) : "",
+                     samples.ToString(), items.columns.empty() ? "none" : items.ToString());
 }
 
 int ServedSchemas::TableIndex(std::string_view name) const {
@@ -141,7 +142,8 @@ std::string ServedSchemas::ToString() const {
                             : fmt::format("steps {}; samples {}; item columns {}", adds.ToString(), samples.ToString(),
                                           items.columns.empty() ? "none" : items.ToString());
   // One table named "default" is what every server before protocol 9 served: said as before.
-  if (tables.size() == 1 && tables[0].name == "default" && tables[0].sampler == "prioritized" && tables[0].updatable) {
+  if (tables.size() == 1 && tables[0].name == "default" && tables[0].sampler == "prioritized" && tables[0].updatable &&
+      tables[0].max_times_sampled == 0) {
     return text;
   }
   for (const TableSchemas& table : tables) text += "; " + table.ToString();
@@ -162,7 +164,7 @@ ServedSchemas OneTableSchemas(bool steps, const Schema& adds, const Schema& samp
 
 template <class Archive>
 void serialize(Archive& ar, TableSchemas& table) {
-  ar(table.name, table.steps, table.samples, table.items, table.sampler, table.updatable);
+  ar(table.name, table.steps, table.samples, table.items, table.sampler, table.updatable, table.max_times_sampled);
 }
 
 template <class Archive>
@@ -204,6 +206,10 @@ Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas*
       return Status::InvalidArgument(fmt::format("table \"{}\" samples by \"{}\", not one of prioritized, uniform, "
                                                  "fifo, lifo, max_heap, min_heap",
                                                  table.name, table.sampler));
+    }
+    if (table.max_times_sampled < 0) {
+      return Status::InvalidArgument(fmt::format("table \"{}\" has max_times_sampled {}: a count is >= 0 (0: none)",
+                                                 table.name, table.max_times_sampled));
     }
     PERSERVE_RETURN_IF_ERROR(CheckTableSchemas(table.steps, served->adds, table.samples, table.items,
                                                fmt::format("table \"{}\"", table.name)));

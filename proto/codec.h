@@ -92,7 +92,9 @@ Status DeserializeSchema(std::span<const std::byte> bytes, Schema* schema);
 
 // One table of a server, as the join tells the clients (protocol 9): its
 // name, what its samples return, the columns an actor sends with each item it
-// creates in it, its sampler, and whether it takes priority updates.
+// creates in it, its sampler, whether it takes priority updates and how many
+// draws an item takes before it leaves (a learner over several shards splits
+// a sample by them: docs/shards.md).
 struct TableSchemas {
   std::string name;
   // Its items are computed over steps (n-step transitions, sequences):
@@ -106,6 +108,8 @@ struct TableSchemas {
   // Priority updates accepted (prioritized and the heaps; not uniform, fifo
   // or lifo, which keep no priorities).
   bool updatable = true;
+  // An item leaves after this many draws (1: a queue); 0: never.
+  int64_t max_times_sampled = 0;
   std::string ToString() const;
 };
 
@@ -134,7 +138,7 @@ struct ServedSchemas {
   int64_t max_steps_apart = 0;
   // Every table over the server's steps, in the server's order: requests name
   // a table by its index here. tables[0] is the default table; at least one.
-  std::vector<TableSchemas> tables;
+  std::vector<TableSchemas> tables = {};
   // The index of the table named `name`, or -1.
   int TableIndex(std::string_view name) const;
   // Servers agree on this (shards serve the same tables).
@@ -152,8 +156,8 @@ std::string SerializeServedSchemas(const ServedSchemas& served);
 // Decodes and validates (adds and samples as Schema::Validate; items too when
 // it has columns; transitions: samples equal to adds, no items, no stream
 // steps; stream steps >= 0; at least one table, each table's schemas as the
-// top level's, names non-empty and unique, samplers known, tables[0] equal
-// to the top-level steps, samples and items).
+// top level's, names non-empty and unique, samplers known, max_times_sampled
+// >= 0, tables[0] equal to the top-level steps, samples and items).
 Status DeserializeServedSchemas(std::span<const std::byte> bytes, ServedSchemas* served);
 
 // Copies `count` values of T from the front of a bulk region (which need not

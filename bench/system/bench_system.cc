@@ -178,7 +178,7 @@ struct Sizes {
 Sizes SizesFor(const Workload& workload) {
   const int64_t header = static_cast<int64_t>(proto::kFrameHeaderBytes);
   const auto meta = [](const auto& m) { return static_cast<int64_t>(proto::SerializeMeta(m).size()); };
-  const int64_t add_head = header + meta(proto::AppendMeta{});
+  const int64_t add_head = header + meta(proto::AppendMeta{0, 0, {proto::ItemGroup{}}});  // one table's items
   const int64_t batch = workload.sample_batch;
   return Sizes{add_head,
                add_head + kIntakeBatch * workload.adds.ItemBytes() +
@@ -576,7 +576,7 @@ int main(int argc, char** argv) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
       perserve::proto::ServedSchemas served =
-          workload.steps ? perserve::proto::ServedSchemas{true, workload.adds, workload.samples, workload.items, {}}
+          workload.steps ? perserve::proto::OneTableSchemas(true, workload.adds, workload.samples, workload.items)
                          : perserve::proto::TransitionSchemas(workload.adds);
       // As perserve-server's join says: an append of up to the ring's slack
       // steps may send its columns apart, received straight into the ring

@@ -52,11 +52,11 @@ Status ZmqClient::Add(int64_t count, const std::vector<std::vector<std::byte>>& 
   proto::AppendMeta meta;
   meta.first_step = proto::AppendMeta::kAtEnd;
   meta.steps = count;
-  meta.item_per_step = true;
-  meta.has_priorities = true;
+  meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, /*has_priorities=*/true}};
   std::vector<std::span<const std::byte>> spans(columns.begin(), columns.end());
+  const proto::ItemGroupSpans group{{}, priorities, {}};
   std::vector<std::byte> frame;
-  proto::EncodeAppend(next_id_++, meta, spans, {}, priorities, {}, &frame);
+  proto::EncodeAppend(next_id_++, meta, spans, std::span(&group, 1), &frame);
   PERSERVE_RETURN_IF_ERROR(SendFrame(std::move(frame)));
   ++in_flight_;
   return Status::Ok();

@@ -181,7 +181,8 @@ Status ActorClient::SendSteps(const ColumnSpans& steps, std::span<const NewItems
                                                  connection_->tables()[static_cast<size_t>(table)].name));
     }
     named.push_back(table);
-    PERSERVE_RETURN_IF_ERROR(CheckNewItems(group, connection_->tables()[static_cast<size_t>(table)].items, group.table));
+    const Schema& item_schema = connection_->tables()[static_cast<size_t>(table)].items;
+    PERSERVE_RETURN_IF_ERROR(CheckNewItems(group, item_schema, group.table));
     if (group.steps.empty()) continue;  // nothing to create
     groups.push_back(proto::ItemGroup{table, static_cast<int64_t>(group.steps.size()), /*item_per_step=*/false,
                                       /*has_priorities=*/!group.priorities.empty()});

@@ -8,6 +8,9 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "perserve/client.h"
 
@@ -18,10 +21,14 @@ struct perserve_schema {
 struct perserve_actor {
   std::unique_ptr<perserve::ActorClient> client;
   perserve_schema schema;
+  std::vector<std::string> tables;            // the server's tables' names, in its order
+  std::vector<perserve_schema> item_schemas;  // their item columns, by table
 };
 struct perserve_learner {
   std::unique_ptr<perserve::LearnerClient> client;
   perserve_schema schema;
+  std::vector<std::string> tables;              // the server's tables' names, in its order
+  std::vector<perserve_schema> sample_schemas;  // what their samples return, by table
 };
 struct perserve_bystander {
   std::unique_ptr<perserve::Bystander> client;
@@ -89,6 +96,36 @@ void BindSchema(const perserve::Schema& schema, perserve_schema* view) {
   view->text = schema.ToString();
 }
 
+// A client's tables' names and, by table, the schema `of(name)` gives (views
+// of the client's own schemas, valid while it is).
+template <class Of>
+void BindTables(std::vector<std::string> names, Of of, std::vector<std::string>* tables,
+                std::vector<perserve_schema>* schemas) {
+  *tables = std::move(names);
+  schemas->resize(tables->size());
+  for (size_t t = 0; t < tables->size(); ++t) BindSchema(of((*tables)[t]), &(*schemas)[t]);
+}
+
+// A table argument: NULL or "" is the default table.
+std::string_view TableName(const char* table) { return table == nullptr ? std::string_view{} : table; }
+
+// The schema bound for the table named `table` (NULL or "": the default table), or NULL.
+const perserve_schema* TableSchema(const std::vector<std::string>& tables, const std::vector<perserve_schema>& schemas,
+                                   const char* table) {
+  const std::string_view name = TableName(table);
+  if (name.empty()) return schemas.empty() ? nullptr : &schemas[0];
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t] == name) return &schemas[t];
+  }
+  return nullptr;
+}
+
+// A table's name by index, or NULL.
+const char* TableAt(const std::vector<std::string>& tables, int table) {
+  if (table < 0 || table >= static_cast<int>(tables.size())) return nullptr;
+  return tables[static_cast<size_t>(table)].c_str();
+}
+
 int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
   if (Report(status) != 0) return 1;
   *peers = MPI_Comm_c2f(comm);
@@ -106,9 +143,10 @@ bool SpansOf(int64_t rows, size_t count, const void* const* data, const int64_t*
   return true;
 }
 
-// perserve_actor_add_columns and _add_borrowed: the batch as spans, checked by `add`.
+// perserve_actor_add_columns, _add_borrowed and _add_table: the batch as
+// spans, checked by `add`, to the table named `table` (empty: the default).
 int AddSpans(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
-             const double* priorities, bool borrow) {
+             const double* priorities, bool borrow, std::string_view table = {}) {
   if (a == nullptr) return Fail("actor handle is NULL");
   if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
   return Guarded([&] {
@@ -118,7 +156,7 @@ int AddSpans(perserve_actor* a, int64_t n, const void* const* columns, const int
     }
     std::span<const double> given;
     if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
-    return Report(borrow ? a->client->AddBorrowed(batch, given) : a->client->Add(batch, given));
+    return Report(borrow ? a->client->AddBorrowed(batch, given, table) : a->client->Add(batch, given, table));
   });
 }
 
@@ -135,6 +173,11 @@ perserve_actor* perserve_actor_join_with(MPI_Fint comm, int max_in_flight, doubl
         options.add_timeout_seconds = add_timeout_seconds;
         if (Report(perserve::ActorClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
         BindSchema(handle->client->schema(), &handle->schema);
+        const perserve::ActorClient& actor = *handle->client;
+        const auto item_schema = [&actor](const std::string& name) -> const perserve::Schema& {
+          return actor.item_schema(name);
+        };
+        BindTables(actor.tables(), item_schema, &handle->tables, &handle->item_schemas);
         return handle.release();
       },
       static_cast<perserve_actor*>(nullptr));
@@ -256,6 +299,11 @@ perserve_learner* perserve_learner_join_sharded(MPI_Fint comm, int prefetch, int
         options.exact_shard_totals = exact_shard_totals != 0;
         if (Report(perserve::LearnerClient::Join(FromFortran(comm), options, &handle->client)) != 0) return nullptr;
         BindSchema(handle->client->schema(), &handle->schema);
+        const perserve::LearnerClient& learner = *handle->client;
+        const auto sample_schema = [&learner](const std::string& name) -> const perserve::Schema& {
+          return learner.schema(name);
+        };
+        BindTables(learner.tables(), sample_schema, &handle->tables, &handle->sample_schemas);
         return handle.release();
       },
       static_cast<perserve_learner*>(nullptr));
@@ -426,6 +474,128 @@ int perserve_learner_close(perserve_learner* l) {
   const int result = Guarded([&] { return Report(l->client->Close()); });
   delete l;
   return result;
+}
+
+int perserve_actor_num_tables(const perserve_actor* a) {
+  return a == nullptr ? -1 : static_cast<int>(a->tables.size());
+}
+
+const char* perserve_actor_table_name(const perserve_actor* a, int table) {
+  return a == nullptr ? nullptr : TableAt(a->tables, table);
+}
+
+const perserve_schema* perserve_actor_item_schema(const perserve_actor* a, const char* table) {
+  return a == nullptr ? nullptr : TableSchema(a->tables, a->item_schemas, table);
+}
+
+int perserve_actor_add_table(perserve_actor* a, const char* table, int64_t n, const void* const* columns,
+                             const int64_t* column_bytes, const double* priorities) {
+  return AddSpans(a, n, columns, column_bytes, priorities, /*borrow=*/false, TableName(table));
+}
+
+int perserve_actor_append_tables(perserve_actor* a, int64_t n, const void* const* columns,
+                                 const int64_t* column_bytes, int groups, const perserve_new_items* items) {
+  if (a == nullptr) return Fail("actor handle is NULL");
+  if (n < 0 || groups < 0) return Fail("a negative count of steps or item groups");
+  if (n > 0 && (columns == nullptr || column_bytes == nullptr)) return Fail("columns or column_bytes is NULL");
+  if (groups > 0 && items == nullptr) return Fail("items is NULL");
+  return Guarded([&] {
+    perserve::ColumnSpans steps;
+    if (n > 0 && !SpansOf(n, a->client->schema().columns.size(), columns, column_bytes, &steps)) {
+      return Fail("a column length is negative");
+    }
+    std::vector<perserve::NewItems> new_items(static_cast<size_t>(groups));
+    for (int g = 0; g < groups; ++g) {
+      const perserve_new_items& given = items[g];
+      perserve::NewItems& group = new_items[static_cast<size_t>(g)];
+      group.table = TableName(given.table);
+      if (given.items < 0) return Fail("a negative count of items");
+      if (given.items == 0) continue;
+      if (given.item_steps == nullptr) return Fail("item_steps is NULL");
+      const size_t count = static_cast<size_t>(given.items);
+      group.steps = std::span<const int64_t>(given.item_steps, count);
+      if (given.priorities != nullptr) group.priorities = std::span<const double>(given.priorities, count);
+      const size_t item_columns = a->client->item_schema(group.table).columns.size();
+      if (item_columns > 0 && (given.item_columns == nullptr || given.item_column_bytes == nullptr)) {
+        return Fail("the table's items carry columns: item_columns or item_column_bytes is NULL");
+      }
+      if (item_columns > 0 &&
+          !SpansOf(given.items, item_columns, given.item_columns, given.item_column_bytes, &group.columns)) {
+        return Fail("an item column length is negative");
+      }
+    }
+    return Report(a->client->Append(steps, std::span<const perserve::NewItems>(new_items)));
+  });
+}
+
+int perserve_learner_num_tables(const perserve_learner* l) {
+  return l == nullptr ? -1 : static_cast<int>(l->tables.size());
+}
+
+const char* perserve_learner_table_name(const perserve_learner* l, int table) {
+  return l == nullptr ? nullptr : TableAt(l->tables, table);
+}
+
+const perserve_schema* perserve_learner_table_schema(const perserve_learner* l, const char* table) {
+  return l == nullptr ? nullptr : TableSchema(l->tables, l->sample_schemas, table);
+}
+
+int perserve_learner_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
+                                  double timeout_seconds, uint64_t* keys, double* weights, void* const* columns) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  if (keys == nullptr) return Fail("keys is NULL");
+  return Guarded([&] {
+    perserve::SampleBatch batch;
+    if (Report(l->client->Sample(TableName(table), n, beta, &batch, timeout_seconds)) != 0) return 1;
+    return CopyOut(batch, n, keys, weights, nullptr, columns);
+  });
+}
+
+int perserve_learner_request_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
+                                          double timeout_seconds) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] { return Report(l->client->RequestSample(TableName(table), n, beta, timeout_seconds)); });
+}
+
+int perserve_learner_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
+                                  const double* priorities, int64_t n, int64_t* stale_out) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  if (n < 0) return Fail("n is negative");
+  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
+  return Guarded([&] {
+    perserve::UpdateResult result;
+    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
+    const int code = Report(l->client->UpdatePriorities(TableName(table), std::span<const uint64_t>(keys, count),
+                                                        std::span<const double>(priorities, count), &result));
+    if (code == 0 && stale_out != nullptr) *stale_out = result.stale;
+    return code;
+  });
+}
+
+int perserve_learner_send_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
+                                       const double* priorities, int64_t n) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  if (n < 0) return Fail("n is negative");
+  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
+  return Guarded([&] {
+    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
+    return Report(l->client->SendPriorityUpdate(TableName(table), std::span<const uint64_t>(keys, count),
+                                                std::span<const double>(priorities, count)));
+  });
+}
+
+int perserve_learner_info_table(perserve_learner* l, const char* table, int64_t* size, int64_t* items_added,
+                                double* total) {
+  if (l == nullptr) return Fail("learner handle is NULL");
+  return Guarded([&] {
+    perserve::ReplayInfo info;
+    const int code = Report(l->client->Info(TableName(table), &info));
+    if (code != 0) return code;
+    if (size != nullptr) *size = info.size;
+    if (items_added != nullptr) *items_added = info.items_added;
+    if (total != nullptr) *total = info.total;
+    return 0;
+  });
 }
 
 int perserve_bystander_join(MPI_Fint comm) {

@@ -69,7 +69,8 @@ LearnerClient::LearnerClient(std::unique_ptr<Connection> connection, ClientOptio
     // Each table its own split and shard states; the default table's seed is the learner's.
     for (size_t table = 0; table < connection_->tables().size(); ++table) {
       samplers_.push_back(std::make_unique<client_internal::ShardSampler>(
-          connection_->shard_count(), static_cast<int>(table), options_.exact_shard_totals,
+          connection_->shard_count(), static_cast<int>(table),
+          client_internal::ShardSplitOf(connection_->tables()[table]), options_.exact_shard_totals,
           seed ^ (0xd1b54a32d192ed03ULL * table)));
     }
   }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "client/src/portable_shuffle.h"
 #include "perserve/importance_weight.h"
 
 namespace perserve::client_internal {
@@ -22,16 +23,7 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
     if (shards[s].CanServe()) plan->totals[s] = shards[s].total;
     plan->total += plan->totals[s];
   }
-  if (!(plan->total > 0.0)) {
-    std::string why;
-    for (size_t s = 0; s < count; ++s) {
-      const std::string reason = !shards[s].why_not.empty() ? shards[s].why_not
-                                 : shards[s].ready ? "its total is 0"
-                                                   : fmt::format("holds {} items, not yet its minimum", shards[s].size);
-      why += fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s, reason);
-    }
-    return Status::FailedPrecondition("no shard of the replay can be sampled (" + why + ")");
-  }
+  if (!(plan->total > 0.0)) return Status::FailedPrecondition(WhyNoShardServes(shards, /*by_size=*/false));
   // Stratum j is [j T / B, (j + 1) T / B): one uniform draw in it, then the
   // shard whose share of [0, T) holds the draw, and the draw's fraction of
   // that shard's total.
@@ -56,7 +48,7 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   }
   std::vector<size_t> order(batch);
   std::iota(order.begin(), order.end(), size_t{0});
-  std::shuffle(order.begin(), order.end(), *rng);
+  PortableShuffle(std::span(order), rng);  // std::shuffle's permutation differs between standard libraries
   plan->shard_of.resize(batch);
   plan->fractions.assign(count, {});
   for (size_t position = 0; position < batch; ++position) {
@@ -67,13 +59,23 @@ Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, s
   return Status::Ok();
 }
 
-namespace {
+std::string WhyNoShardServes(std::span<const ShardState> shards, bool by_size) {
+  std::string why;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string reason = !shards[s].why_not.empty() ? shards[s].why_not
+                               : !shards[s].ready ? fmt::format("holds {} items, not yet its minimum", shards[s].size)
+                               : by_size          ? "it holds no items"
+                                                  : "its total is 0";
+    why += fmt::format("{}shard {}: {}", s == 0 ? "" : "; ", s, reason);
+  }
+  return "no shard of the replay can be sampled (" + why + ")";
+}
 
-// The time left of a sample's one timeout budget in *seconds (0: it has
-// none); DEADLINE_EXCEEDED, saying `while_doing`, once the budget is spent.
-// The budget starts with the sample's first request that may wait: a state
-// round answered at once does not count, nor the time a prefetched sample
-// spends in flight before the learner receives it.
+ShardSplit ShardSplitOf(const proto::TableSchemas& table) {
+  if (table.sampler != "prioritized") return ShardSplit::kBySize;
+  return table.max_times_sampled > 0 ? ShardSplit::kByTotal : ShardSplit::kStrata;
+}
+
 Status TimeLeft(const Connection& connection, ShardedRequest* request, const char* while_doing, double* seconds) {
   *seconds = 0.0;
   if (request->timeout_seconds == 0.0) return Status::Ok();
@@ -88,12 +90,11 @@ Status TimeLeft(const Connection& connection, ShardedRequest* request, const cha
       fmt::format("the sample's timeout of {} s passed {}", request->timeout_seconds, while_doing));
 }
 
-}  // namespace
-
-ShardSampler::ShardSampler(int shards, int table, bool exact_totals, uint64_t seed)
+ShardSampler::ShardSampler(int shards, int table, ShardSplit split, bool exact_totals, uint64_t seed)
     : shards_(static_cast<size_t>(shards)),
       probes_(static_cast<size_t>(shards), 0),
       table_(table),
+      split_(split),
       exact_totals_(exact_totals),
       rng_(seed),
       messages_(static_cast<size_t>(shards)),
@@ -104,11 +105,8 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
   request->ids.assign(shards_.size(), 0);
   PERSERVE_RETURN_IF_ERROR(TakeAnsweredProbes(connection));
   const bool any_serves =
-      std::any_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); });
-  if (!exact_totals_ && any_serves) {
-    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    return SendPlanned(connection, request, request->awaited);
-  }
+      std::any_of(shards_.begin(), shards_.end(), [this](const ShardState& shard) { return CanServe(shard); });
+  if (!exact_totals_ && any_serves) return PlanAndSend(connection, request, request->awaited);
   // Every shard's state, answered at once: the plan is drawn over those ready.
   request->planned = false;
   for (size_t s = 0; s < shards_.size(); ++s) {
@@ -116,6 +114,17 @@ Status ShardSampler::Send(Connection* connection, ShardedRequest* request) {
                                              /*awaited=*/false, &request->ids[s]));
   }
   return Status::Ok();
+}
+
+Status ShardSampler::PlanAndSend(Connection* connection, ShardedRequest* request, bool awaited) {
+  if (by_parts()) {
+    std::vector<size_t> all(static_cast<size_t>(request->batch_size));
+    std::iota(all.begin(), all.end(), size_t{0});
+    PERSERVE_RETURN_IF_ERROR(PlanShardParts(all, split_, shards_, &rng_, &request->parts));
+    return SendParts(connection, request, awaited);
+  }
+  PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
+  return SendPlanned(connection, request, awaited);
 }
 
 Status ShardSampler::SendPlanned(Connection* connection, ShardedRequest* request, bool awaited) {
@@ -204,7 +213,7 @@ Status ShardSampler::TakeAnsweredProbes(Connection* connection) {
 Status ShardSampler::AwaitAServingShard(Connection* connection, ShardedRequest* request) {
   std::vector<uint64_t> waiting;
   std::vector<int> waiting_shard;
-  while (std::none_of(shards_.begin(), shards_.end(), [](const ShardState& shard) { return shard.CanServe(); })) {
+  while (std::none_of(shards_.begin(), shards_.end(), [this](const ShardState& shard) { return CanServe(shard); })) {
     double time_left = 0.0;
     PERSERVE_RETURN_IF_ERROR(TimeLeft(*connection, request, "while no shard of the replay was ready", &time_left));
     waiting.clear();
@@ -234,9 +243,9 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
   if (!request->planned) {
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
     PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
-    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
+    PERSERVE_RETURN_IF_ERROR(PlanAndSend(connection, request, /*awaited=*/true));  // taken just below
   }
+  if (by_parts()) return ReceiveParts(connection, schema, request, batch);
   while (true) {
     PERSERVE_RETURN_IF_ERROR(TakeAll(connection, request));
     // A shard that refused its part as never servable has left the plan (for
@@ -247,8 +256,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
     if (!refused) break;
     PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
-    PERSERVE_RETURN_IF_ERROR(PlanShardSample(request->batch_size, shards_, &rng_, &request->plan));
-    PERSERVE_RETURN_IF_ERROR(SendPlanned(connection, request, /*awaited=*/true));  // taken just below
+    PERSERVE_RETURN_IF_ERROR(PlanAndSend(connection, request, /*awaited=*/true));  // taken just below
   }
 
   const ShardPlan& plan = request->plan;

@@ -32,6 +32,16 @@
 // leaf, the same numbers one replay of the union gives; probabilities are the
 // ones drawn with: (the split's total of its shard / the split's T) x leaf_i
 // / (the shard's total when it drew).
+//
+// A table sampled otherwise (uniform, fifo, lifo, a heap, or any sampler with
+// max_times_sampled) cannot be drawn at given fractions: its sample is split
+// into parts instead (ShardSplit::kBySize, kByTotal; shard_parts.cc), one
+// position at a time, shard s with probability its size / the shards' sizes
+// (prioritized with max_times_sampled: its total / the totals), and each
+// shard draws its part with the table's own selector through a plain sample
+// request, waiting as a sample waits. Readiness, refusals, the timeout and
+// exact_totals are as above; a refused part alone is drawn again, over the
+// other shards, and the parts already drawn are kept.
 #pragma once
 
 #include <chrono>
@@ -54,9 +64,17 @@ struct ShardState {
   double total = 0.0;
   double min_leaf = 0.0;
   std::string why_not;  // its refusal, when it can never serve (kept: no actor ever comes back)
-  // Whether a sample's strata may go to it.
-  bool CanServe() const { return ready && total > 0.0 && why_not.empty(); }
+  // Whether a sample's strata may go to it (by_size: a part split by size).
+  bool CanServe(bool by_size = false) const { return ready && (by_size ? size > 0 : total > 0.0) && why_not.empty(); }
 };
+
+// How a table's samples are split over the shards.
+enum class ShardSplit {
+  kStrata,   // prioritized: strata of the global total, drawn at fractions (exact global PER)
+  kBySize,   // uniform, fifo, lifo, the heaps: a part a shard by its size, its own selector's draws
+  kByTotal,  // prioritized with max_times_sampled: a part a shard by its total, its own draws
+};
+ShardSplit ShardSplitOf(const proto::TableSchemas& table);
 
 // Which shard serves each position of a batch, at which fraction.
 struct ShardPlan {
@@ -70,6 +88,24 @@ struct ShardPlan {
 // (stratified, then shuffled). FAILED_PRECONDITION when none can.
 Status PlanShardSample(int64_t batch_size, std::span<const ShardState> shards, std::mt19937_64* rng,
                        ShardPlan* plan);
+
+// Which shard draws each position of a batch split into parts.
+struct ShardParts {
+  std::vector<int> shard_of;        // per batch position
+  std::vector<double> share;        // per position: the chance its shard had (its weight / the weights' sum)
+  std::vector<size_t> positions;    // the positions of the round in flight (all, or those drawn again) ...
+  std::vector<int64_t> counts;      // ... and how many of them each shard draws
+};
+
+// Assigns each of `positions` a shard that can serve (ShardState::CanServe
+// by size), independently: shard s with probability w_s / sum w, w its size
+// (kBySize) or total (kByTotal), one 53-bit draw of *rng each (the same under
+// every standard library). FAILED_PRECONDITION when no shard can serve.
+Status PlanShardParts(std::span<const size_t> positions, ShardSplit split, std::span<const ShardState> shards,
+                      std::mt19937_64* rng, ShardParts* parts);
+
+// Why no shard can serve, shard by shard, as the sample's FAILED_PRECONDITION says.
+std::string WhyNoShardServes(std::span<const ShardState> shards, bool by_size);
 
 // Sends shard `shard` a ShardSampleRequest about table `table` (its index):
 // draw at `fractions` (none: only report its state, at once or with `wait`
@@ -85,15 +121,24 @@ struct ShardedRequest {
   std::chrono::steady_clock::time_point deadline{};  // ... which ends here (set at its first request that may wait)
   bool awaited = false;        // received right after it is sent (proto::SampleRequest::awaited)
   bool planned = false;        // false: state requests are in flight, the plan comes when they answer
-  ShardPlan plan;
-  std::vector<uint64_t> ids;   // per shard: the request in flight
+  ShardPlan plan;               // kStrata's
+  ShardParts parts;            // the others'
+  std::vector<uint64_t> ids;   // per shard: the request in flight (by parts: its state request)
+  std::vector<uint64_t> part_ids;  // by parts, per shard: its part's sample request (0: none)
 };
+
+// The time left of a sample's one timeout budget in *seconds (0: it has
+// none); DEADLINE_EXCEEDED, saying `while_doing`, once the budget is spent.
+// The budget starts with the sample's first request that may wait: a state
+// round answered at once does not count, nor the time a prefetched sample
+// spends in flight before the learner receives it.
+Status TimeLeft(const Connection& connection, ShardedRequest* request, const char* while_doing, double* seconds);
 
 // One table's samples over the shards (a learner has one a table: each
 // table has its own totals, items and readiness on every shard).
 class ShardSampler {
  public:
-  ShardSampler(int shards, int table, bool exact_totals, uint64_t seed);
+  ShardSampler(int shards, int table, ShardSplit split, bool exact_totals, uint64_t seed);
 
   // Sends the sample's requests: each shard its strata when some shard is
   // known to serve (and totals may be reused), else a state request to every shard.
@@ -108,8 +153,23 @@ class ShardSampler {
   const std::vector<ShardState>& shards() const { return shards_; }
 
  private:
+  bool by_parts() const { return split_ != ShardSplit::kStrata; }
+  bool CanServe(const ShardState& shard) const { return shard.CanServe(split_ == ShardSplit::kBySize); }
+  // Plans the whole batch (strata or parts) and sends it.
+  Status PlanAndSend(Connection* connection, ShardedRequest* request, bool awaited);
   // Sends each shard its strata; `awaited`: the caller receives them next.
   Status SendPlanned(Connection* connection, ShardedRequest* request, bool awaited);
+  // By parts (shard_parts.cc): sends each shard of the round its part (a
+  // sample request of its count) and every shard a state request (for the
+  // next split), ...
+  Status SendParts(Connection* connection, ShardedRequest* request, bool awaited);
+  // ... and takes their replies into *batch at the round's positions, drawing
+  // again the parts refused as never servable, until the batch is whole.
+  Status ReceiveParts(Connection* connection, const Schema& schema, ShardedRequest* request, SampleBatch* batch);
+  // One round's replies: parts into *batch, states into shards_; *redraw the
+  // positions of the parts refused (their shards leave the plan).
+  Status TakeParts(Connection* connection, const Schema& schema, ShardedRequest* request, SampleBatch* batch,
+                   std::vector<size_t>* redraw);
   // Takes the reply of every request in request->ids into the shards'
   // states (errors other than a shard's FAILED_PRECONDITION, which marks it
   // as never serving, are the sample's: the first is returned).
@@ -130,6 +190,7 @@ class ShardSampler {
   // Per shard: a probe waiting for it to become ready (its request id; 0: none).
   std::vector<uint64_t> probes_;
   int table_;  // its index in the server's tables, named in every request
+  ShardSplit split_;
   bool exact_totals_;
   std::mt19937_64 rng_;
   // Scratch: each shard's reply to the request being received.

@@ -208,7 +208,8 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
         table.name(), !table.RowsAreSteps(), table.sample_schema(), perserve::Schema{table.options().item_columns},
         std::string(perserve::table::SelectorKindName(sampler)),
         sampler == perserve::table::SelectorKind::kPrioritized || sampler == perserve::table::SelectorKind::kMaxHeap ||
-            sampler == perserve::table::SelectorKind::kMinHeap});
+            sampler == perserve::table::SelectorKind::kMinHeap,
+        table.items().options().max_times_sampled});
   }
   // By default half the cores this rank may use (the other half for MPI's
   // progress and ranks beside it), at most 8: a sample's copy is memory-bound.

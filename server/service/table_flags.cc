@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <locale>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -25,8 +29,19 @@ bool KeyStartsAt(std::string_view text, size_t at) {
 template <typename T>
 Status ParseNumber(std::string_view spec, std::string_view key, std::string_view value, T* out) {
   T parsed{};
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-  if (error != std::errc() || end != value.data() + value.size()) {
+  bool whole = false;
+  if constexpr (std::is_floating_point_v<T>) {
+    // libc++ (before 20) has no floating-point std::from_chars: a stream in
+    // the classic locale, no leading blanks, every character read.
+    std::istringstream stream{std::string(value)};
+    stream.imbue(std::locale::classic());
+    stream >> std::noskipws >> parsed;
+    whole = !stream.fail() && stream.peek() == std::char_traits<char>::eof();
+  } else {
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+    whole = error == std::errc() && end == value.data() + value.size();
+  }
+  if (!whole) {
     return Status::InvalidArgument(fmt::format("--table {}: {}={} is not a number", spec, key, value));
   }
   *out = parsed;

@@ -59,8 +59,19 @@ static int run_actor(void) {
   CHECK(perserve_actor_append(actor, kSteps, columns, bytes, 1, past, NULL, item_columns, item_bytes) != 0);
   CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
   CHECK(perserve_actor_steps_appended(actor) == 0);
+  /* The same items as the default table's of several (this server's one table, "default"): a table named twice, or
+   * one the server does not serve, is refused here. */
+  CHECK(perserve_schema_num_columns(perserve_actor_item_schema(actor, "default")) == 1);
+  const perserve_new_items twice[2] = {{"default", 4, at, priorities, item_columns, item_bytes},
+                                       {NULL, 4, at, priorities, item_columns, item_bytes}};
+  CHECK(perserve_actor_append_tables(actor, kSteps, columns, bytes, 2, twice) != 0);
+  CHECK(strstr(perserve_client_last_error(), "two NewItems name table \"default\"") != NULL);
+  const perserve_new_items unknown[1] = {{"r2d2", 4, at, priorities, item_columns, item_bytes}};
+  CHECK(perserve_actor_append_tables(actor, kSteps, columns, bytes, 1, unknown) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  CHECK(perserve_actor_steps_appended(actor) == 0);
   /* Steps 0-5 and items 0-3 (item 2's n steps end at 3, the episode's end; item 3 is that end). */
-  CHECK(perserve_actor_append(actor, kSteps, columns, bytes, 4, at, priorities, item_columns, item_bytes) == 0);
+  CHECK(perserve_actor_append_tables(actor, kSteps, columns, bytes, 1, twice) == 0);
   CHECK(perserve_actor_steps_appended(actor) == kSteps);
   CHECK(perserve_actor_flush(actor) == 0);
   /* Refused by the server: an item at step 5 needs step 7. Reported by flush;

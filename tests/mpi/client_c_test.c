@@ -111,6 +111,22 @@ static int run_actor(void) {
   int ready = 0; /* nothing in flight after a flush: an add would send at once */
   CHECK(perserve_actor_can_add(actor, &ready) == 0 && ready == 1);
   CHECK(perserve_actor_can_add(actor, NULL) != 0);
+  /* Tables: this server has one, "default" (what every call without a table uses); another name is refused
+   * before anything is sent. */
+  CHECK(perserve_actor_num_tables(actor) == 1 && strcmp(perserve_actor_table_name(actor, 0), "default") == 0);
+  CHECK(perserve_actor_table_name(actor, 1) == NULL && perserve_actor_num_tables(NULL) == -1);
+  CHECK(perserve_schema_num_columns(perserve_actor_item_schema(actor, "default")) == 0);
+  CHECK(perserve_actor_item_schema(actor, NULL) == perserve_actor_item_schema(actor, "default"));
+  CHECK(perserve_actor_item_schema(actor, "r2d2") == NULL);
+  const int64_t one_bytes[2] = {8, 8};
+  CHECK(perserve_actor_add_table(actor, "r2d2", 1, one, one_bytes, NULL) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  CHECK(strstr(perserve_client_last_error(), "no table \"r2d2\": the server's tables are \"default\"") != NULL);
+  const int64_t item_step[1] = {0};
+  const perserve_new_items unknown[1] = {{"r2d2", 1, item_step, NULL, NULL, NULL}};
+  CHECK(perserve_actor_append_tables(actor, 0, NULL, NULL, 1, unknown) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  CHECK(perserve_actor_flush(actor) == 0); /* nothing was sent */
 
   /* Over the capacity (64): only the server knows; flush reports it. */
   enum { kBig = 65 };
@@ -283,6 +299,28 @@ static int run_learner(void) {
   stale = -1;
   CHECK(perserve_learner_update_totals(learner, &applied, &stale, &dropped) == 0);
   CHECK(applied == 2 * kBatch + 5 && stale == 0 && dropped == 0); /* two whole updates, then 5 */
+
+  /* Tables: this server has one, "default"; by name (or NULL) it is what every call above used. */
+  CHECK(perserve_learner_num_tables(learner) == 1 && strcmp(perserve_learner_table_name(learner, 0), "default") == 0);
+  CHECK(perserve_learner_table_name(learner, -1) == NULL);
+  CHECK(perserve_learner_table_schema(learner, NULL) == perserve_learner_table_schema(learner, "default"));
+  const perserve_schema* default_table = perserve_learner_table_schema(learner, "default");
+  CHECK(strcmp(perserve_schema_string(default_table), "id:int64:;x:float32:2") == 0);
+  CHECK(perserve_learner_table_schema(learner, "r2d2") == NULL);
+  CHECK(perserve_learner_sample_table(learner, "default", kBatch, 0.5, 60.0, keys, weights, columns) == 0);
+  check_sample(keys, weights, ids, x, kBatch);
+  CHECK(perserve_learner_update_table(learner, "default", keys, priorities, kBatch, &stale) == 0 && stale == 0);
+  CHECK(perserve_learner_send_update_table(learner, NULL, keys, priorities, kBatch) == 0);
+  CHECK(perserve_learner_flush(learner) == 0);
+  CHECK(perserve_learner_info_table(learner, "default", &size, &added, &total) == 0 && size > 0 && total > 0.0);
+  CHECK(perserve_learner_sample_table(learner, "r2d2", kBatch, 0.5, 0.0, keys, weights, columns) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
+  CHECK(strstr(perserve_client_last_error(), "no table \"r2d2\"") != NULL);
+  CHECK(perserve_learner_request_sample_table(learner, "r2d2", 4, 0.5, 0.0) != 0);
+  CHECK(perserve_learner_update_table(learner, "r2d2", keys, priorities, kBatch, NULL) != 0);
+  CHECK(perserve_learner_send_update_table(learner, "r2d2", keys, priorities, kBatch) != 0);
+  CHECK(perserve_learner_info_table(learner, "r2d2", &size, &added, &total) != 0);
+  CHECK(perserve_client_last_error_code() == PERSERVE_INVALID_ARGUMENT);
 
   MPI_Fint peers;
   CHECK(perserve_learner_peers(learner, &peers) == 0);

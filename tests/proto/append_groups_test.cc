@@ -48,7 +48,8 @@ TEST(AppendGroupsTest, ItemsInSeveralTablesRoundTripInTheMetasOrder) {
   const std::vector<std::byte> columns_0 = {std::byte{9}, std::byte{8}, std::byte{7}, std::byte{6}};
   const std::span<const std::byte> item_columns_2[] = {columns_2};
   const std::span<const std::byte> item_columns_0[] = {columns_0};
-  const ItemGroupSpans groups[] = {{steps_2, priorities_2, item_columns_2}, {steps_1, {}, {}}, {steps_0, {}, item_columns_0}};
+  const ItemGroupSpans groups[] = {
+      {steps_2, priorities_2, item_columns_2}, {steps_1, {}, {}}, {steps_0, {}, item_columns_0}};
   std::vector<std::byte> frame;
   EncodeAppend(8, meta, step_columns, groups, &frame);
 

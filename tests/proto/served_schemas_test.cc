@@ -25,7 +25,7 @@ ServedSchemas ThreeTables() {
   ServedSchemas served = OneTableSchemas(true, kStep, kNStep, {});
   served.tables[0].name = "apex";
   served.tables.push_back(TableSchemas{"eval", false, kStep, {}, "uniform", false});
-  served.tables.push_back(TableSchemas{"r2d2", true, kStep, kItemColumns, "fifo", false});
+  served.tables.push_back(TableSchemas{"r2d2", true, kStep, kItemColumns, "fifo", false, 1});
   return served;
 }
 
@@ -42,15 +42,25 @@ TEST(ServedSchemasTest, EveryTableRoundTripsInOrder) {
   EXPECT_FALSE(decoded.tables[1].updatable);
   EXPECT_FALSE(decoded.tables[1].steps);
   EXPECT_EQ(decoded.tables[2].items.ToString(), kItemColumns.ToString());
+  EXPECT_EQ(decoded.tables[0].max_times_sampled, 0);
+  EXPECT_EQ(decoded.tables[2].max_times_sampled, 1);
   EXPECT_EQ(decoded.TableIndex("r2d2"), 2);
   EXPECT_EQ(decoded.TableIndex("default"), -1);
   // Shards agree on every table: each is in ToString.
   const std::string text = decoded.ToString();
   EXPECT_NE(text.find("table \"eval\" (transitions, uniform, no updates)"), std::string::npos) << text;
-  EXPECT_NE(text.find("table \"r2d2\" (over steps, fifo, no updates)"), std::string::npos) << text;
+  EXPECT_NE(text.find("table \"r2d2\" (over steps, fifo, no updates, max_times_sampled 1)"), std::string::npos)
+      << text;
   ServedSchemas other = sent;
   other.tables[2].sampler = "lifo";
   EXPECT_NE(other.ToString(), sent.ToString());
+  other = sent;
+  other.tables[2].max_times_sampled = 2;  // shards split a sample by it: they must agree
+  EXPECT_NE(other.ToString(), sent.ToString());
+  other.tables[2].max_times_sampled = -1;
+  const Status negative = RoundTrip(other, &decoded);
+  EXPECT_EQ(negative.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(negative.message().find("max_times_sampled -1"), std::string::npos) << negative.ToString();
 }
 
 // One table named "default": what single-table servers serve; ToString as before tables.

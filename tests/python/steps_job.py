@@ -14,6 +14,9 @@ fed by the same appends: "apex" (prioritized n-step items, as mode nstep),
 stack depth) and "recent" (a LIFO table of the steps themselves, 64 at most).
 Each append creates items in all three; the learner samples each table in
 turn and checks every item against the reference of the table's layout.
+With 2 server ranks the uniform and LIFO tables are sampled over both shards
+too (a part a shard, by size: docs/shards.md), and each of their samples'
+keys must name both shards over the job.
 
 Every step's content is a function of (actor, stream index), and a frame's
 first bytes name both, so the learner decodes each sampled item's actor and
@@ -260,10 +263,11 @@ def run_learner(mode: dict, mode_name: str) -> None:
     print(f"steps_job {mode_name}: {checked} sampled items equal the NumPy reference", flush=True)
 
 
-def run_tables_learner() -> None:
+def run_tables_learner(servers: int) -> None:
     """Mode "tables": each table's samples against its layout's reference;
     priorities updated in the prioritized table, refused for the others."""
     checked = {"apex": 0, "r2d2": 0, "recent": 0}
+    shards_seen = {table: set() for table in checked}
     with perserve.Learner(MPI.COMM_WORLD, prefetch=1) as learner:
         peers = learner.peers()
         peers.Split(1, 0).Free()
@@ -279,6 +283,7 @@ def run_tables_learner() -> None:
             table = ("apex", "r2d2", "recent")[b % 3]
             sample = learner.sample(BATCH, beta=0.5, timeout=60.0, table=table)
             assert sample.table == table, sample.table
+            shards_seen[table].update(int(k) >> 54 for k in sample.keys)  # a key's top 10 bits: its shard
             for i in range(sample.size):
                 if table == "recent":
                     check_step(sample, i, f"batch {b}")
@@ -292,7 +297,8 @@ def run_tables_learner() -> None:
             else:
                 assert np.all(sample.weights == 1.0), "uniform and lifo draws weigh 1"
         info = {table: learner.info(table) for table in checked}
-        assert info["recent"].size <= 64, info["recent"]
+        assert info["recent"].size <= 64 * servers, info["recent"]
+        assert all(shards_seen[t] == set(range(servers)) for t in checked), shards_seen
         learner.flush()
     print(f"steps_job tables: {sum(checked.values())} sampled items ({checked}) equal the NumPy reference",
           flush=True)
@@ -306,7 +312,7 @@ def main() -> None:
     if rank in (servers, servers + 1):
         run_actor(rank - servers, mode)
     elif mode is None:
-        run_tables_learner()
+        run_tables_learner(servers)
     else:
         run_learner(mode, mode_name)
 

@@ -169,7 +169,7 @@ struct NewItems {
   std::span<const int64_t> steps;
   std::span<const double> priorities;
   ColumnSpans columns;
-  std::string_view table;
+  std::string_view table = {};
 };
 
 class ActorClient {

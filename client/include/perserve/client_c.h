@@ -91,6 +91,37 @@ int perserve_actor_add_borrowed(perserve_actor* a, int64_t n, const void* const*
 int perserve_actor_append(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
                           int64_t items, const int64_t* item_steps, const double* priorities,
                           const void* const* item_columns, const int64_t* item_column_bytes);
+/* Several tables (a server of several tables; docs/tables.md): a table is
+ * named by a string, NULL or "" meaning the default table (the server's
+ * first, which every function without a table argument uses). A name the
+ * server does not serve fails PERSERVE_INVALID_ARGUMENT (the error lists the
+ * server's tables) and nothing is sent. The tables' count and names, in the
+ * server's order (NULL or -1 out of range or on a NULL handle): */
+int perserve_actor_num_tables(const perserve_actor* a);
+const char* perserve_actor_table_name(const perserve_actor* a, int table);
+/* The item columns of a table (valid while the actor is); NULL for an unknown name. */
+const perserve_schema* perserve_actor_item_schema(const perserve_actor* a, const char* table);
+/* perserve_actor_add_columns into the table of transitions named `table`
+ * (one whose items are computed over steps is refused: append to it). */
+int perserve_actor_add_table(perserve_actor* a, const char* table, int64_t n, const void* const* columns,
+                             const int64_t* column_bytes, const double* priorities);
+/* One table's items in perserve_actor_append_tables: `items` items at the
+ * stream indices item_steps[0 .. items-1], priorities NULL (the server's
+ * max) or one per item, item_columns[j]: item_column_bytes[j] bytes of the
+ * table's item column j (NULL when the table has none). */
+typedef struct perserve_new_items {
+  const char* table; /* NULL or "": the default table */
+  int64_t items;
+  const int64_t* item_steps;
+  const double* priorities;
+  const void* const* item_columns;
+  const int64_t* item_column_bytes;
+} perserve_new_items;
+/* perserve_actor_append creating items in several tables in one request:
+ * n steps as there, then items[0 .. groups-1], each naming its table at most
+ * once. Checked here as perserve_actor_append, per table. Copies. */
+int perserve_actor_append_tables(perserve_actor* a, int64_t n, const void* const* columns,
+                                 const int64_t* column_bytes, int groups, const perserve_new_items* items);
 /* The steps this actor's stream holds so far (the next step's index; after a server's --restore it starts at
    the stream's count at the checkpoint); -1 on a NULL handle. */
 int64_t perserve_actor_steps_appended(const perserve_actor* a);
@@ -164,6 +195,32 @@ int perserve_learner_flush(perserve_learner* l);
  * priorities applied, keys whose items had been overwritten (stale), and bad
  * priorities the server dropped (perserve-server --drop-bad-priorities). */
 int perserve_learner_update_totals(const perserve_learner* l, int64_t* applied, int64_t* stale, int64_t* dropped);
+/* Several tables, named as for the actor (NULL or "": the default table):
+ * the tables' count and names in the server's order, and what a sample of
+ * a table returns (valid while the learner is; NULL for an unknown name). */
+int perserve_learner_num_tables(const perserve_learner* l);
+const char* perserve_learner_table_name(const perserve_learner* l, int table);
+const perserve_schema* perserve_learner_table_schema(const perserve_learner* l, const char* table);
+/* perserve_learner_sample_timeout from a table (columns[i]: n items of the
+ * table's sample column i); weights as the server sends them (1 for a table
+ * that is not prioritized). Prefetched requests for another table are
+ * received and dropped. */
+int perserve_learner_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
+                                  double timeout_seconds, uint64_t* keys, double* weights, void* const* columns);
+/* perserve_learner_request_sample_timeout from a table; its reply comes by
+ * perserve_learner_receive_sample (columns: the table's). */
+int perserve_learner_request_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
+                                          double timeout_seconds);
+/* perserve_learner_update and _send_update for keys sampled from a table (a
+ * key names an item only with its table). A table whose sampler keeps no
+ * priorities (uniform, fifo, lifo) fails PERSERVE_INVALID_ARGUMENT, nothing sent. */
+int perserve_learner_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
+                                  const double* priorities, int64_t n, int64_t* stale_out);
+int perserve_learner_send_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
+                                       const double* priorities, int64_t n);
+/* perserve_learner_info for one table. */
+int perserve_learner_info_table(perserve_learner* l, const char* table, int64_t* size, int64_t* items_added,
+                                double* total);
 int perserve_learner_peers(perserve_learner* l, MPI_Fint* peers);
 int perserve_learner_close(perserve_learner* l);
 

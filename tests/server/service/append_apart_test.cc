@@ -124,10 +124,11 @@ class AppendApartTest : public ::testing::Test {
     proto::AppendMeta meta;
     meta.first_step = first_step;
     meta.steps = steps;
-    meta.items = static_cast<int64_t>(items.size());
+    if (!items.empty()) meta.groups = {proto::ItemGroup{0, static_cast<int64_t>(items.size()), false, false}};
     meta.columns_follow = true;
+    const proto::ItemGroupSpans group{items, {}, {}};
     std::vector<std::byte> frame;
-    proto::EncodeAppend(request_id, meta, {}, items, {}, {}, &frame);
+    proto::EncodeAppend(request_id, meta, {}, std::span(&group, meta.groups.size()), &frame);
     transport_->Push(client, std::move(frame));
     if (columns_message) transport_->Push(client, columns, proto::kAddColumnsTag);
   }

@@ -341,7 +341,7 @@ TEST_F(ColumnsApartTest, ARequestWithColumnsApartThatAlsoCarriesThemIsRefused) {
   proto::AppendMeta meta;
   meta.first_step = proto::AppendMeta::kAtEnd;
   meta.steps = 8;
-  meta.item_per_step = true;
+  meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, false}};
   meta.columns_follow = true;
   const std::vector<std::byte> columns = Columns(0, 8);
   transport_->Push(kActor, Frame(MessageKind::kAppendRequest, 1, meta, {std::span<const std::byte>(columns)}));

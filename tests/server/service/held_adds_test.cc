@@ -21,7 +21,8 @@ HeldAdd AddApart(uint64_t request_id) {
   proto::DecodedAppend append;
   append.meta.first_step = proto::AppendMeta::kAtEnd;
   append.meta.steps = 1;
-  append.meta.item_per_step = true;
+  append.meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, false}};
+  append.groups = {proto::DecodedItems{0, /*item_per_step=*/true, {}, {}, {}}};
   append.meta.columns_follow = true;
   return HeldAdd{kClient, request_id, {}, append, {}, HeldAdd::Clock::time_point::max()};
 }

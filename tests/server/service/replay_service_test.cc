@@ -161,10 +161,10 @@ TEST_F(ServiceTest, BadInputGetsTypedErrorsAndNothingIsApplied) {
   proto::AppendMeta two_adds;  // 2 transitions, whose 20 bytes of columns are 11
   two_adds.first_step = proto::AppendMeta::kAtEnd;
   two_adds.steps = 2;
-  two_adds.item_per_step = true;
+  two_adds.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, false}};
   proto::AppendMeta huge_add = two_adds;
   huge_add.steps = int64_t{1} << 62;
-  huge_add.has_priorities = true;
+  huge_add.groups[0].has_priorities = true;
 
   struct Case {
     std::vector<std::byte> frame;

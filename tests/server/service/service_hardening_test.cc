@@ -111,8 +111,9 @@ TEST_F(ServiceHardeningTest, AReplyJustOverTwoGiBIsRefusedAndOneItemLessIsAccept
 TEST_F(ServiceHardeningTest, NonBooleanReservedAndCloseFieldsAreRefused) {
   Start(1, 8, 4, Options(1));
   std::vector<std::byte> two = AddFrame(1, 2, 4);
-  // AppendMeta: first_step, steps, items, item_per_step, then has_priorities.
-  two[proto::kFrameHeaderBytes + 3 * sizeof(int64_t) + 1] = std::byte{2};
+  // AppendMeta: first_step, steps, the groups' count, then group 0's table,
+  // items, item_per_step and has_priorities.
+  two[proto::kFrameHeaderBytes + 3 * sizeof(int64_t) + sizeof(int32_t) + sizeof(int64_t) + 1] = std::byte{2};
   transport_->Push(0, std::move(two));
   std::vector<std::byte> reserved = AddFrame(2, 2, 4);
   reserved[20] = std::byte{1};  // FrameHeader::reserved

@@ -39,14 +39,14 @@ inline std::vector<std::byte> AddFrame(uint64_t request_id, int64_t first_step, 
   proto::AppendMeta meta;
   meta.first_step = first_step;
   meta.steps = count;
-  meta.item_per_step = true;
-  meta.has_priorities = !priorities.empty();
+  meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, /*has_priorities=*/!priorities.empty()}};
   meta.columns_follow = columns_follow;
   meta.timeout_seconds = timeout_seconds;
   const std::span<const std::byte> one[] = {columns};
+  const proto::ItemGroupSpans group{{}, priorities, {}};
   std::vector<std::byte> frame;
-  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : one, {},
-                      priorities, {}, &frame);
+  proto::EncodeAppend(request_id, meta, columns_follow ? std::span<const std::span<const std::byte>>{} : one,
+                      std::span(&group, 1), &frame);
   return frame;
 }
 

@@ -75,12 +75,12 @@ class StepServiceTest : public ::testing::Test {
     proto::AppendMeta meta;
     meta.first_step = first_step;
     meta.steps = count;
-    meta.items = static_cast<int64_t>(items.size());
-    meta.has_priorities = !items.empty();
+    if (!items.empty()) meta.groups = {proto::ItemGroup{0, static_cast<int64_t>(items.size()), false, true}};
     const std::span<const std::byte> columns[] = {std::as_bytes(std::span(obs)), std::as_bytes(std::span(action)),
                                                   std::as_bytes(std::span(reward)), std::as_bytes(std::span(done))};
+    const proto::ItemGroupSpans group{items, priorities, {}};
     std::vector<std::byte> frame;
-    proto::EncodeAppend(request_id, meta, columns, items, priorities, {}, &frame);
+    proto::EncodeAppend(request_id, meta, columns, std::span(&group, meta.groups.size()), &frame);
     return frame;
   }
 
@@ -201,7 +201,7 @@ TEST_F(StepServiceTest, AnAppendWithCountsPastTheRingIsRefusedBeforeItCanWait) {
   const auto append_of = [](uint64_t id, int64_t steps, int64_t items) {
     proto::AppendMeta meta;
     meta.steps = steps;
-    meta.items = items;
+    meta.groups = {proto::ItemGroup{0, items, false, false}};
     return Frame(MessageKind::kAppendRequest, id, meta);
   };
   transport_->Push(0, append_of(1, int64_t{4107564335138603016}, int64_t{6003298303284871168}));

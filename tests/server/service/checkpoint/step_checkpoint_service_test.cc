@@ -56,11 +56,11 @@ TEST(StepCheckpointServiceTest, AppendsDuringACheckpointKeepItTheReplayAtItsBegi
     proto::AppendMeta meta;
     meta.first_step = first;
     meta.steps = 32;
-    meta.items = 32;
-    meta.has_priorities = true;
+    meta.groups = {proto::ItemGroup{0, 32, false, /*has_priorities=*/true}};
     const std::span<const std::byte> columns[] = {append.steps};
+    const proto::ItemGroupSpans group{append.items, append.priorities, {}};
     std::vector<std::byte> frame;
-    proto::EncodeAppend(++request_id, meta, columns, append.items, append.priorities, {}, &frame);
+    proto::EncodeAppend(++request_id, meta, columns, std::span(&group, 1), &frame);
     transport.Push(stream, std::move(frame));
     if (!to_twin) return;
     uint64_t key = 0;

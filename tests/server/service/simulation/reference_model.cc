@@ -56,12 +56,13 @@ void ReferenceModel::SentAppend(int client, int shard, uint64_t request_id, std:
   proto::Frame decoded;
   proto::AppendMeta meta;
   Expect(steps_ != nullptr && proto::DecodeFrame(frame, &decoded).ok() && proto::DecodeMeta(decoded, &meta).ok() &&
-             !meta.item_per_step,
+             std::none_of(meta.groups.begin(), meta.groups.end(),
+                          [](const proto::ItemGroup& group) { return group.item_per_step; }),
          [&] { return fmt::format("client {}: an append {} to a server of transitions, or one that does not decode",
                                   client, request_id); });
   Request request(Kind::kAdd);
   request.append = true;
-  request.count = meta.items;
+  request.count = meta.item_count();
   request.columns_apart = meta.columns_follow;
   Sent(client, shard, request_id, std::move(request));
   steps_->SentAppend(client, shard, request_id, frame);

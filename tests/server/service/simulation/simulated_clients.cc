@@ -86,8 +86,8 @@ void SimulatedClients::Add(int client) {
   if (model_.unanswered_adds(client, shard) >= config_.max_adds_in_flight) return;  // back-pressure
   proto::AppendMeta meta;
   meta.steps = random_.Pick(1, std::min<int64_t>(12, config_.capacity));
-  meta.item_per_step = true;
-  meta.has_priorities = random_.Chance(0.5);
+  meta.groups = {proto::ItemGroup{0, 0, /*item_per_step=*/true, /*has_priorities=*/random_.Chance(0.5)}};
+  bool& has_priorities = meta.groups[0].has_priorities;
   meta.columns_follow = random_.Chance(0.4);
   if (random_.Chance(0.1)) meta.timeout_seconds = Timeout();
   // Now and then an add the server must refuse whole.
@@ -102,8 +102,8 @@ void SimulatedClients::Add(int client) {
   if (flaw == Flaw::kTooMany) meta.steps = config_.capacity + 1;
   const int64_t count = meta.steps;
   std::vector<double> priorities;
-  meta.has_priorities |= flaw == Flaw::kBadPriority;
-  for (int64_t i = 0; meta.has_priorities && i < count; ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
+  has_priorities |= flaw == Flaw::kBadPriority;
+  for (int64_t i = 0; has_priorities && i < count; ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) {
     priorities[static_cast<size_t>(random_.Pick(0, count - 1))] =
         std::array{-1.0, std::nan(""), HUGE_VAL}[random_.Pick(0, 2)];
@@ -127,18 +127,19 @@ void SimulatedClients::Add(int client) {
   if (meta.timeout_seconds > 0) model_.WithTimeout(client, shard, id, meta.timeout_seconds);
   random_.Trace("client {} request {}: add of {} items from item {}{}{}{}{}{}", client, id, count, state.next_item,
                 at_end ? " at the stream's end" : fmt::format(" from step {}", meta.first_step),
-                meta.has_priorities ? ", priorities" : "",
+                has_priorities ? ", priorities" : "",
                 meta.columns_follow ? (columns_first ? ", columns apart, before the request" : ", columns apart") : "",
                 meta.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", meta.timeout_seconds) : "",
                 valid ? "" : " (to be refused)");
   if (valid) state.next_item += count;
   state.appends[id] = count;
   const std::span<const std::byte> in_request[] = {columns};
+  const proto::ItemGroupSpans group{{}, priorities, {}};
   std::vector<std::byte> frame;
   proto::EncodeAppend(id, meta,
                       meta.columns_follow ? std::span<const std::span<const std::byte>>{}
                                           : std::span<const std::span<const std::byte>>(in_request),
-                      {}, priorities, {}, &frame);
+                      std::span(&group, 1), &frame);
   if (columns_first) ColumnsBeforeRequest(client, std::move(columns));
   Push(client, shard, std::move(frame));
   // Else they arrive later, perhaps after later requests (another tag).

@@ -181,10 +181,10 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
       proto::AppendMeta request;
       decode(&request);
       timeout = request.timeout_seconds;
-      if (!request.item_per_step) {
+      if (request.groups.empty() || !request.groups[0].item_per_step) {
         model.SentAppend(client_, shard, id, bytes);
         world_.random.Trace("client {} request {}: append of {} steps from step {}, {} items (library{}){}", client_,
-                            id, request.steps, request.first_step, request.items,
+                            id, request.steps, request.first_step, request.item_count(),
                             request.columns_follow ? ", columns apart" : "", to);
         break;
       }

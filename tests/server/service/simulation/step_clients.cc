@@ -94,14 +94,15 @@ void SimulatedClients::AppendSteps(int client) {
   if (count == 0 && items.empty()) return;  // nothing to send
   proto::AppendMeta meta;
   meta.steps = count;
-  meta.has_priorities = random_.Chance(0.5) || flaw == Flaw::kBadPriority;
+  const bool has_priorities = random_.Chance(0.5) || flaw == Flaw::kBadPriority;
   meta.first_step = sent_first_step;
   if (random_.Chance(0.1)) meta.timeout_seconds = Timeout();
   std::vector<double> priorities;
-  for (size_t i = 0; meta.has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
+  for (size_t i = 0; has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) priorities.push_back(std::nan(""));  // with an item of its own
   if (flaw == Flaw::kBadPriority) items.push_back(std::max<int64_t>(0, stream.size() - 1));
-  meta.items = static_cast<int64_t>(items.size());
+  // The server's one table's items (none: steps only).
+  if (!items.empty()) meta.groups = {proto::ItemGroup{0, static_cast<int64_t>(items.size()), false, has_priorities}};
   stream.MarkItems(items);
   std::vector<std::byte> step_bulk = StepStream::Wire(rows, steps.step_schema.columns.size());
   if (flaw == Flaw::kBytes) step_bulk.push_back(std::byte{7});
@@ -113,11 +114,12 @@ void SimulatedClients::AppendSteps(int client) {
   const uint64_t id = state.next_request_id++;
   const std::span<const std::byte> step_columns[] = {step_bulk};
   const std::span<const std::byte> item_columns[] = {item_bulk};
+  const proto::ItemGroupSpans group{items, priorities, item_columns};
   std::vector<std::byte> frame;
   proto::EncodeAppend(id, meta,
                       meta.columns_follow ? std::span<const std::span<const std::byte>>{}
                                           : std::span<const std::span<const std::byte>>(step_columns),
-                      items, priorities, item_columns, &frame);
+                      std::span(&group, meta.groups.size()), &frame);
   model_.SentAppend(client, shard, id, frame);
   if (meta.timeout_seconds > 0) model_.WithTimeout(client, shard, id, meta.timeout_seconds);
   if (random_.tracing()) {

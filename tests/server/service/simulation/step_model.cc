@@ -56,8 +56,11 @@ int64_t StepModel::NewestEvicted(int client) const {
 void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> bytes) {
   proto::Frame frame;
   proto::AppendMeta request;
-  Expect(proto::DecodeFrame(bytes, &frame).ok() && proto::DecodeMeta(frame, &request).ok() && !request.item_per_step,
+  Expect(proto::DecodeFrame(bytes, &frame).ok() && proto::DecodeMeta(frame, &request).ok() &&
+             request.groups.size() <= 1 && (request.groups.empty() || !request.groups[0].item_per_step),
          [&] { return fmt::format("client {}: its append {} does not decode", client, request_id); });
+  // The server's one table's items: the one group's, if any.
+  const proto::ItemGroup items = request.groups.empty() ? proto::ItemGroup{} : request.groups[0];
   const StepStreamsConfig& steps = config_.steps;
   Append append;
   append.first_step = request.first_step;
@@ -68,15 +71,15 @@ void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span
   const int64_t item_bytes = items_schema.ItemBytes();
   // The service's checks before it holds a request (proto::DecodeAppend's, the counts, the ring's slack for
   // columns apart), then of the bulk's size.
-  append.malformed = request.steps < 0 || request.items < 0 || (request.steps == 0 && request.items == 0) ||
-                     request.first_step < 0 || request.steps > steps.options.step_capacity ||
-                     request.items > config_.capacity ||
+  append.malformed = request.steps < 0 || items.items < 0 || (request.steps == 0 && items.items == 0) ||
+                     request.first_step < 0 || items.table != 0 || request.steps > steps.options.step_capacity ||
+                     items.items > config_.capacity ||
                      (request.columns_follow && request.steps > replay::StepSlack(steps.step_schema,
                                                                                   steps.options.step_capacity));
   if (!append.malformed) {
     const size_t expected =
         static_cast<size_t>((request.columns_follow ? 0 : request.steps * step_bytes) +
-                            request.items * (8 + item_bytes + (request.has_priorities ? 8 : 0)));
+                            items.items * (8 + item_bytes + (items.has_priorities ? 8 : 0)));
     append.malformed = frame.bulk.size() != expected;
   }
   if (!append.malformed) {
@@ -93,10 +96,10 @@ void StepModel::SentAppend(int client, int shard, uint64_t request_id, std::span
       }
     }
     std::vector<double> priorities;
-    (void)proto::TakeArray(&bulk, static_cast<size_t>(request.items), &append.item_steps);
-    (void)proto::TakeArray(&bulk, request.has_priorities ? static_cast<size_t>(request.items) : 0, &priorities);
+    (void)proto::TakeArray(&bulk, static_cast<size_t>(items.items), &append.item_steps);
+    (void)proto::TakeArray(&bulk, items.has_priorities ? static_cast<size_t>(items.items) : 0, &priorities);
     for (const double p : priorities) append.bad_priority |= !(p >= 0.0) || std::isinf(p);
-    append.item_rows.assign(static_cast<size_t>(request.items), {});
+    append.item_rows.assign(static_cast<size_t>(items.items), {});
     for (const Column& column : items_schema.columns) {
       for (auto& row : append.item_rows) row.push_back(take(column.ItemBytes()));
     }
