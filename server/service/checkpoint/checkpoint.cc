@@ -204,7 +204,7 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
     const replay::ItemTable& table = replay.table(t);
     TableCheckpointState& saved = state.tables[static_cast<size_t>(t)];
     saved.name = table.name();
-    saved.flags = TableFlags(table);
+    saved.flags = TableCheckpointFlags(table);
     saved.size = table.items().size();
     saved.replay = table.items().State();
     status = Snapshot(table.items(), &tables_[static_cast<size_t>(t)]);
