@@ -71,6 +71,7 @@
 #include "replay/step_replay.h"
 #include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
+#include "service/table_flags.h"
 #include "system/job_errors.h"
 #include "system/step_schedule.h"
 #include "system/zmq_client.h"
@@ -115,7 +116,36 @@ struct Workload {
   int64_t sample_batch = kSampleBatch;
   double items_per_append = kIntakeBatch;  // items an add creates, on average
   int64_t capacity = 0;                    // transitions; or steps in the ring and items at most
+  // Step streams: 1, or 3 tables over the one ring (issue 34): the workload's
+  // own (the learner samples it), an R2D2 table of sequences of 80 every 40
+  // steps and a uniform table of the steps themselves, every append creating
+  // items in all three.
+  int tables = 1;
 };
+
+// The servers' tables for `workload` (streams: the joined clients).
+std::vector<replay::TableConfig> TablesFor(const Workload& workload, int streams) {
+  std::vector<replay::TableConfig> tables(static_cast<size_t>(workload.tables));
+  for (replay::TableConfig& table : tables) {
+    table.layout = workload.table;
+    table.layout.streams = std::max(1, streams);
+    table.items = replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true};
+  }
+  if (workload.tables == 3) {
+    tables[1].name = "r2d2";
+    tables[1].layout.kind = replay::StepOptions::Kind::kSequence;
+    tables[1].layout.sequence_length = 80;
+    tables[1].layout.sequence_period = 40;
+    tables[1].layout.stacks.clear();
+    tables[1].items.seed = 2;
+    tables[2].name = "recent";
+    tables[2].layout.kind = replay::StepOptions::Kind::kTransition;
+    tables[2].layout.stacks.clear();
+    tables[2].items.sampler = table::SelectorKind::kUniform;
+    tables[2].items.seed = 3;
+  }
+  return tables;
+}
 
 Workload WorkloadFor(const std::string& size) {
   Workload workload;
@@ -348,6 +378,10 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
   StepSchedule schedule(nstep ? workload.steps->n_step : workload.steps->sequence_length - 1,
                         nstep ? 1 : workload.steps->sequence_period, static_cast<uint64_t>(rank));
   std::vector<int64_t> items;
+  // With 3 tables: the same stream's sequences (the same seed: the same episodes) and every step.
+  StepSchedule sequences(79, 40, static_cast<uint64_t>(rank));
+  std::vector<std::byte> sequence_done(static_cast<size_t>(kIntakeBatch));
+  std::vector<int64_t> sequence_items, step_items(static_cast<size_t>(kIntakeBatch));
   // The step columns are lent (AppendBorrowed: sent from here straight into
   // the server's ring), so an append's must not change until it is
   // acknowledged: the frames never do, and each append in flight has a done
@@ -367,7 +401,12 @@ void MpiStepActor(const Workload& workload, double seconds, int rank, int64_t fi
         created.columns.columns.push_back(std::span<const std::byte>(item_columns[c]).first(bytes));
       }
     }
-    Check(actor->AppendBorrowed(steps, created), "append");
+    if (workload.tables == 1) return Check(actor->AppendBorrowed(steps, created), "append");
+    const int64_t first = actor->steps_appended();
+    sequences.Next(kIntakeBatch, sequence_done, &sequence_items);
+    for (int64_t j = 0; j < kIntakeBatch; ++j) step_items[static_cast<size_t>(j)] = first + j;
+    const NewItems all[] = {created, NewItems{sequence_items, {}, {}, "r2d2"}, NewItems{step_items, {}, {}, "recent"}};
+    Check(actor->AppendBorrowed(steps, all), "append");
   };
   MPI_Barrier(MPI_COMM_WORLD);
   const auto fill_start = Clock::now();
@@ -425,12 +464,8 @@ void Serve(service::Transport* transport, const Workload& workload, int streams,
   // A ring of transitions is prefaulted: the run measures the steady state
   // of a filled ring, not the kernel zeroing fresh pages while it fills for
   // the first time (a ring of steps is filled first, untimed).
-  replay::StepOptions table = workload.table;
-  table.streams = std::max(1, streams);
   std::unique_ptr<replay::StepReplay> replay;
-  Check(replay::StepReplay::Create(table, replay::ReplayOptions{workload.capacity, 0.6, tree::Device::kAuto, 1, true},
-                                   workload.adds, &replay),
-        "replay");
+  Check(replay::StepReplay::Create(TablesFor(workload, streams), workload.adds, &replay), "replay");
   service::ServiceOptions options;
   options.stats_interval_seconds = 0;
   options.shard = shard;
@@ -509,6 +544,7 @@ int main(int argc, char** argv) {
   using namespace perserve::bench;
   CLI::App app{"perserve system benchmark: intake, sampling and raw MPI bandwidth in one MPI job"};
   std::string transport = "mpi", size_name = "small", out, endpoint;
+  int tables = 1;
   double seconds = 5.0, raw_seconds = 2.0;
   int servers = 1;
   int64_t zero_copy_min_row_bytes = perserve::service::ServiceOptions{}.zero_copy_min_row_bytes;
@@ -534,6 +570,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--endpoint", endpoint, "ZeroMQ endpoint (default ipc:// in /tmp, one node)");
   app.add_option("--out", out, "JSON result file (rank 0)");
+  app.add_option("--tables", tables,
+                 "step streams: 1, or 3 tables over the one ring fed by every append (the size's own, which the "
+                 "learner samples; sequences of 80 every 40 steps; the steps themselves, uniform)")
+      ->check(CLI::IsMember({1, 3}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   MPI_Init(&argc, &argv);
@@ -546,7 +586,9 @@ int main(int argc, char** argv) {
   }
   if (servers > 1 && transport != "mpi") Die("several servers need --transport mpi");
   const int actors = size - servers - 1;
-  const Workload workload = WorkloadFor(size_name);
+  Workload workload = WorkloadFor(size_name);
+  workload.tables = tables;
+  if (tables != 1 && !workload.steps) Die("--tables 3 needs a step stream size (atari-steps, atari-sequences)");
   if (workload.steps && transport != "mpi") Die("step streams (--size " + size_name + ") need --transport mpi");
   const Sizes sizes = SizesFor(workload);
   const int64_t message_bytes = sizes.intake_message;
@@ -575,9 +617,8 @@ int main(int argc, char** argv) {
     if (rank < servers) {
       perserve::mpi::Communicator comm;
       perserve::mpi::JoinResult joined;
-      perserve::proto::ServedSchemas served =
-          workload.steps ? perserve::proto::OneTableSchemas(true, workload.adds, workload.samples, workload.items)
-                         : perserve::proto::TransitionSchemas(workload.adds);
+      perserve::proto::ServedSchemas served;
+      Check(perserve::service::ServedSchemasOf(TablesFor(workload, 1), workload.adds, 0, &served), "served schemas");
       // As perserve-server's join says: an append of up to the ring's slack
       // steps may send its columns apart, received straight into the ring
       // (0, the default, had every append copied in from a buffer).
@@ -693,13 +734,13 @@ int main(int argc, char** argv) {
         "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}, "
         "\"raw_reply_mb_per_s\": {:.2f}, \"sample_reply_mb_per_s\": {:.2f}, \"sample_over_raw_mpi\": {:.4f}, "
         "\"server_cpu_s_per_gb\": {:.4f}, \"raw_server_cpu_s_per_gb\": {:.4f}, \"sample_batch\": {}, "
-        "\"intake_wire_bytes_per_item\": {:.1f}, \"reply_wire_bytes_per_item\": {:.1f}{}}}\n",
+        "\"intake_wire_bytes_per_item\": {:.1f}, \"reply_wire_bytes_per_item\": {:.1f}, \"tables\": {}{}}}\n",
         transport, size_name, workload.samples.ItemBytes(), message_bytes, sizes.reply_message,
         zero_copy_min_row_bytes, columns_apart_min_bytes, servers, actors, actor_seconds, items, items_per_s,
         intake_mb_s, samples_per_s, learner.updates / learner.seconds, learner.latency_median_ms,
         learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s, raw_reply_mb_s, reply_mb_s,
         reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu / raw_moved_gb, sample_batch, intake_bytes_per_item,
-        reply_bytes_per_item, step_json);
+        reply_bytes_per_item, workload.tables, step_json);
     const std::string what =
         workload.steps ? fmt::format("{} ({} B steps, {} B items sampled)", size_name, workload.adds.ItemBytes(),
                                      workload.samples.ItemBytes())

@@ -195,22 +195,10 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
       perserve::service::TablesOf(TableFlagsOf(flags), defaults, schema, &replay, &service_options.tables);
   if (!status.ok()) Abort(status.ToString());
   const perserve::replay::ItemTable& first = replay->table(0);
-  perserve::proto::ServedSchemas served = perserve::proto::TransitionSchemas(schema);
-  served.steps = !first.RowsAreSteps();
-  served.samples = first.sample_schema();
-  served.items = perserve::Schema{first.options().item_columns};
-  served.max_steps_apart = replay->steps().slack();
-  served.tables.clear();
-  for (int t = 0; t < replay->tables(); ++t) {
-    const perserve::replay::ItemTable& table = replay->table(t);
-    const perserve::table::SelectorKind sampler = table.items().options().sampler;
-    served.tables.push_back(perserve::proto::TableSchemas{
-        table.name(), !table.RowsAreSteps(), table.sample_schema(), perserve::Schema{table.options().item_columns},
-        std::string(perserve::table::SelectorKindName(sampler)),
-        sampler == perserve::table::SelectorKind::kPrioritized || sampler == perserve::table::SelectorKind::kMaxHeap ||
-            sampler == perserve::table::SelectorKind::kMinHeap,
-        table.items().options().max_times_sampled});
-  }
+  perserve::proto::ServedSchemas served;
+  status = perserve::service::ServedSchemasOf(perserve::service::TableConfigsOf(*replay), schema,
+                                              replay->steps().slack(), &served);
+  if (!status.ok()) Abort(status.ToString());
   // By default half the cores this rank may use (the other half for MPI's
   // progress and ranks beside it), at most 8: a sample's copy is memory-bound.
   replay->SetAssemblyThreads(flags.assembly_threads > 0

@@ -230,4 +230,37 @@ Status TablesOf(const std::vector<TableFlags>& flags, const TableDefaults& defau
   return Status::Ok();
 }
 
+Status ServedSchemasOf(const std::vector<replay::TableConfig>& tables, const Schema& step_schema,
+                       int64_t max_steps_apart, proto::ServedSchemas* served) {
+  if (tables.empty()) return Status::InvalidArgument("no tables to serve");
+  served->tables.clear();
+  for (const replay::TableConfig& table : tables) {
+    Schema samples, stored;
+    PERSERVE_RETURN_IF_ERROR(replay::StepSchemas(table.layout, step_schema, &samples, &stored));
+    const table::SelectorKind sampler = table.items.sampler;
+    served->tables.push_back(proto::TableSchemas{
+        table.name, table.layout.kind != replay::StepOptions::Kind::kTransition, std::move(samples),
+        Schema{table.layout.item_columns}, std::string(table::SelectorKindName(sampler)),
+        sampler == table::SelectorKind::kPrioritized || sampler == table::SelectorKind::kMaxHeap ||
+            sampler == table::SelectorKind::kMinHeap,
+        table.items.max_times_sampled});
+  }
+  const proto::TableSchemas& first = served->tables.front();
+  served->steps = first.steps;
+  served->adds = step_schema;
+  served->samples = first.samples;
+  served->items = first.items;
+  served->max_steps_apart = max_steps_apart;
+  return Status::Ok();
+}
+
+std::vector<replay::TableConfig> TableConfigsOf(const replay::StepReplay& replay) {
+  std::vector<replay::TableConfig> tables;
+  for (int t = 0; t < replay.tables(); ++t) {
+    const replay::ItemTable& table = replay.table(t);
+    tables.push_back(replay::TableConfig{table.name(), table.options(), table.items().options()});
+  }
+  return tables;
+}
+
 }  // namespace perserve::service

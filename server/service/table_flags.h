@@ -25,6 +25,7 @@
 
 #include "perserve/schema.h"
 #include "perserve/status.h"
+#include "proto/codec.h"
 #include "replay/step_replay.h"
 #include "service/rate_limiter.h"
 
@@ -72,5 +73,15 @@ struct TableDefaults {
 // table. Each table's sampling seed is the server's mixed with its index.
 Status TablesOf(const std::vector<TableFlags>& flags, const TableDefaults& defaults, const Schema& step_schema,
                 std::unique_ptr<replay::StepReplay>* replay, std::vector<RateLimiterOptions>* limits);
+
+// What the join tells the clients of these tables over a ring of
+// `step_schema` (the top-level fields are the first table's): each table's
+// name, sample and item schemas, sampler, whether it takes priority updates
+// (prioritized and the heaps) and max_times_sampled. InvalidArgument where a
+// table's layout does not fit the schema (StepSchemas').
+Status ServedSchemasOf(const std::vector<replay::TableConfig>& tables, const Schema& step_schema,
+                       int64_t max_steps_apart, proto::ServedSchemas* served);
+// A replay's tables as the configs they were made from.
+std::vector<replay::TableConfig> TableConfigsOf(const replay::StepReplay& replay);
 
 }  // namespace perserve::service

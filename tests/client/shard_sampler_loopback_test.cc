@@ -245,7 +245,7 @@ TEST_F(ShardSamplerLoopbackTest, ShardRequestsNameTheirTable) {
 
   const Status other_info = learner->Info("second", &info);
   EXPECT_EQ(other_info.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(other_info.message().find("a request for table 1: this server has one table"), std::string::npos)
+  EXPECT_NE(other_info.message().find("table 1"), std::string::npos)
       << other_info.ToString();
   const Status other = learner->Sample("second", 16, 0.4, &batch);
   EXPECT_EQ(other.code(), Status::Code::kInvalidArgument) << other.ToString();

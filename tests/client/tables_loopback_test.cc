@@ -247,7 +247,7 @@ TEST_F(TablesLoopbackTest, UpdatesToATableWithoutPrioritiesAreRefusedByTheClient
 
   const Status heap = learner->UpdatePriorities("heap", keys, priorities);
   EXPECT_EQ(heap.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(heap.message().find("this server has one table"), std::string::npos) << heap.ToString();
+  EXPECT_NE(heap.message().find("table 2"), std::string::npos) << heap.ToString();
   ASSERT_EQ(learner_sent_.size(), 1u);
   proto::Frame frame;
   proto::UpdateRequest request;
@@ -272,7 +272,7 @@ TEST_F(TablesLoopbackTest, PrefetchedSamplesOfAnotherTableAreNotTaken) {
   EXPECT_EQ(learner->samples_in_flight(), 2);
   const Status other = learner->Sample("second", 8, 0.4, &batch);
   EXPECT_EQ(other.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(other.message().find("a request for table 1: this server has one table"), std::string::npos)
+  EXPECT_NE(other.message().find("table 1"), std::string::npos)
       << other.ToString();
   EXPECT_EQ(SampledTables(), (std::vector<int32_t>{0, 0, 0, 1}));
   EXPECT_EQ(learner->samples_in_flight(), 0);
