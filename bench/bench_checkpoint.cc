@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
   bool done = false;
   while (!done) {
     const auto append_start = Clock::now();
-    intake.Append([&](std::span<const int64_t> item_slots) {
-      Check(writer.BeforeWrite(*table, kBatch, item_slots), "before write");
+    intake.Append([&](std::span<const int64_t>) {
+      Check(writer.BeforeCommit(*table, kBatch), "before commit");
     });
     ++appends;
     longest_append = std::max(longest_append, Seconds(Clock::now() - append_start));

@@ -1,11 +1,12 @@
 // fuzz_checkpoint: restoring a checkpoint directory written from fuzzed bytes
 // (fuzz/inputs.h has the layout): its MANIFEST (as given, or made to list
 // each part's true size and hash, so the checks behind the hashes are
-// reached), state.bin, the step ring's parts, item-slots.bin, leaves.bin and
-// the table's columns, loaded by LoadCheckpoint as `perserve-server
+// reached), state.bin, the step ring's parts and the table's (format 4:
+// table-0-item-slots.bin, -leaves.bin, -column-<c>.bin, -free-slots.bin,
+// -selectors.bin), loaded by LoadCheckpoint as `perserve-server
 // --restore` loads one, into a table of 64 steps and items: transitions of
 // fuzz::ServiceSchema, or (the input's steps bit) the n-step table of
-// fuzz/step_replay_fixture.h; format 3, or (the legacy bit) the format
+// fuzz/step_replay_fixture.h; format 4, or (the legacy bit) the format
 // written before it (1 for transitions, 2 for n-step items).
 //
 // Checked: LoadCheckpoint answers with a status and never crashes, throws or
@@ -61,7 +62,8 @@ std::string TrueManifest(const fuzz::CheckpointInput& input) {
     if (!input.present[part]) continue;
     Hash64 hash;
     hash.Update(input.parts[part]);
-    text += fmt::format("part {} {} {:016x}\n", fuzz::kCheckpointParts[part], input.parts[part].size(), hash.Finish());
+    text += fmt::format("part {} {} {:016x}\n", fuzz::CheckpointPartName(part, input.legacy), input.parts[part].size(),
+                        hash.Finish());
   }
   return text + "end\n";
 }
@@ -132,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const fuzz::CheckpointInput input = fuzz::ParseCheckpointInput(std::as_bytes(std::span(data, size)));
   for (size_t part = 1; part < std::size(fuzz::kCheckpointParts); ++part) {
-    if (input.present[part]) service::WriteFile(dir / fuzz::kCheckpointParts[part], input.parts[part]);
+    if (input.present[part]) service::WriteFile(dir / fuzz::CheckpointPartName(part, input.legacy), input.parts[part]);
   }
   if (input.own_manifest) {
     if (input.present[0]) service::WriteFile(dir / fuzz::kCheckpointParts[0], input.parts[0]);

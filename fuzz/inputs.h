@@ -33,13 +33,16 @@
 //                 n-step table (fuzz/step_replay_fixture.h), clear: into the
 //                 table of transitions; bit 2 set: the written MANIFEST says
 //                 the format written before the one item model (1 for
-//                 transitions, 2 for n-step), clear: format 3
+//                 transitions, 2 for n-step), clear: format 4
 //        1     .  records, each: 1 byte part (mod kCheckpointParts: MANIFEST,
 //                 state.bin, leaves.bin, column-0.bin, column-1.bin, then a
 //                 step ring's steps.bin, step-info.bin, step-column-0..2.bin,
-//                 then item-slots.bin), 4 bytes n (little-endian), n bytes
-//                 (fewer if the input ends first); a later record of the same
-//                 part replaces an earlier one
+//                 then item-slots.bin, free-slots.bin, selectors.bin; a
+//                 table's part is written as table 0's, table-0-<name>,
+//                 unless the legacy bit is set: CheckpointPartName), 4 bytes
+//                 n (little-endian), n bytes (fewer if the input ends
+//                 first); a later record of the same part replaces an
+//                 earlier one
 #pragma once
 
 #include <algorithm>
@@ -48,6 +51,7 @@
 #include <cstring>
 #include <iterator>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "perserve/schema.h"
@@ -143,7 +147,16 @@ inline std::vector<std::byte> EncodeJoinInput(const JoinInput& join) {
 inline constexpr const char* kCheckpointParts[] = {
     "MANIFEST",      "state.bin",         "leaves.bin",        "column-0.bin",      "column-1.bin",
     "steps.bin",     "step-info.bin",     "step-column-0.bin", "step-column-1.bin", "step-column-2.bin",
-    "item-slots.bin"};
+    "item-slots.bin", "free-slots.bin",   "selectors.bin"};
+
+// Part `part`'s file name: a table's part (leaves, columns, item slots, free
+// slots, selectors) as table 0's in format 4 (table-0-<name>), bare in the
+// legacy formats.
+inline std::string CheckpointPartName(size_t part, bool legacy) {
+  const std::string name = kCheckpointParts[part];
+  const bool table_part = part == 2 || part == 3 || part == 4 || part >= 10;
+  return table_part && !legacy ? "table-0-" + name : name;
+}
 inline constexpr uint8_t kOwnManifestBit = 1, kStepsBit = 2, kLegacyBit = 4;
 
 struct CheckpointInput {

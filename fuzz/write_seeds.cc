@@ -370,7 +370,7 @@ void UpdateSome(replay::StepReplay* table) {
   (void)items.UpdatePriorities(keys, std::vector<double>(keys.size(), 7.5), &counts);
 }
 
-// `table` checkpointed by the server's CheckpointWriter (format 3), packed
+// `table` checkpointed by the server's CheckpointWriter (format 4), packed
 // as fuzz_checkpoint reads it: with `control`'s bits, and the writer's
 // MANIFEST when kOwnManifestBit is among them.
 Bytes PackedCheckpoint(const replay::StepReplay& table, uint8_t control) {
@@ -390,7 +390,7 @@ Bytes PackedCheckpoint(const replay::StepReplay& table, uint8_t control) {
     }
     const bool own_manifest = (control & kOwnManifestBit) != 0;
     for (size_t part = own_manifest ? 0 : 1; part < std::size(kCheckpointParts); ++part) {
-      std::ifstream in(fs::path(writer.last_path()) / kCheckpointParts[part], std::ios::binary);
+      std::ifstream in(fs::path(writer.last_path()) / CheckpointPartName(part, /*legacy=*/false), std::ios::binary);
       if (!in) continue;  // a schema of fewer columns
       const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
       AppendCheckpointRecord(static_cast<uint8_t>(part), std::as_bytes(std::span(bytes.data(), bytes.size())), &seed);

@@ -239,8 +239,13 @@ Status StepReplay::RestoreSteps(int stream, int64_t steps, std::span<const std::
   return Status::Ok();
 }
 
-Status StepReplay::RestoreItems() {
-  for (const auto& table : tables_) PERSERVE_RETURN_IF_ERROR(table->LinkRestored());
+Status StepReplay::RestoreItems(int* failed_table) {
+  for (int t = 0; t < tables(); ++t) {
+    const Status linked = tables_[static_cast<size_t>(t)]->LinkRestored();
+    if (linked.ok()) continue;
+    if (failed_table != nullptr) *failed_table = t;
+    return linked;
+  }
   return Status::Ok();
 }
 

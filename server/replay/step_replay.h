@@ -251,8 +251,9 @@ class StepReplay {
   // Checked as an append's steps are (StepStore::CheckBatch: byte counts, done values); nothing changes on an error.
   Status RestoreSteps(int stream, int64_t steps, std::span<const std::byte> step_columns);
   // Every held item must be one Append would accept now over the held steps (CheckItem's checks), and no two of
-  // a table over one step: InvalidArgument naming the table, its key and the problem otherwise.
-  Status RestoreItems();
+  // a table over one step: InvalidArgument naming the table, its key and the problem otherwise (*failed_table,
+  // if given: that table's index).
+  Status RestoreItems(int* failed_table = nullptr);
   // (Transitions have no episodes: nothing to begin.)
   void EndRestore() {
     if (steps_.episodic()) steps_.StartNewEpisodes();

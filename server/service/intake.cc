@@ -114,7 +114,7 @@ Status Intake::ReceiveIntoRing(int client, int64_t steps, bool* taken) {
   bytes_received_ += bytes;
   // Into the ring's free slots past its newest step: a checkpoint being
   // written first keeps the rows there it still needs.
-  parts_.checkpoints->BeforeWrite(steps, {});
+  parts_.checkpoints->BeforeWrite(steps);
   parts_.replay->mutable_steps().WriteRegions(steps, &regions_);
   *taken = true;
   return parts_.transport->ReceiveColumns(client, regions_);
@@ -140,9 +140,9 @@ void Intake::Apply(int client, uint64_t request_id, const proto::DecodedAppend& 
   if (status.ok()) status = parts_.replay->Prepare(request);
   uint64_t first_key = 0;
   if (status.ok()) {
-    // A checkpoint being written keeps what the commit overwrites (columns
-    // received into the ring kept theirs before).
-    parts_.checkpoints->BeforeWrite(request.steps.in_ring ? 0 : meta.steps, parts_.replay->planned_item_slots());
+    // A checkpoint being written keeps what the commit overwrites, in the
+    // ring and every table (columns received into the ring kept theirs before).
+    parts_.checkpoints->BeforeCommit(request.steps.in_ring ? 0 : meta.steps);
     status = parts_.replay->Commit(&first_key);
   }
   if (owed) held_->Settle(client, ticket, taken);

@@ -82,13 +82,18 @@ CheckpointState ReplayService::SaveState() const {
   CheckpointState state;
   state.shard = options_.shard;
   state.shards = options_.shards;
-  state.limiter = limiters_.front().State();
+  for (const RateLimiter& limiter : limiters_) state.tables.push_back(TableCheckpointState{{}, {}, 0, {}, limiter.State()});
   state.episodes = episodes_.carries();
   return state;
 }
 
 void ReplayService::Restore(const CheckpointState& state) {
-  limiters_.front().Restore(state.limiter);
+  // A restore gives one state a table (formats 1 to 3: table 0's alone, of
+  // a server of one table); without them, `limiter` is table 0's.
+  if (state.tables.empty()) limiters_.front().Restore(state.limiter);
+  for (size_t t = 0; t < std::min(limiters_.size(), state.tables.size()); ++t) {
+    limiters_[t].Restore(state.tables[t].limiter);
+  }
   // Where the ring keeps episodes, a restored stream begins a new one (its
   // episode in progress ended with the actor that appended it); else the
   // statistics' episodes in progress carry on.

@@ -154,7 +154,7 @@ class ReplayService {
   bool done() const {
     return !checkpoints_.final_unfinished() && (clients_.open_clients() == 0 || shutdown_.Over(Now()));
   }
-  // After a restore: the rate limiter's and the episodes' saved state.
+  // After a restore: every table's rate limiter's and the episodes' saved state.
   void Restore(const CheckpointState& state);
   // Starts a checkpoint now (the reason goes to the log); FAILED_PRECONDITION
   // without a checkpoint directory. One already being written: the next

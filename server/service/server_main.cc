@@ -194,18 +194,6 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
   perserve::Status status =
       perserve::service::TablesOf(TableFlagsOf(flags), defaults, schema, &replay, &service_options.tables);
   if (!status.ok()) Abort(status.ToString());
-  // Checkpoints hold one table with the default selectors (format 3).
-  const auto plain = [](const perserve::replay::ItemTable& table) {
-    const perserve::replay::ReplayOptions& o = table.items().options();
-    return o.sampler == perserve::table::SelectorKind::kPrioritized &&
-           o.remover == perserve::replay::RemoverKind::kOldestFirst && o.max_times_sampled == 0;
-  };
-  if ((!flags.service.checkpoint_dir.empty() || !flags.restore.empty()) &&
-      (replay->tables() > 1 || !plain(replay->table(0)))) {
-    Abort("--checkpoint-dir and --restore: checkpoints hold one table with the prioritized sampler, the fifo "
-          "remover and no max_times_sampled for now (docs/tables.md); this server has " +
-          std::to_string(replay->tables()) + " table(s): " + replay->TableNames());
-  }
   const perserve::replay::ItemTable& first = replay->table(0);
   perserve::proto::ServedSchemas served;
   status = perserve::service::ServedSchemasOf(perserve::service::TableConfigsOf(*replay), schema,
@@ -232,8 +220,17 @@ int Serve(const Flags& flags, const perserve::Schema& schema, perserve::replay::
           perserve::service::LoadCheckpoint(flags.restore, shard, shards, replay.get(), &restored, &loaded);
       if (!loaded_status.ok()) Abort("--restore " + flags.restore + ": " + loaded_status.ToString());
       const perserve::store::StepStore& ring = replay->steps();
-      spdlog::info("restored {}: {} items, next key {}; {} steps held, next step key {}, in {:.2f} s", loaded,
-                   replay->items().size(), replay->items().next_key(), ring.held(), ring.next_key(),
+      std::string tables;
+      for (int t = 0; t < replay->tables(); ++t) {
+        const perserve::replay::Replay& items = replay->table(t).items();
+        tables += fmt::format("{}{}: {} items, next key {}", t == 0 ? "" : "; ", replay->table(t).name(),
+                              items.size(), items.next_key());
+      }
+      spdlog::info("restored {}: {}; {} steps held, next step key {}, in {:.2f} s", loaded,
+                   replay->tables() > 1 ? tables
+                                        : fmt::format("{} items, next key {}", replay->items().size(),
+                                                      replay->items().next_key()),
+                   ring.held(), ring.next_key(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       for (int s = 0; s < ring.streams(); ++s) stream_steps->push_back(ring.stream_steps(s));
       return perserve::Status::Ok();

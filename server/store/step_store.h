@@ -83,6 +83,9 @@ class StepStore {
   int64_t slots() const { return columns_.capacity(); }
   int64_t slack() const { return slots() - capacity_; }
   bool episodic() const { return done_column_ >= 0; }
+  // The reward and done columns' indices in the schema (-1: none, without episodes).
+  int reward_column() const { return reward_column_; }
+  int done_column() const { return done_column_; }
   int streams() const { return static_cast<int>(streams_.size()); }
   uint64_t next_key() const { return next_key_; }
   // The oldest key held (0 before the ring is full).

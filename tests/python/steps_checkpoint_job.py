@@ -11,6 +11,11 @@ each job's ranks run this file as `-m mpi4py steps_checkpoint_job.py PHASE
 MODE` (PHASE 1 or 2). After the restore each stream's next step begins a new
 episode (docs/steps.md): the reference starts every stream's episode anew at
 the step count it had at the checkpoint.
+
+Mode "tables": steps_job.py's three tables over one ring (apex: n-step items
+under the lowest-priority remover; r2d2: sequences drawn from a max-heap;
+recent: a LIFO table of the steps themselves), every table in the
+checkpoint (format 4); the learner checks each table's samples.
 """
 import os
 import subprocess
@@ -51,7 +56,28 @@ def episode_start(actor: int, index: int) -> int:
 ref.episode_start = episode_start  # stacked(), item_steps() and the expectations read it
 
 
+def check_tables(learner, batches: int) -> int:
+    """Mode "tables": each table in turn, against its layout's reference."""
+    checked = 0
+    for b in range(batches):
+        for table in ("apex", "r2d2", "recent"):
+            sample = learner.sample(BATCH, beta=0.5, timeout=60.0, table=table)
+            assert sample.table == table, sample.table
+            for i in range(sample.size):
+                if table == "recent":
+                    ref.check_step(sample, i, f"batch {b}")
+                else:
+                    mode_name, mode = ref.TABLES[table]
+                    ref.check_item(sample, i, mode_name, mode, f"batch {b} table {table}")
+                checked += 1
+            if table != "recent":  # lifo keeps no priorities
+                learner.update_priorities(sample.keys, np.full(sample.size, 0.5 + b % 3), table=table)
+    return checked
+
+
 def check(learner, mode: dict, mode_name: str, batches: int) -> int:
+    if mode_name == "tables":
+        return check_tables(learner, batches)
     checked = 0
     for b in range(batches):
         sample = learner.sample(BATCH, beta=0.5, timeout=60.0)
@@ -72,11 +98,14 @@ def run_actor(actor: int, phase: int, mode: dict) -> None:
         first = 0 if phase == 1 else checkpointed_steps(actor)
         assert a.steps_appended == first, (phase, a.steps_appended, first)
         peers.Barrier()  # the learner checked the restored items first
-        made = first
+        made = {"apex": first, "r2d2": first} if mode is None else first
         for appends, size in enumerate(sizes(actor)[(phase - 1) * APPENDS:phase * APPENDS]):
             if appends % 4 == 3:
                 actors.Barrier()
-            made = ref.append_steps(a, actor, size, made, mode, rng)
+            if mode is None:
+                ref.append_to_tables(a, actor, size, made, rng)
+            else:
+                made = ref.append_steps(a, actor, size, made, mode, rng)
         a.flush()
         peers.Barrier()  # the learner checkpoints after this
         peers.Barrier()
@@ -106,11 +135,18 @@ def run_learner(phase: int, mode: dict, mode_name: str) -> None:
 
 
 def drive(mpiexec: str, server: str, python: str, directory: str, mode_name: str) -> None:
-    mode = ref.MODES[mode_name]
+    mode = ref.MODES.get(mode_name)
     flags = ["--column", "obs:uint8:6,5", "--column", "action:int32", "--column", "reward:float32",
              "--column", "done:uint8", "--capacity", "197", "--min-size-to-sample", "1", "--stats-interval", "0",
              "--checkpoint-dir", directory]
-    if mode_name == "nstep":
+    if mode_name == "tables":
+        apex, r2d2 = ref.TABLES["apex"][1], ref.TABLES["r2d2"][1]
+        flags += ["--table", f"apex:n_step={apex['n']},discount={apex['discount']},stack=obs:{apex['stack']},"
+                             "remover=min_heap,min_size=1",
+                  "--table", f"r2d2:sequence_length={r2d2['length']},sequence_period={r2d2['period']},"
+                             f"stack=obs:{r2d2['stack']},item_column=state:float32:3,sampler=max_heap,min_size=1",
+                  "--table", "recent:sampler=lifo,max_items=64,min_size=1"]
+    elif mode_name == "nstep":
         flags += ["--n-step", str(mode["n"]), "--discount", str(mode["discount"]), "--stack", f"obs:{mode['stack']}"]
     else:
         flags += ["--sequence-length", str(mode["length"]), "--sequence-period", str(mode["period"]),
@@ -134,7 +170,7 @@ def main() -> None:
         return
     from mpi4py import MPI
     phase, mode_name = int(sys.argv[1]), sys.argv[2]
-    mode = ref.MODES[mode_name]
+    mode = ref.MODES.get(mode_name)  # None: mode "tables"
     if phase == 2:
         RESTORED_AT.update({actor: checkpointed_steps(actor) for actor in (0, 1)})
     rank = MPI.COMM_WORLD.rank  # the server first, then the two actors, then the learner

@@ -55,6 +55,8 @@ int64_t CheckpointNumber(const std::string& name) {
 
 std::string ColumnFile(size_t column) { return fmt::format("column-{}.bin", column); }
 
+std::string TablePart(int table, std::string_view name) { return fmt::format("table-{}-{}", table, name); }
+
 std::string NewestComplete(const std::string& shard_dir) {
   std::error_code error;
   int64_t newest = -1;
@@ -102,14 +104,19 @@ std::string ShardDirectory(const std::string& dir, int shard, int shards) {
   return (fs::path(dir) / fmt::format("shard-{}-of-{}", shard, shards)).string();
 }
 
-CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, int64_t item_capacity)
+CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities)
     : shard_dir_(ShardDirectory(dir, shard, shards)),
       shard_(shard),
       shards_(shards),
       last_path_(NewestComplete(shard_dir_)),
-      keys_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))),
-      leaves_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))),
-      pending_(static_cast<size_t>(std::max<int64_t>(0, item_capacity))) {}
+      tables_(item_capacities.size()) {
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const size_t slots = static_cast<size_t>(std::max<int64_t>(0, item_capacities[t]));
+    tables_[t].keys.resize(slots);
+    tables_[t].leaves.resize(slots);
+    tables_[t].pending.resize(slots);
+  }
+}
 
 CheckpointWriter::~CheckpointWriter() {
   if (finishing_.valid()) finishing_.wait();
@@ -162,12 +169,18 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
   ring_parts_ = parts_.size();
   parts_.emplace_back(kStepStateFile);
   for (const std::string& name : StepRingWriter::RowPartNames(replay.step_schema())) parts_.emplace_back(name);
-  item_parts_ = parts_.size();
-  parts_.emplace_back(kItemSlotsFile);
-  parts_.emplace_back("leaves.bin");
-  const replay::Replay& items = replay.items();
-  for (size_t c = 0; c < items.store().schema().columns.size(); ++c) parts_.emplace_back(ColumnFile(c));
-  parts_.emplace_back(kFreeSlotsFile);
+  tables_.resize(static_cast<size_t>(replay.tables()));
+  for (int t = 0; t < replay.tables(); ++t) {
+    tables_[static_cast<size_t>(t)].first_part = parts_.size();
+    tables_[static_cast<size_t>(t)].columns = replay.table(t).items().store().schema().columns.size();
+    parts_.emplace_back(TablePart(t, kItemSlotsFile));
+    parts_.emplace_back(TablePart(t, kLeavesFile));
+    for (size_t c = 0; c < replay.table(t).items().store().schema().columns.size(); ++c) {
+      parts_.emplace_back(TablePart(t, ColumnFile(c)));
+    }
+    parts_.emplace_back(TablePart(t, kFreeSlotsFile));
+    parts_.emplace_back(TablePart(t, kSelectorsFile));
+  }
   for (Part& part : parts_) {
     const std::string file = (fs::path(partial_) / part.name).string();
     part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -177,29 +190,25 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
       return status;
     }
   }
-  // The snapshot: which slot holds which key, and the leaves as they are now
-  // (priority updates change them, not the rows).
-  slots_ = items.slots_used();
-  cursor_ = 0;
-  if (static_cast<int64_t>(keys_.size()) < slots_) {
-    keys_.resize(static_cast<size_t>(items.capacity()));
-    leaves_.resize(static_cast<size_t>(items.capacity()));
-    pending_.resize(static_cast<size_t>(items.capacity()));
-  }
-  for (int64_t slot = 0; slot < slots_; ++slot) {
-    keys_[slot] = items.KeyAt(slot);
-    pending_[slot] = keys_[slot] != replay::Replay::kNoKey ? 1 : 0;
-  }
-  free_slots_.assign(1, slots_);
-  free_slots_.insert(free_slots_.end(), items.free_slots().begin(), items.free_slots().end());
-  Status status = items.tree().ReadLeaves(0, std::span(leaves_).first(static_cast<size_t>(slots_)));
-  // The small state goes first, whole.
+  // The small state, and each table's snapshot: which slot holds which key,
+  // the leaves as they are now (priority updates change them, not the
+  // rows), the free slots and the selectors.
   state.format = kCheckpointFormat;
   state.schema = replay.step_schema().ToString();
   state.capacity = replay.options().step_capacity;
-  state.alpha = items.alpha();
-  state.size = items.size();
-  state.replay = items.State();
+  if (state.tables.empty()) state.tables.push_back(TableCheckpointState{{}, {}, 0, {}, state.limiter});
+  state.tables.resize(static_cast<size_t>(replay.tables()));
+  Status status = Status::Ok();
+  table_cursor_ = 0;
+  for (int t = 0; t < replay.tables() && status.ok(); ++t) {
+    const replay::ItemTable& table = replay.table(t);
+    TableCheckpointState& saved = state.tables[static_cast<size_t>(t)];
+    saved.name = table.name();
+    saved.flags = TableCheckpointFlags(table);
+    saved.size = table.items().size();
+    saved.replay = table.items().State();
+    status = Snapshot(table.items(), &tables_[static_cast<size_t>(t)]);
+  }
   std::ostringstream bytes;
   {
     cereal::BinaryOutputArchive archive(bytes);
@@ -214,6 +223,29 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
   longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
   if (!status.ok()) Abandon();
   return status;
+}
+
+Status CheckpointWriter::Snapshot(const replay::Replay& items, TableSnapshot* table) {
+  table->slots = items.slots_used();
+  table->cursor = 0;
+  if (static_cast<int64_t>(table->keys.size()) < table->slots) {
+    table->keys.resize(static_cast<size_t>(items.capacity()));
+    table->leaves.resize(static_cast<size_t>(items.capacity()));
+    table->pending.resize(static_cast<size_t>(items.capacity()));
+  }
+  for (int64_t slot = 0; slot < table->slots; ++slot) {
+    table->keys[slot] = items.KeyAt(slot);
+    table->pending[slot] = table->keys[slot] != replay::Replay::kNoKey ? 1 : 0;
+  }
+  table->free_slots.assign(1, table->slots);
+  table->free_slots.insert(table->free_slots.end(), items.free_slots().begin(), items.free_slots().end());
+  std::ostringstream selectors;
+  {
+    cereal::BinaryOutputArchive archive(selectors);
+    archive(items.Selectors());
+  }
+  table->selectors = selectors.str();
+  return items.tree().ReadLeaves(0, std::span(table->leaves).first(static_cast<size_t>(table->slots)));
 }
 
 Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
@@ -245,39 +277,63 @@ Status CheckpointWriter::Flush(Part* part) {
   return Status::Ok();
 }
 
-Status CheckpointWriter::WriteItem(const replay::Replay& items, int64_t slot) {
-  pending_[slot] = 0;
+Status CheckpointWriter::WriteItem(const replay::Replay& items, TableSnapshot* table, int64_t slot) {
+  table->pending[slot] = 0;
   const struct {
     uint64_t key;
     int64_t slot;
-  } record{keys_[slot], slot};
+  } record{table->keys[slot], slot};
   static_assert(sizeof(record) == 16);
-  PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_], std::as_bytes(std::span(&record, 1))));
-  PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_ + 1], std::as_bytes(std::span(&leaves_[slot], 1))));
+  const size_t first = table->first_part;
+  PERSERVE_RETURN_IF_ERROR(Append(&parts_[first], std::as_bytes(std::span(&record, 1))));
+  PERSERVE_RETURN_IF_ERROR(Append(&parts_[first + 1], std::as_bytes(std::span(&table->leaves[slot], 1))));
   for (size_t c = 0; c < items.store().schema().columns.size(); ++c) {
-    PERSERVE_RETURN_IF_ERROR(Append(&parts_[item_parts_ + 2 + c], items.store().Rows(static_cast<int>(c), slot, 1)));
+    PERSERVE_RETURN_IF_ERROR(Append(&parts_[first + 2 + c], items.store().Rows(static_cast<int>(c), slot, 1)));
   }
   return Status::Ok();
 }
 
-Status CheckpointWriter::WriteItems(const replay::StepReplay& replay, int64_t until) {
-  for (; cursor_ < until; ++cursor_) {
-    if (pending_[cursor_] != 0) PERSERVE_RETURN_IF_ERROR(WriteItem(replay.items(), cursor_));
+Status CheckpointWriter::WriteItems(const replay::StepReplay& replay, size_t t, int64_t until) {
+  TableSnapshot& table = tables_[t];
+  const replay::Replay& items = replay.table(static_cast<int>(t)).items();
+  for (; table.cursor < until; ++table.cursor) {
+    if (table.pending[table.cursor] != 0) PERSERVE_RETURN_IF_ERROR(WriteItem(items, &table, table.cursor));
   }
   return Status::Ok();
+}
+
+Status CheckpointWriter::WriteTableTail(size_t t) {
+  TableSnapshot& table = tables_[t];
+  // After the item-slots, leaves and column parts: the free slots, then the selectors.
+  const size_t free_part = table.first_part + 2 + table.columns;
+  PERSERVE_RETURN_IF_ERROR(Append(&parts_[free_part], std::as_bytes(std::span(table.free_slots))));
+  return Append(&parts_[free_part + 1], std::as_bytes(std::span(table.selectors.data(), table.selectors.size())));
 }
 
 StepRingWriter::Sink CheckpointWriter::StepSink() {
   return [this](size_t part, std::span<const std::byte> bytes) { return Append(&parts_[ring_parts_ + 1 + part], bytes); };
 }
 
-Status CheckpointWriter::BeforeWrite(const replay::StepReplay& replay, int64_t steps,
-                                     std::span<const int64_t> item_slots) {
+Status CheckpointWriter::BeforeWrite(const replay::StepReplay& replay, int64_t steps) {
   if (phase_ != Phase::kItems && phase_ != Phase::kSteps) return Status::Ok();
   return Timed([&] {
     if (steps > 0 && !ring_.done()) PERSERVE_RETURN_IF_ERROR(ring_.BeforeWrite(replay.steps(), steps, StepSink()));
-    for (const int64_t slot : item_slots) {
-      if (slot < slots_ && pending_[slot] != 0) PERSERVE_RETURN_IF_ERROR(WriteItem(replay.items(), slot));
+    return Status::Ok();
+  });
+}
+
+Status CheckpointWriter::BeforeCommit(const replay::StepReplay& replay, int64_t steps) {
+  if (phase_ != Phase::kItems && phase_ != Phase::kSteps) return Status::Ok();
+  return Timed([&] {
+    if (steps > 0 && !ring_.done()) PERSERVE_RETURN_IF_ERROR(ring_.BeforeWrite(replay.steps(), steps, StepSink()));
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      TableSnapshot& table = tables_[t];
+      const replay::ItemTable& items = replay.table(static_cast<int>(t));
+      for (const int64_t slot : items.planned_item_slots()) {
+        if (slot < table.slots && table.pending[slot] != 0) {
+          PERSERVE_RETURN_IF_ERROR(WriteItem(items.items(), &table, slot));
+        }
+      }
     }
     return Status::Ok();
   });
@@ -287,16 +343,19 @@ Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::mic
   *done = false;
   if (phase_ == Phase::kIdle) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
-  const int64_t items_per_slice =
-      std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, replay.items().store().schema().ItemBytes() + 24));
   return Timed([&] {
     do {
       if (phase_ == Phase::kItems) {
-        PERSERVE_RETURN_IF_ERROR(WriteItems(replay, std::min(slots_, cursor_ + items_per_slice)));
-        if (cursor_ == slots_) {
-          PERSERVE_RETURN_IF_ERROR(Append(&parts_.back(), std::as_bytes(std::span(free_slots_))));
+        if (table_cursor_ == tables_.size()) {
           phase_ = Phase::kSteps;
+          continue;
         }
+        TableSnapshot& table = tables_[table_cursor_];
+        const int64_t row_bytes = replay.table(static_cast<int>(table_cursor_)).items().store().schema().ItemBytes();
+        const int64_t items_per_slice = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(1, row_bytes + 24));
+        PERSERVE_RETURN_IF_ERROR(
+            WriteItems(replay, table_cursor_, std::min(table.slots, table.cursor + items_per_slice)));
+        if (table.cursor == table.slots) PERSERVE_RETURN_IF_ERROR(WriteTableTail(table_cursor_++));
       } else if (phase_ == Phase::kSteps) {
         PERSERVE_RETURN_IF_ERROR(ring_.WriteSlice(replay.steps(), StepSink()));
         if (ring_.done()) {

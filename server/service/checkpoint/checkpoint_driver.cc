@@ -6,8 +6,9 @@ namespace perserve::service {
 CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointDriverOptions options, Hooks hooks)
     : replay_(replay), options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.dir.empty()) return;
-  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards,
-                                               replay_->items().capacity());
+  std::vector<int64_t> capacities;
+  for (int t = 0; t < replay_->tables(); ++t) capacities.push_back(replay_->table(t).items().capacity());
+  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities));
   if (options_.every_seconds > 0) {
     next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(options_.every_seconds));
@@ -48,9 +49,15 @@ void CheckpointDriver::Step(bool stopping) {
   if (done) Ended(Status::Ok());
 }
 
-void CheckpointDriver::BeforeWrite(int64_t steps, std::span<const int64_t> item_slots) {
+void CheckpointDriver::BeforeWrite(int64_t steps) {
   if (writer_ == nullptr) return;
-  const Status kept = writer_->BeforeWrite(*replay_, steps, item_slots);
+  const Status kept = writer_->BeforeWrite(*replay_, steps);
+  if (!kept.ok()) Ended(kept);
+}
+
+void CheckpointDriver::BeforeCommit(int64_t steps) {
+  if (writer_ == nullptr) return;
+  const Status kept = writer_->BeforeCommit(*replay_, steps);
   if (!kept.ok()) Ended(kept);
 }
 
@@ -63,8 +70,13 @@ void CheckpointDriver::Begin() {
   if (!begun.ok()) {
     Ended(begun);
   } else {
-    spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added)", writer_->path(), reason_,
-                 replay_->items().size(), replay_->items().counters().items_added);
+    int64_t held = 0, ever = 0;
+    for (int t = 0; t < replay_->tables(); ++t) {
+      held += replay_->table(t).items().size();
+      ever += replay_->table(t).items().counters().items_added;
+    }
+    spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added{})", writer_->path(), reason_, held, ever,
+                 replay_->tables() > 1 ? fmt::format(", in {} tables", replay_->tables()) : "");
   }
   // SIGTERM's checkpoint holds what was acknowledged before this Begin: from
   // now on adds and updates are answered UNAVAILABLE, not acknowledged.

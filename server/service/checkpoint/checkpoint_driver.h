@@ -68,10 +68,13 @@ class CheckpointDriver {
   // Between operations, each pass: begins a wanted checkpoint, keeps the
   // periodic timer (not once `stopping`), writes a slice.
   void Step(bool stopping);
-  // Before `steps` steps go into the ring's next slots and items' rows into
-  // `item_slots`: a checkpoint being written first writes what it still
-  // needs there (an error abandons the checkpoint, not the append).
-  void BeforeWrite(int64_t steps, std::span<const int64_t> item_slots);
+  // Before `steps` steps go into the ring's next slots (BeforeWrite), or
+  // the append StepReplay::Prepare planned commits its steps and every
+  // table's planned item slots (BeforeCommit): a checkpoint being written
+  // first writes what it still needs there (an error abandons the
+  // checkpoint, not the append).
+  void BeforeWrite(int64_t steps);
+  void BeforeCommit(int64_t steps);
   // `client` closed: its waiting requests are answered now with `closed`.
   void ForgetClient(int client, const Status& closed);
   // The service stops serving: nothing more is wanted; the requests waiting

@@ -9,6 +9,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -37,16 +38,25 @@ std::string NewestComplete(const std::string& shard_dir);
 int64_t RowsPerSlice(const Schema& schema);
 
 // A checkpoint's formats (the MANIFEST's first line, state.bin's first
-// field): 3 the one item model's (checkpoint.h); written before it, 1 a
-// replay of transitions (their keys oldest..next-1 in slots key mod
-// capacity) and 2 one of step streams (its items' replay as format 1 holds
-// it, and the step ring's parts: step_checkpoint.h). Formats 1 and 2 are
-// still restored.
+// field): 4 every table's (checkpoint.h); written before it, 3 the one
+// item model's of table 0 alone, 1 a replay of transitions (their keys
+// oldest..next-1 in slots key mod capacity) and 2 one of step streams (its
+// items' replay as format 1 holds it, and the step ring's parts:
+// step_checkpoint.h). Formats 1 to 3 are still restored, into table 0 of a
+// server of one table.
 inline constexpr int32_t kTransitionFormat = 1;
 inline constexpr int32_t kStepFormat = 2;
 inline constexpr int32_t kOneModelFormat = 3;
+inline constexpr int32_t kTablesFormat = 4;
+// A table's parts: format 3 names them so for its one table; format 4
+// prefixes each with its table (TablePart).
 inline constexpr const char* kItemSlotsFile = "item-slots.bin";
 inline constexpr const char* kFreeSlotsFile = "free-slots.bin";
+inline constexpr const char* kLeavesFile = "leaves.bin";
+inline constexpr const char* kSelectorsFile = "selectors.bin";  // format 4 only
+
+// Table `table`'s part `name` in format 4: "table-<t>-<name>".
+std::string TablePart(int table, std::string_view name);
 
 // Restoring: a MANIFEST's part lines, by name.
 struct ManifestPart {

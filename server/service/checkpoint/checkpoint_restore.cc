@@ -17,6 +17,7 @@
 #include <map>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -26,6 +27,8 @@
 #include "proto/messages.h"
 #include "service/checkpoint/checkpoint.h"
 #include "service/checkpoint/checkpoint_layout.h"
+#include "service/checkpoint/table_checkpoint.h"
+#include "table/selector.h"
 #include "tree/tree_validation.h"
 
 namespace perserve::service {
@@ -62,16 +65,34 @@ std::vector<std::string_view> Words(std::string_view line) {
   }
 }
 
-// state.bin, leaves.bin, column-<c>.bin, and a step ring's steps.bin,
-// step-info.bin and step-column-<c>.bin (any c: a checkpoint of another
-// schema gets the clearer error from its state).
-bool KnownPartName(std::string_view name) {
-  if (name == "state.bin" || name == "leaves.bin" || name == kStepStateFile || name == kStepInfoFile ||
-      name == kItemSlotsFile || name == kFreeSlotsFile) {
-    return true;
+// A table's part (format 3's; format 4's after its "table-<t>-"):
+// item-slots.bin, free-slots.bin, leaves.bin, selectors.bin, column-<c>.bin.
+bool KnownTablePartName(std::string_view name) {
+  if (name == kLeavesFile || name == kItemSlotsFile || name == kFreeSlotsFile || name == kSelectorsFile) return true;
+  constexpr std::string_view prefix = "column-", suffix = ".bin";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix) || name.size() < prefix.size() + suffix.size()) {
+    return false;
   }
+  size_t column = 0;
+  return ParseWhole(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), &column);
+}
+
+// state.bin, a step ring's steps.bin, step-info.bin and step-column-<c>.bin
+// (any c: a checkpoint of another schema gets the clearer error from its
+// state), a table's parts, bare (format 3) or as table-<t>-<part> (format
+// 4; any t: a checkpoint of other tables gets the clearer error from its
+// state).
+bool KnownPartName(std::string_view name) {
+  if (name == "state.bin" || name == kStepStateFile || name == kStepInfoFile) return true;
+  if (name.starts_with("table-")) {
+    const size_t dash = name.find('-', 6);
+    size_t table = 0;
+    return dash != std::string_view::npos && ParseWhole(name.substr(6, dash - 6), &table) &&
+           table < (size_t{1} << 16) && KnownTablePartName(name.substr(dash + 1));
+  }
+  if (KnownTablePartName(name)) return true;
   constexpr std::string_view suffix = ".bin";
-  const std::string_view prefix = name.starts_with("step-column-") ? "step-column-" : "column-";
+  constexpr std::string_view prefix = "step-column-";
   if (!name.starts_with(prefix) || !name.ends_with(suffix) || name.size() < prefix.size() + suffix.size()) {
     return false;
   }
@@ -116,11 +137,9 @@ Status ParseManifest(const std::string& dir, std::string_view text, int shard, i
       if (words.size() != 2 || words[0] != "perserve-checkpoint" || !ParseWhole(words[1], format)) {
         return Status::InvalidArgument(fmt::format("{}: not a perserve checkpoint manifest", file));
       }
-      if (*format != kTransitionFormat && *format != kStepFormat && *format != kOneModelFormat) {
-        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads formats {}, {} "
-                                                      "and {}",
-                                                      dir, *format, kTransitionFormat, kStepFormat,
-                                                      kOneModelFormat));
+      if (*format < kTransitionFormat || *format > kTablesFormat) {
+        return Status::FailedPrecondition(fmt::format("{} has checkpoint format {}; this server reads formats {} to {}",
+                                                      dir, *format, kTransitionFormat, kTablesFormat));
       }
     } else if (line_number == 2) {
       int their_shard = -1, their_shards = -1;
@@ -162,23 +181,70 @@ Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* par
   return ParseManifest(dir, text, shard, shards, parts, format);
 }
 
+// Whether a table is one formats 1 to 3 could hold: the prioritized
+// sampler, the oldest-first remover, no max_times_sampled.
+bool DefaultSelectors(const replay::ItemTable& table) {
+  const replay::ReplayOptions& o = table.items().options();
+  return o.sampler == table::SelectorKind::kPrioritized && o.remover == replay::RemoverKind::kOldestFirst &&
+         o.max_times_sampled == 0;
+}
+
 // Every value of a decoded state.bin, against its range and this server.
-Status ValidateState(const std::string& dir, const CheckpointState& state, const replay::StepReplay& steps,
-                     int shard, int shards, int32_t format) {
+// Formats 1 to 3 (table 0's values in the state's own fields) get their one
+// table in state->tables; format 4's table 0 is mirrored in those fields.
+Status ValidateState(const std::string& dir, CheckpointState* state, const replay::StepReplay& steps, int shard,
+                     int shards, int32_t format) {
   const std::string file = (fs::path(dir) / "state.bin").string();
   auto bad = [&](std::string_view field, const std::string& what) {
     return Status::InvalidArgument(fmt::format("{}: {} {} (damaged)", file, field, what));
   };
-  if (state.format != format) return bad("format", fmt::format("is {}, the manifest's is {}", state.format, format));
+  if (state->format != format) return bad("format", fmt::format("is {}, the manifest's is {}", state->format, format));
   const replay::Replay& replay = steps.items();
   // What the state names: format 2 the items' stored schema, the others the steps'.
   const Schema& schema = format == kStepFormat ? replay.store().schema() : steps.step_schema();
   const int64_t capacity = steps.options().step_capacity;
-  if (state.schema != schema.ToString() || state.capacity != capacity) {
+  if (format >= kTablesFormat) {
+    // As the ring's flags say it (steps.bin, read after the tables).
+    for (const auto& [flag, theirs, ours] :
+         {std::tuple<std::string_view, std::string, std::string>{"--column", state->schema, schema.ToString()},
+          {"--capacity", fmt::format("{}", state->capacity), fmt::format("{}", capacity)}}) {
+      if (theirs != ours) {
+        return Status::FailedPrecondition(fmt::format(
+            "{} was written with {} {}; this server has {} {} (restore with the flags it was written with)", dir,
+            flag, theirs, flag, ours));
+      }
+    }
+  }
+  if (state->schema != schema.ToString() || state->capacity != capacity) {
     return Status::FailedPrecondition(fmt::format(
         "{} holds a replay of schema {} and capacity {}; this server has schema {} and capacity {} (--column, "
         "--capacity)",
-        dir, state.schema, state.capacity, schema.ToString(), capacity));
+        dir, state->schema, state->capacity, schema.ToString(), capacity));
+  }
+  if (state->shard != shard || state->shards != shards) {
+    return bad("shard", fmt::format("is {} of {}, its manifest's {} of {}", state->shard, state->shards, shard, shards));
+  }
+  for (size_t i = 0; i < state->episodes.size(); ++i) {
+    const replay::EpisodeCarry& e = state->episodes[i];
+    if (!std::isfinite(e.return_sum) || !std::isfinite(e.length_sum) || !(e.length_sum >= 0.0) ||
+        e.return_done > 1 || e.length_done > 1) {
+      return bad("episodes", fmt::format("stream {} carries return {} ({}), length {} ({}): not an episode's", i,
+                                         e.return_sum, e.return_done, e.length_sum, e.length_done));
+    }
+  }
+  if (format >= kTablesFormat) {
+    PERSERVE_RETURN_IF_ERROR(CheckTables(dir, state->tables, steps));
+    for (int t = 0; t < steps.tables(); ++t) {
+      const TableCheckpointState& table = state->tables[static_cast<size_t>(t)];
+      PERSERVE_RETURN_IF_ERROR(ValidateTableState(file, fmt::format("table {}'s ", table.name), table,
+                                                  steps.table(t).items().capacity()));
+    }
+    const TableCheckpointState& first = state->tables.front();
+    state->alpha = steps.items().alpha();  // checked equal: a flag of its table
+    state->size = first.size;
+    state->replay = first.replay;
+    state->limiter = first.limiter;
+    return Status::Ok();
   }
   // Formats 1 and 2 kept item k in slot k mod capacity.
   if (format != kOneModelFormat && replay.capacity() < capacity) {
@@ -187,68 +253,15 @@ Status ValidateState(const std::string& dir, const CheckpointState& state, const
                                                   dir, format, capacity, replay.capacity(), capacity));
   }
   const double alpha = replay.alpha();
-  if (std::memcmp(&state.alpha, &alpha, sizeof(alpha)) != 0) {
+  if (std::memcmp(&state->alpha, &alpha, sizeof(alpha)) != 0) {
     return Status::FailedPrecondition(fmt::format(
         "{} was written with --alpha {}; this server has --alpha {}: its leaves are priority^{}, and a replay "
         "mixing exponents samples by neither (restore with --alpha {})",
-        dir, state.alpha, alpha, state.alpha, state.alpha));
+        dir, state->alpha, alpha, state->alpha, state->alpha));
   }
-  if (state.shard != shard || state.shards != shards) {
-    return bad("shard", fmt::format("is {} of {}, its manifest's {} of {}", state.shard, state.shards, shard, shards));
-  }
-  const int64_t most = format == kOneModelFormat ? replay.capacity() : state.capacity;
-  if (state.size < 0 || state.size > most) {
-    return bad("size", fmt::format("{} is outside [0, capacity {}]", state.size, most));
-  }
-  const replay::ReplayState& r = state.replay;
-  if (r.next_key < static_cast<uint64_t>(state.size)) {
-    return bad("next key", fmt::format("{} is below the {} items held (their keys are below it)", r.next_key,
-                                       state.size));
-  }
-  // Keys carry their shard in the top bits (proto::ShardKey): a next key past
-  // the local key space would issue keys that name another shard.
-  constexpr uint64_t kKeySpace = proto::kLocalKeyMask + 1;
-  if (r.next_key > kKeySpace) {
-    return bad("next key", fmt::format("{} is past a shard's key space (2^{} keys)", r.next_key, proto::kShardKeyShift));
-  }
-  if (!(r.max_priority > 0.0) || !std::isfinite(r.max_priority)) {
-    return bad("max priority", fmt::format("{} is not finite and > 0", r.max_priority));
-  }
-  const replay::ReplayCounters& c = r.counters;
-  for (const auto& [name, value] : {std::pair<std::string_view, int64_t>{"items added", c.items_added},
-                                    {"items sampled", c.items_sampled},
-                                    {"priorities updated", c.priorities_updated},
-                                    {"stale updates dropped", c.stale_updates_dropped},
-                                    {"priorities dropped", c.priorities_dropped}}) {
-    if (value < 0) return bad(name, fmt::format("{} is negative", value));
-  }
-  if (static_cast<uint64_t>(c.items_added) > r.next_key) {
-    return bad("items added", fmt::format("{} is past the {} keys ever issued", c.items_added, r.next_key));
-  }
-  const RateLimiterState& limiter = state.limiter;
-  if (limiter.inserted < 0 || limiter.sampled < 0) {
-    return bad("rate limiter", fmt::format("counts {} inserted and {} sampled: negative", limiter.inserted,
-                                           limiter.sampled));
-  }
-  // The offsets seen: none yet (+inf, -inf: a limiter off, or before the
-  // replay first held M items) or a finite range.
-  const bool none_seen = limiter.lowest == std::numeric_limits<double>::infinity() &&
-                         limiter.highest == -std::numeric_limits<double>::infinity();
-  const bool range_seen =
-      std::isfinite(limiter.lowest) && std::isfinite(limiter.highest) && limiter.lowest <= limiter.highest;
-  if (limiter.observed && !none_seen && !range_seen) {
-    return bad("rate limiter", fmt::format("offsets seen [{}, {}] are not a finite range", limiter.lowest,
-                                           limiter.highest));
-  }
-  for (size_t i = 0; i < state.episodes.size(); ++i) {
-    const replay::EpisodeCarry& e = state.episodes[i];
-    if (!std::isfinite(e.return_sum) || !std::isfinite(e.length_sum) || !(e.length_sum >= 0.0) ||
-        e.return_done > 1 || e.length_done > 1) {
-      return bad("episodes", fmt::format("stream {} carries return {} ({}), length {} ({}): not an episode's", i,
-                                         e.return_sum, e.return_done, e.length_sum, e.length_done));
-    }
-  }
-  return Status::Ok();
+  state->tables = {TableCheckpointState{steps.table(0).name(), {}, state->size, state->replay, state->limiter}};
+  const int64_t most = format == kOneModelFormat ? replay.capacity() : state->capacity;
+  return ValidateTableState(file, "", state->tables.front(), most);
 }
 
 // Each leaf a stored item can have: finite, and at least the smallest normal
@@ -256,15 +269,15 @@ Status ValidateState(const std::string& dir, const CheckpointState& state, const
 // (formats 1 and 2, `zero_allowed`) 0: an item evicted, or an add whose
 // columns failed, never drawn. The tree refuses the rest (a total past its
 // limit) when the leaves go in.
-Status ValidateLeaves(const std::string& dir, std::span<const double> leaves, std::span<const uint64_t> keys,
-                      bool zero_allowed) {
+Status ValidateLeaves(const std::string& dir, const std::string& prefix, std::span<const double> leaves,
+                      std::span<const uint64_t> keys, bool zero_allowed) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     const double leaf = leaves[i];
     if (std::isfinite(leaf) && ((zero_allowed && leaf == 0.0) || leaf >= std::numeric_limits<double>::min())) {
       continue;
     }
-    return Status::InvalidArgument(fmt::format("{}/leaves.bin: the leaf of key {} is {}: no stored item's (damaged)",
-                                               dir, keys[i], leaf));
+    return Status::InvalidArgument(fmt::format("{}/{}{}: the leaf of key {} is {}: no stored item's (damaged)", dir,
+                                               prefix, kLeavesFile, keys[i], leaf));
   }
   return Status::Ok();
 }
@@ -312,24 +325,33 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
   return Status::NotFound(fmt::format("no complete checkpoint in {}", path));
 }
 
-// The items a checkpoint holds, read in chunks: each part's size checked
-// first, its hash as it is read (the replay is used only if every hash
-// matches). Formats 1 and 2 list the keys oldest..next-1 (slot: key mod
-// capacity), format 3 each item's key and slot.
+// The items a checkpoint holds of one table, read in chunks: each part's
+// size checked first, its hash as it is read (the replay is used only if
+// every hash matches). Formats 1 and 2 list the keys oldest..next-1 (slot:
+// key mod capacity), formats 3 and 4 each item's key and slot.
 class ItemParts {
  public:
-  // `key_span`: how far below the next key a held item's key may be (format 3).
-  ItemParts(std::string dir, const Manifest& parts, const Schema& schema, const CheckpointState& state, int32_t format,
-            uint64_t key_span)
-      : dir_(std::move(dir)), parts_(parts), schema_(schema), state_(state), format_(format), key_span_(key_span) {}
+  // `prefix`: the table's parts' (format 4: "table-<t>-"); `capacity`: the
+  // state's (formats 1 and 2: their slots); `key_span`: how far below the
+  // next key a held item's key may be (formats 3 and 4).
+  ItemParts(std::string dir, const Manifest& parts, std::string prefix, const Schema& schema,
+            const TableCheckpointState& table, int64_t capacity, int32_t format, uint64_t key_span)
+      : dir_(std::move(dir)),
+        parts_(parts),
+        prefix_(std::move(prefix)),
+        schema_(schema),
+        table_(table),
+        capacity_(capacity),
+        format_(format),
+        key_span_(key_span) {}
 
   Status Open() {
     const size_t columns = schema_.columns.size();
     for (size_t c = 0; c < columns; ++c) {
-      PERSERVE_RETURN_IF_ERROR(Add(ColumnFile(c), state_.size * schema_.columns[c].ItemBytes()));
+      PERSERVE_RETURN_IF_ERROR(Add(prefix_ + ColumnFile(c), table_.size * schema_.columns[c].ItemBytes()));
     }
-    PERSERVE_RETURN_IF_ERROR(Add("leaves.bin", state_.size * static_cast<int64_t>(sizeof(double))));
-    if (format_ == kOneModelFormat) PERSERVE_RETURN_IF_ERROR(Add(kItemSlotsFile, state_.size * 16));
+    PERSERVE_RETURN_IF_ERROR(Add(prefix_ + kLeavesFile, table_.size * static_cast<int64_t>(sizeof(double))));
+    if (format_ >= kOneModelFormat) PERSERVE_RETURN_IF_ERROR(Add(prefix_ + kItemSlotsFile, table_.size * 16));
     return Status::Ok();
   }
 
@@ -348,10 +370,10 @@ class ItemParts {
     PERSERVE_RETURN_IF_ERROR(ReadInto(columns, std::as_writable_bytes(std::span(*leaves))));
     keys->resize(static_cast<size_t>(rows));
     slots->resize(static_cast<size_t>(rows));
-    if (format_ == kOneModelFormat) {
+    if (format_ >= kOneModelFormat) {
       std::vector<int64_t> records(static_cast<size_t>(2 * rows));
       PERSERVE_RETURN_IF_ERROR(ReadInto(columns + 1, std::as_writable_bytes(std::span(records))));
-      const uint64_t next = state_.replay.next_key;
+      const uint64_t next = table_.replay.next_key;
       for (int64_t i = 0; i < rows; ++i) {
         (*keys)[i] = static_cast<uint64_t>(records[2 * i]);
         (*slots)[i] = records[2 * i + 1];
@@ -362,24 +384,24 @@ class ItemParts {
           return Status::InvalidArgument(fmt::format(
               "{}/{}: key {} is not one a table of this ring can hold: its keys are below the next key {} and at "
               "most {} below it (damaged)",
-              dir_, kItemSlotsFile, (*keys)[i], next, key_span_));
+              dir_, prefix_ + kItemSlotsFile, (*keys)[i], next, key_span_));
         }
       }
-      PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir_, *leaves, *keys, /*zero_allowed=*/false));
+      PERSERVE_RETURN_IF_ERROR(ValidateLeaves(dir_, prefix_, *leaves, *keys, /*zero_allowed=*/false));
       for (const double leaf : *leaves) total_ += leaf;
       if (total_ > tree::kMaxTreeTotal) {
-        return Status::InvalidArgument(fmt::format("{}/leaves.bin: the leaves sum to {} or more, past the {} a tree "
-                                                   "keeps (damaged)",
-                                                   dir_, total_, tree::kMaxTreeTotal));
+        return Status::InvalidArgument(fmt::format("{}/{}{}: the leaves sum to {} or more, past the {} a tree keeps "
+                                                   "(damaged)",
+                                                   dir_, prefix_, kLeavesFile, total_, tree::kMaxTreeTotal));
       }
       return Status::Ok();
     }
-    const uint64_t oldest = state_.replay.next_key - static_cast<uint64_t>(state_.size);
+    const uint64_t oldest = table_.replay.next_key - static_cast<uint64_t>(table_.size);
     for (int64_t i = 0; i < rows; ++i) {
       (*keys)[i] = oldest + static_cast<uint64_t>(first + i);
-      (*slots)[i] = static_cast<int64_t>((*keys)[i] % static_cast<uint64_t>(state_.capacity));
+      (*slots)[i] = static_cast<int64_t>((*keys)[i] % static_cast<uint64_t>(capacity_));
     }
-    return ValidateLeaves(dir_, *leaves, *keys, /*zero_allowed=*/true);
+    return ValidateLeaves(dir_, prefix_, *leaves, *keys, /*zero_allowed=*/true);
   }
 
   Status Close() {
@@ -410,8 +432,10 @@ class ItemParts {
 
   std::string dir_;
   const Manifest& parts_;
+  std::string prefix_;
   const Schema& schema_;
-  const CheckpointState& state_;
+  const TableCheckpointState& table_;
+  int64_t capacity_;
   int32_t format_;
   uint64_t key_span_;
   std::vector<std::string> names_;
@@ -421,47 +445,32 @@ class ItemParts {
   double total_ = 0.0;  // of the leaves read so far
 };
 
-Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::StepReplay* steps,
-                               CheckpointState* state, std::string* loaded) {
-  std::string dir;
-  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
-  Manifest parts;
-  int32_t format = 0;
-  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts, &format));
-  const bool transitions = steps->RowsAreSteps();
-  if ((format == kTransitionFormat && !transitions) || (format == kStepFormat && transitions)) {
-    return Status::FailedPrecondition(fmt::format(
-        "{} holds a replay of {}; this server stores {} (--n-step or --sequence-length: restore with the flags it "
-        "was written with)",
-        dir, format == kStepFormat ? "step streams" : "transitions", transitions ? "transitions" : "step streams"));
-  }
-  StepCheckpointState step_state;
-  if (format != kTransitionFormat) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, format, &step_state));
-  PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, "state.bin", parts, kMaxStateBytes, state));
-  PERSERVE_RETURN_IF_ERROR(ValidateState(dir, *state, *steps, shard, shards, format));
-
-  // The steps first: a format 1 checkpoint's transitions are its steps (of
-  // stream 0, which appended every key: one long episode, as transitions
-  // are), the others keep their ring.
-  const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
-  if (format == kTransitionFormat) {
-    const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)}, episode_start{0};
-    PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, episode_start));
-  } else {
-    PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, steps));
-  }
-  // Then the items, in chunks.
-  replay::Replay& items = steps->mutable_items();
+// Restores table `t`'s items, state, free slots and (format 4) selectors
+// from its parts (`prefix`: format 4's "table-<t>-", else none). A format 1
+// checkpoint's items are its steps too: they go into the ring here.
+Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t format, int t, const std::string& prefix,
+                    const CheckpointState& state, replay::StepReplay* steps) {
+  const TableCheckpointState& saved = state.tables[static_cast<size_t>(t)];
+  replay::Replay& items = steps->mutable_table(t).mutable_items();
   const Schema& schema = format == kTransitionFormat ? steps->step_schema() : items.store().schema();
-  ItemParts reader(dir, parts, schema, *state, format, 2 * static_cast<uint64_t>(steps->options().step_capacity));
+  // A table holds keys issued since its oldest item's steps were held: fewer
+  // than two rings of steps (the table's KeyIndex sizes itself by their
+  // span), unless items leave otherwise than with their steps and the oldest
+  // first (max_times_sampled, the lowest-priority remover): then a step may
+  // get one item after another while an older one stays.
+  const replay::ReplayOptions& options = items.options();
+  const uint64_t key_span = options.max_times_sampled == 0 && options.remover == replay::RemoverKind::kOldestFirst
+                                ? 2 * static_cast<uint64_t>(steps->options().step_capacity)
+                                : saved.replay.next_key;
+  ItemParts reader(dir, parts, prefix, schema, saved, state.capacity, format, key_span);
   PERSERVE_RETURN_IF_ERROR(reader.Open());
   const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<uint64_t> keys;
   std::vector<int64_t> slots;
   std::vector<double> leaves;
   std::vector<std::byte> chunk;
-  for (int64_t row = 0; row < state->size; row += rows_per_chunk) {
-    const int64_t rows = std::min(rows_per_chunk, state->size - row);
+  for (int64_t row = 0; row < saved.size; row += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, saved.size - row);
     PERSERVE_RETURN_IF_ERROR(reader.Read(row, rows, &keys, &slots, &leaves, &chunk));
     std::span<const std::byte> stored = chunk;
     if (format == kTransitionFormat) {
@@ -472,7 +481,7 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
       stored = std::as_bytes(std::span(keys));  // a transition's row in the table: its step's key, its own
     }
     // Formats 1 and 2 held evicted items too (leaf 0): they are gone.
-    if (format != kOneModelFormat) {
+    if (format < kOneModelFormat) {
       std::vector<uint64_t> live_keys;
       std::vector<int64_t> live_slots;
       std::vector<double> live_leaves;
@@ -502,31 +511,99 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
     }
     const Status restored = items.RestoreItems(keys, slots, stored, leaves);
     if (!restored.ok()) {
-      return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, kItemSlotsFile, restored.message()));
+      return Status::InvalidArgument(
+          fmt::format("{}/{}{}: {} (damaged)", dir, prefix, kItemSlotsFile, restored.message()));
     }
   }
   PERSERVE_RETURN_IF_ERROR(reader.Close());
-  const Status state_restored = items.RestoreState(state->replay);
+  const Status state_restored = items.RestoreState(saved.replay);
   if (!state_restored.ok()) {
-    return Status::InvalidArgument(fmt::format("{}/state.bin: {} (damaged)", dir, state_restored.message()));
+    return Status::InvalidArgument(fmt::format("{}/state.bin: {}{} (damaged)", dir,
+                                               prefix.empty() ? "" : fmt::format("table {}: ", saved.name),
+                                               state_restored.message()));
   }
-  if (format == kOneModelFormat) {
-    // The slots ever used, then the free ones: new items take the slots they would have.
-    const int64_t limit = (items.capacity() + 1) * static_cast<int64_t>(sizeof(int64_t));
-    std::string bytes;
-    PERSERVE_RETURN_IF_ERROR(ReadPart(dir, kFreeSlotsFile, parts, -1, limit, &bytes));
-    if (bytes.empty() || bytes.size() % sizeof(int64_t) != 0) {
-      return Status::InvalidArgument(fmt::format("{}/{}: {} bytes, not whole slots (damaged)", dir, kFreeSlotsFile,
-                                                 bytes.size()));
-    }
-    std::vector<int64_t> slots(bytes.size() / sizeof(int64_t));
-    std::memcpy(slots.data(), bytes.data(), bytes.size());
-    const Status free = items.RestoreFreeSlots(slots[0], std::span(slots).subspan(1));
-    if (!free.ok()) return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, kFreeSlotsFile, free.message()));
+  if (format < kOneModelFormat) return Status::Ok();
+  // The slots ever used, then the free ones: new items take the slots they would have.
+  const std::string free_file = prefix + kFreeSlotsFile;
+  const int64_t limit = (items.capacity() + 1) * static_cast<int64_t>(sizeof(int64_t));
+  std::string bytes;
+  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, free_file, parts, -1, limit, &bytes));
+  if (bytes.empty() || bytes.size() % sizeof(int64_t) != 0) {
+    return Status::InvalidArgument(
+        fmt::format("{}/{}: {} bytes, not whole slots (damaged)", dir, free_file, bytes.size()));
+  }
+  std::vector<int64_t> free_slots(bytes.size() / sizeof(int64_t));
+  std::memcpy(free_slots.data(), bytes.data(), bytes.size());
+  const Status free = items.RestoreFreeSlots(free_slots[0], std::span(free_slots).subspan(1));
+  if (!free.ok()) return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, free_file, free.message()));
+  if (format < kTablesFormat) return Status::Ok();
+  // Last, the selectors (Replay::RestoreSelectors): a key, priority and
+  // count an item, and two orders of the keys, 40 bytes an item at most.
+  const std::string selectors_file = prefix + kSelectorsFile;
+  replay::SelectorState selectors;
+  PERSERVE_RETURN_IF_ERROR(
+      ReadEncodedPart(dir, selectors_file, parts, 40 * (items.capacity() + 1) + 64, &selectors));
+  const Status rebuilt = items.RestoreSelectors(selectors);
+  if (!rebuilt.ok()) {
+    return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, selectors_file, rebuilt.message()));
+  }
+  return Status::Ok();
+}
+
+Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::StepReplay* steps,
+                               CheckpointState* state, std::string* loaded) {
+  std::string dir;
+  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
+  Manifest parts;
+  int32_t format = 0;
+  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts, &format));
+  const bool transitions = steps->RowsAreSteps();
+  if ((format == kTransitionFormat && !transitions) || (format == kStepFormat && transitions)) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} holds a replay of {}; this server stores {} (--n-step or --sequence-length: restore with the flags it "
+        "was written with)",
+        dir, format == kStepFormat ? "step streams" : "transitions", transitions ? "transitions" : "step streams"));
+  }
+  // Formats 1 to 3 hold one table of the default selectors.
+  if (format < kTablesFormat && (steps->tables() != 1 || !DefaultSelectors(steps->table(0)))) {
+    return Status::FailedPrecondition(fmt::format(
+        "{} (format {}) holds one table, of the prioritized sampler, the fifo remover and no max_times_sampled; this "
+        "server has {} table(s) ({}): restore it into a server of that one table",
+        dir, format, steps->tables(), steps->TableNames()));
+  }
+  // The flags first, so that an error names the flag: format 4's tables,
+  // then the ring's (formats 2 and 3 list table 0's layout with the ring's).
+  const auto read_state = [&] {
+    PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, "state.bin", parts, kMaxStateBytes, state));
+    return ValidateState(dir, state, *steps, shard, shards, format);
+  };
+  if (format >= kTablesFormat) PERSERVE_RETURN_IF_ERROR(read_state());
+  StepCheckpointState step_state;
+  if (format != kTransitionFormat) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, format, &step_state));
+  if (format < kTablesFormat) PERSERVE_RETURN_IF_ERROR(read_state());
+
+  // The steps first: a format 1 checkpoint's transitions are its steps (of
+  // stream 0, which appended every key: one long episode, as transitions
+  // are; RestoreTable puts them in), the others keep their ring.
+  if (format == kTransitionFormat) {
+    const uint64_t oldest = state->replay.next_key - static_cast<uint64_t>(state->size);
+    const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)}, episode_start{0};
+    PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, episode_start));
+  } else {
+    PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, steps));
+  }
+  // Then each table's items.
+  for (int t = 0; t < static_cast<int>(state->tables.size()); ++t) {
+    PERSERVE_RETURN_IF_ERROR(
+        RestoreTable(dir, parts, format, t, format >= kTablesFormat ? TablePart(t, "") : "", *state, steps));
   }
   // Every item must be one an append would create now over the held steps.
-  const Status linked = steps->RestoreItems();
-  if (!linked.ok()) return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, ColumnFile(0), linked.message()));
+  int failed = 0;
+  const Status linked = steps->RestoreItems(&failed);
+  if (!linked.ok()) {
+    const std::string columns = format >= kTablesFormat ? TablePart(failed, ColumnFile(0)) : ColumnFile(0);
+    return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, columns, linked.message()));
+  }
   steps->EndRestore();
   *loaded = dir;
   return Status::Ok();

@@ -78,6 +78,17 @@ Status ValidateStepState(const std::string& dir, const StepCheckpointState& stat
 std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps, int32_t format) {
   using Kind = replay::StepOptions::Kind;
   const replay::StepOptions& o = steps.options();
+  if (format >= checkpoint_layout::kTablesFormat) {
+    // The ring's alone: each table's layout is its own (TableCheckpointFlags).
+    const store::StepStore& ring = steps.steps();
+    const auto column = [&](int index) {
+      return index >= 0 ? steps.step_schema().columns[static_cast<size_t>(index)].name : std::string("none");
+    };
+    return {{"--column", steps.step_schema().ToString()},
+            {"--capacity", fmt::format("{}", o.step_capacity)},
+            {"--reward-column", column(ring.reward_column())},
+            {"--done-column", column(ring.done_column())}};
+  }
   const bool n_step = o.kind == Kind::kNStep, sequence = o.kind == Kind::kSequence;
   std::vector<std::string> stacks;
   for (const auto& [name, depth] : o.stacks) stacks.push_back(fmt::format("{}:{}", name, depth));
@@ -113,7 +124,7 @@ std::string StepRingWriter::Begin(const replay::StepReplay& steps) {
   held_ = static_cast<int64_t>(ring.next_key() - first_key_);
   written_ = 0;
   StepCheckpointState state;
-  state.flags = StepFlags(steps, checkpoint_layout::kOneModelFormat);
+  state.flags = StepFlags(steps, checkpoint_layout::kTablesFormat);
   state.next_key = ring.next_key();
   for (int s = 0; s < ring.streams(); ++s) {
     state.stream_steps.push_back(ring.stream_steps(s));

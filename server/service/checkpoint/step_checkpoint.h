@@ -1,6 +1,6 @@
 // A checkpoint's step ring (docs/checkpoints.md): what a checkpoint keeps
 // of a StepReplay's StepStore, written while the service appends, and
-// restored exactly. (Formats 2 and 3 alike; format 2 lists one flag fewer.)
+// restored exactly. (Formats 2 to 4 alike but for the flags: StepFlags.)
 //
 // Parts:
 //   steps.bin            StepCheckpointState (cereal): the flags that must
@@ -44,10 +44,12 @@
 
 namespace perserve::service {
 
-// The flags a restore must share with the checkpoint, as (flag, value):
-// --column, --capacity, --n-step, --discount, --sequence-length,
-// --sequence-period, --stack, --reward-column, --done-column, --item-column,
-// and (format 3) --max-items.
+// The flags a restore must share with the checkpoint's ring, as (flag,
+// value): format 4 --column, --capacity, --reward-column and --done-column
+// (each table's own: TableCheckpointFlags); formats 2 and 3 --column, --capacity,
+// --n-step, --discount, --sequence-length, --sequence-period, --stack,
+// --reward-column, --done-column, --item-column of table 0, and (format 3)
+// --max-items.
 std::vector<std::pair<std::string, std::string>> StepFlags(const replay::StepReplay& steps, int32_t format);
 
 struct StepCheckpointState {

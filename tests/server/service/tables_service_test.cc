@@ -3,14 +3,19 @@
 // size of its own, its samples wait for the draws they need and drain it
 // oldest first, its updates are refused, and what holds an append or a
 // sample is said naming the table. The other table goes on unaffected.
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "server/service/service_test_util.h"
+#include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::service_test {
 namespace {
@@ -18,30 +23,44 @@ namespace {
 constexpr int kActor = 0;
 constexpr int kLearner = 1;
 
+// Two tables of transitions: "main" and "queue" (fifo, max_times_sampled 1).
+std::unique_ptr<replay::StepReplay> MakeTables() {
+  std::vector<replay::TableConfig> tables(2);
+  for (replay::TableConfig& table : tables) {
+    table.layout.kind = replay::StepOptions::Kind::kTransition;
+    table.layout.step_capacity = 64;
+    table.layout.streams = 2;
+    table.items = replay::ReplayOptions{64, 1.0, tree::Device::kCpu, 5};
+  }
+  tables[0].name = "main";
+  tables[1].name = "queue";
+  tables[1].items.sampler = table::SelectorKind::kFifo;
+  tables[1].items.max_times_sampled = 1;
+  std::unique_ptr<replay::StepReplay> replay;
+  EXPECT_TRUE(replay::StepReplay::Create(tables, Schema{{{"id", DType::kInt64, {}}}}, &replay).ok());
+  return replay;
+}
+
 class TablesServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::vector<replay::TableConfig> tables(2);
-    for (replay::TableConfig& table : tables) {
-      table.layout.kind = replay::StepOptions::Kind::kTransition;
-      table.layout.step_capacity = 64;
-      table.layout.streams = 2;
-      table.items = replay::ReplayOptions{64, 1.0, tree::Device::kCpu, 5};
-    }
-    tables[0].name = "main";
-    tables[1].name = "queue";
-    tables[1].items.sampler = table::SelectorKind::kFifo;
-    tables[1].items.max_times_sampled = 1;
-    ASSERT_TRUE(replay::StepReplay::Create(tables, Schema{{{"id", DType::kInt64, {}}}}, &replay_).ok());
+    replay_ = MakeTables();
+    Serve(replay_.get());
+  }
+
+  // A fresh transport and service over `replay`, checkpointing into `checkpoint_dir` if given.
+  void Serve(replay::StepReplay* replay, const std::string& checkpoint_dir = "") {
+    service_.reset();
     transport_ = std::make_unique<LoopbackTransport>(2);
     transport_->SetRole(kActor, ClientRole::kActor);
     transport_->SetRole(kLearner, ClientRole::kLearner);
     ServiceOptions options;
     options.stats_interval_seconds = 0.0;
     options.min_size_to_sample = 1;
+    options.checkpoint_dir = checkpoint_dir;
     // The queue: one sample per insert, within 4 items either way.
     options.tables = {RateLimiterOptions{0.0, 0.0, 1}, RateLimiterOptions{1.0, 4.0, 1}};
-    service_ = std::make_unique<ReplayService>(replay_.get(), transport_.get(), options);
+    service_ = std::make_unique<ReplayService>(replay, transport_.get(), options);
   }
 
   // `count` steps with ids from the actor's next, each an item of both tables.
@@ -152,6 +171,49 @@ TEST_F(TablesServiceTest, TheQueuesRateLimiterHoldsAppendsAndSaysSo) {
   (void)Reply(kActor, proto::MessageKind::kAddReply, 2);
   EXPECT_EQ(replay_->table(0).items().size(), 6);
   EXPECT_EQ(replay_->table(1).items().size(), 3);
+}
+
+// A checkpoint holds both tables and each one's rate limiter (format 4):
+// restored into a fresh replay and service, the queue holds what it held and
+// its limiter holds an append a fresh limiter would let in.
+TEST_F(TablesServiceTest, ACheckpointKeepsEveryTableAndItsRateLimiter) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("perserve-tables-checkpoint-{}", ::getpid());
+  fs::remove_all(dir);
+  Serve(replay_.get(), dir.string());
+  PushAppend(1, 3);
+  Step();
+  (void)Reply(kActor, proto::MessageKind::kAddReply, 1);
+  PushSample(2, 2, /*table=*/1);
+  Step();
+  (void)Reply(kLearner, proto::MessageKind::kSampleReply, 2);
+  ASSERT_TRUE(service_->RequestCheckpoint("test").ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (service_->checkpoints()->active() && std::chrono::steady_clock::now() < deadline) Step();
+  ASSERT_FALSE(service_->checkpoints()->active());
+
+  std::unique_ptr<replay::StepReplay> restored = MakeTables();
+  CheckpointState state;
+  std::string loaded;
+  const Status status = LoadCheckpoint(dir.string(), 0, 1, restored.get(), &state, &loaded);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(restored->table(0).items().size(), 3);
+  EXPECT_EQ(restored->table(1).items().size(), 1) << "two of the queue's three items were drawn out";
+  ASSERT_EQ(state.tables.size(), 2u);
+  EXPECT_EQ(state.tables[0].limiter.inserted, 3);
+  EXPECT_EQ(state.tables[0].limiter.sampled, 0);
+  EXPECT_EQ(state.tables[1].limiter.inserted, 3);
+  EXPECT_EQ(state.tables[1].limiter.sampled, 2);
+
+  Serve(restored.get());
+  service_->Restore(state);
+  PushAppend(3, 5);  // the queue: 3 + 5 inserted, 2 sampled: 1 + 5 > 1 + 4 (a fresh limiter: 0 + 5, in)
+  Step();
+  EXPECT_TRUE(transport_->outbox(kActor).empty()) << "the restored limiter of the queue holds the append";
+  const std::string held = service_->DescribeClients();
+  EXPECT_NE(held.find("the rate limiter of table queue holds them"), std::string::npos) << held;
+  service_.reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace

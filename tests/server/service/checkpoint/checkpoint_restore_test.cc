@@ -85,7 +85,7 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
   const fs::path checkpoint = WriteOne();
   const std::string good = ReadFile(checkpoint / "MANIFEST");
   ASSERT_TRUE(Load().ok());
-  const size_t hash_at = good.find("part leaves.bin ");
+  const size_t hash_at = good.find("part table-0-leaves.bin ");
   ASSERT_NE(hash_at, std::string::npos);
   const size_t first_digit = good.find(' ', good.find(' ', hash_at + 5) + 1) + 1;
   const std::string line = fmt::format("line {}:", std::count(good.begin(), good.begin() + hash_at, '\n') + 1);
@@ -106,19 +106,21 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
   const std::vector<Case> cases = {
       {bad_digit, line + " the hash"},
       {short_hash, line + " the hash"},
-      {replaced("part leaves.bin ", "part leaves.bin 12x"), line + " the byte count"},
-      {replaced("part leaves.bin ", "part leaves.bin -"), line + " the byte count"},
-      {replaced("part leaves.bin ", "part leaves.bin  "), line},
-      {replaced("part leaves.bin ", "part item-slots.bin "), "item-slots.bin listed twice"},
-      {replaced("part leaves.bin ", "part step-column-x.bin "), "an unknown part \"step-column-x.bin\""},
-      {replaced("part leaves.bin ", "part ../leaves.bin "), "an unknown part \"../leaves.bin\""},
-      {replaced("part leaves.bin", "part state.bin"), "state.bin listed twice"},
-      {replaced("perserve-checkpoint 3", "perserve-checkpoint 99999999999999999999"), "not a perserve checkpoint"},
-      {replaced("perserve-checkpoint 3", "perserve-checkpoint 3x"), "not a perserve checkpoint"},
-      {replaced("perserve-checkpoint 3", "perserve-checkpoint 4"), "has checkpoint format 4; this server reads"},
+      {replaced("part table-0-leaves.bin ", "part table-0-leaves.bin 12x"), line + " the byte count"},
+      {replaced("part table-0-leaves.bin ", "part table-0-leaves.bin -"), line + " the byte count"},
+      {replaced("part table-0-leaves.bin ", "part table-0-leaves.bin  "), line},
+      {replaced("part table-0-leaves.bin ", "part table-0-item-slots.bin "), "table-0-item-slots.bin listed twice"},
+      {replaced("part table-0-leaves.bin ", "part step-column-x.bin "), "an unknown part \"step-column-x.bin\""},
+      {replaced("part table-0-leaves.bin ", "part ../leaves.bin "), "an unknown part \"../leaves.bin\""},
+      {replaced("part table-0-leaves.bin", "part state.bin"), "state.bin listed twice"},
+      {replaced("perserve-checkpoint 4", "perserve-checkpoint 99999999999999999999"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 4", "perserve-checkpoint 4x"), "not a perserve checkpoint"},
+      {replaced("perserve-checkpoint 4", "perserve-checkpoint 5"), "has checkpoint format 5; this server reads"},
+      {replaced("part table-0-leaves.bin ", "part table-0-leaf.bin "), "an unknown part \"table-0-leaf.bin\""},
+      {replaced("part table-0-leaves.bin ", "part table-x-leaves.bin "), "an unknown part \"table-x-leaves.bin\""},
       {replaced("shard 0 of 1", "shard 0 of 1.5"), "line 2: not a \"shard S of K\" line"},
       {replaced("shard 0 of 1", "shard 99999999999 of 1"), "line 2"},
-      {good + "part column-0.bin 1 0000000000000000\n", "a line after \"end\""},
+      {good + "part table-0-column-0.bin 1 0000000000000000\n", "a line after \"end\""},
       {good.substr(0, good.size() - 1), "ends inside a line"},
       {"", "not a perserve checkpoint manifest"},
   };
@@ -138,7 +140,7 @@ TEST_F(CheckpointRestoreTest, ADamagedManifestIsAClearErrorNeverACrash) {
 // refused.
 TEST_F(CheckpointRestoreTest, AFlippedByteInTheLeavesOrTheStateIsRefused) {
   const fs::path checkpoint = WriteOne();
-  for (const std::string part : {"leaves.bin", "state.bin", "steps.bin", "step-info.bin"}) {
+  for (const std::string part : {"table-0-leaves.bin", "state.bin", "steps.bin", "step-info.bin", "table-0-selectors.bin"}) {
     const std::string good = ReadFile(checkpoint / part);
     std::string flipped = good;
     flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
@@ -149,12 +151,12 @@ TEST_F(CheckpointRestoreTest, AFlippedByteInTheLeavesOrTheStateIsRefused) {
   }
   // item-slots.bin's records are checked as they are read, before its hash:
   // a flipped key bit gives two items one key.
-  const std::string good = ReadFile(checkpoint / "item-slots.bin");
+  const std::string good = ReadFile(checkpoint / "table-0-item-slots.bin");
   std::string flipped = good;
   flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x10);
-  std::ofstream(checkpoint / "item-slots.bin", std::ios::trunc | std::ios::binary) << flipped;
-  ExpectRefused(Load(), Status::Code::kInvalidArgument, "item-slots.bin: ");
-  std::ofstream(checkpoint / "item-slots.bin", std::ios::trunc | std::ios::binary) << good;
+  std::ofstream(checkpoint / "table-0-item-slots.bin", std::ios::trunc | std::ios::binary) << flipped;
+  ExpectRefused(Load(), Status::Code::kInvalidArgument, "table-0-item-slots.bin: ");
+  std::ofstream(checkpoint / "table-0-item-slots.bin", std::ios::trunc | std::ios::binary) << good;
   ASSERT_TRUE(Load().ok());
 }
 
@@ -170,22 +172,22 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
   };
   constexpr double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<Case> cases = {
-      {[](CheckpointState* s) { s->replay.next_key = (uint64_t{1} << 54) + 5; }, "next key"},
-      {[](CheckpointState* s) { s->replay.next_key = ~uint64_t{0}; }, "next key"},
-      {[](CheckpointState* s) { s->replay.next_key = 299; }, "next key"},
-      {[](CheckpointState* s) { s->size = 501; }, "size"},
-      {[](CheckpointState* s) { s->size = -1; }, "size"},
+      {[](CheckpointState* s) { s->tables[0].replay.next_key = (uint64_t{1} << 54) + 5; }, "next key"},
+      {[](CheckpointState* s) { s->tables[0].replay.next_key = ~uint64_t{0}; }, "next key"},
+      {[](CheckpointState* s) { s->tables[0].replay.next_key = 299; }, "next key"},
+      {[](CheckpointState* s) { s->tables[0].size = 501; }, "size"},
+      {[](CheckpointState* s) { s->tables[0].size = -1; }, "size"},
       {[](CheckpointState* s) { s->format = 7; }, "format"},
       {[](CheckpointState* s) { s->shards = 2; }, "shard"},
-      {[](CheckpointState* s) { s->replay.max_priority = nan; }, "max priority"},
-      {[](CheckpointState* s) { s->replay.max_priority = 0.0; }, "max priority"},
-      {[](CheckpointState* s) { s->replay.counters.items_added = 301; }, "items added"},
-      {[](CheckpointState* s) { s->replay.counters.items_sampled = -4; }, "items sampled"},
-      {[](CheckpointState* s) { s->replay.counters.stale_updates_dropped = -1; }, "stale updates dropped"},
-      {[](CheckpointState* s) { s->limiter.inserted = -1; }, "rate limiter"},
-      {[](CheckpointState* s) { s->limiter = {1, 1, true, nan, 3.0}; }, "rate limiter"},
-      {[](CheckpointState* s) { s->limiter = {1, 1, true, 5.0, 3.0}; }, "rate limiter"},
-      {[](CheckpointState* s) { s->limiter = {1, 1, true, 5.0, -std::numeric_limits<double>::infinity()}; },
+      {[](CheckpointState* s) { s->tables[0].replay.max_priority = nan; }, "max priority"},
+      {[](CheckpointState* s) { s->tables[0].replay.max_priority = 0.0; }, "max priority"},
+      {[](CheckpointState* s) { s->tables[0].replay.counters.items_added = 301; }, "items added"},
+      {[](CheckpointState* s) { s->tables[0].replay.counters.items_sampled = -4; }, "items sampled"},
+      {[](CheckpointState* s) { s->tables[0].replay.counters.stale_updates_dropped = -1; }, "stale updates dropped"},
+      {[](CheckpointState* s) { s->tables[0].limiter.inserted = -1; }, "rate limiter"},
+      {[](CheckpointState* s) { s->tables[0].limiter = {1, 1, true, nan, 3.0}; }, "rate limiter"},
+      {[](CheckpointState* s) { s->tables[0].limiter = {1, 1, true, 5.0, 3.0}; }, "rate limiter"},
+      {[](CheckpointState* s) { s->tables[0].limiter = {1, 1, true, 5.0, -std::numeric_limits<double>::infinity()}; },
        "rate limiter"},
       {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{nan, 0, 1.0, 0}}; }, "episodes"},
       {[](CheckpointState* s) { s->episodes = {replay::EpisodeCarry{1.0, 2, 1.0, 0}}; }, "episodes"},
@@ -197,20 +199,23 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
     ForgePart(checkpoint, "state.bin", EncodeState(forged));
     const Status status = Load();
     EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << "case " << i << ": " << status.ToString();
-    EXPECT_NE(status.message().find("state.bin: " + cases[i].mention), std::string::npos)
-        << "case " << i << ": \"" << status.message() << "\" lacks \"state.bin: " << cases[i].mention << "\"";
+    // Format 4 names a table's fields with their table.
+    const bool whole = cases[i].mention == "format" || cases[i].mention == "shard" || cases[i].mention == "episodes";
+    const std::string mention = whole ? cases[i].mention : "table default's " + cases[i].mention;
+    EXPECT_NE(status.message().find("state.bin: " + mention), std::string::npos)
+        << "case " << i << ": \"" << status.message() << "\" lacks \"state.bin: " << mention << "\"";
   }
   // Bytes past the state's end.
   ForgePart(checkpoint, "state.bin", EncodeState(good) + "x");
   ExpectRefused(Load(), Status::Code::kInvalidArgument, "state.bin: 1 bytes past the state's end");
   // A size the item parts do not have.
   CheckpointState fewer = good;
-  fewer.size = 299;
+  fewer.tables[0].size = 299;
   ForgePart(checkpoint, "state.bin", EncodeState(fewer));
   ExpectRefused(Load(), Status::Code::kInvalidArgument, "and its items need 2392");
   // A limiter that is off (or never saw M items) has seen no offset: +inf, -inf.
   CheckpointState off = good;
-  off.limiter = {10, 0, true, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  off.tables[0].limiter = {10, 0, true, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
   ForgePart(checkpoint, "state.bin", EncodeState(off));
   EXPECT_TRUE(Load().ok());
 }
@@ -220,17 +225,17 @@ TEST_F(CheckpointRestoreTest, AForgedStateIsRefusedByRangeNamingTheField) {
 // only), or a total past the tree's limit.
 TEST_F(CheckpointRestoreTest, ForgedLeavesAreRefusedNamingLeavesBin) {
   const fs::path checkpoint = WriteOne();
-  const std::string good = ReadFile(checkpoint / "leaves.bin");
+  const std::string good = ReadFile(checkpoint / "table-0-leaves.bin");
   for (const double leaf : {std::numeric_limits<double>::quiet_NaN(), -1.0, std::numeric_limits<double>::infinity(),
                             1e-310, 0.0, 1e308}) {
     std::string forged = good;
     for (size_t item : {size_t{7}, size_t{8}}) std::memcpy(forged.data() + item * sizeof(double), &leaf, sizeof(leaf));
-    ForgePart(checkpoint, "leaves.bin", forged);
+    ForgePart(checkpoint, "table-0-leaves.bin", forged);
     const Status status = Load();
     EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << leaf << ": " << status.ToString();
     EXPECT_NE(status.message().find("leaves.bin"), std::string::npos) << leaf << ": " << status.message();
   }
-  ForgePart(checkpoint, "leaves.bin", good);
+  ForgePart(checkpoint, "table-0-leaves.bin", good);
   EXPECT_TRUE(Load().ok());
 }
 
@@ -238,7 +243,7 @@ TEST_F(CheckpointRestoreTest, ForgedLeavesAreRefusedNamingLeavesBin) {
 // one key twice, a key past the next key: each refused, naming the file.
 TEST_F(CheckpointRestoreTest, ForgedItemSlotsAreRefusedNamingTheFile) {
   const fs::path checkpoint = WriteOne();
-  const std::string good = ReadFile(checkpoint / "item-slots.bin");
+  const std::string good = ReadFile(checkpoint / "table-0-item-slots.bin");
   auto record = [&](size_t item, size_t field) {
     int64_t value = 0;
     std::memcpy(&value, good.data() + item * 16 + field * 8, sizeof(value));
@@ -250,22 +255,22 @@ TEST_F(CheckpointRestoreTest, ForgedItemSlotsAreRefusedNamingTheFile) {
     std::string mention;
   };
   const std::vector<Case> cases = {
-      {7, 1, 500, "item-slots.bin: key 7: slot 500 is outside [0, capacity 500)"},
-      {7, 1, -1, "item-slots.bin: key 7: slot -1 is outside"},
-      {8, 1, record(7, 1), fmt::format("item-slots.bin: keys 7 and 8 both in slot {}", record(7, 1))},
-      {8, 0, record(7, 0), "item-slots.bin: key 7 is held twice"},
-      {7, 0, 300, "item-slots.bin: key 300 is not one a table of this ring can hold"},
-      {7, 0, int64_t{1} << 40, "item-slots.bin: key 1099511627776 is not one"},
+      {7, 1, 500, "table-0-item-slots.bin: key 7: slot 500 is outside [0, capacity 500)"},
+      {7, 1, -1, "table-0-item-slots.bin: key 7: slot -1 is outside"},
+      {8, 1, record(7, 1), fmt::format("table-0-item-slots.bin: keys 7 and 8 both in slot {}", record(7, 1))},
+      {8, 0, record(7, 0), "table-0-item-slots.bin: key 7 is held twice"},
+      {7, 0, 300, "table-0-item-slots.bin: key 300 is not one a table of this ring can hold"},
+      {7, 0, int64_t{1} << 40, "table-0-item-slots.bin: key 1099511627776 is not one"},
   };
   ASSERT_EQ(record(7, 0), 7);
   ASSERT_EQ(record(8, 0), 8);
   for (const Case& c : cases) {
     std::string forged = good;
     std::memcpy(forged.data() + c.item * 16 + c.field * 8, &c.value, sizeof(c.value));
-    ForgePart(checkpoint, "item-slots.bin", forged);
+    ForgePart(checkpoint, "table-0-item-slots.bin", forged);
     ExpectRefused(Load(), Status::Code::kInvalidArgument, c.mention);
   }
-  ForgePart(checkpoint, "item-slots.bin", good);
+  ForgePart(checkpoint, "table-0-item-slots.bin", good);
   EXPECT_TRUE(Load().ok());
 }
 
@@ -273,7 +278,8 @@ TEST_F(CheckpointRestoreTest, ForgedItemSlotsAreRefusedNamingTheFile) {
 // the new ones would be p^0.5. Refused, naming both.
 TEST_F(CheckpointRestoreTest, ARestoreWithAnotherAlphaIsRefused) {
   WriteOne(0.6);
-  ExpectRefused(Load(0.5), Status::Code::kFailedPrecondition, "written with --alpha 0.6; this server has --alpha 0.5");
+  ExpectRefused(Load(0.5), Status::Code::kFailedPrecondition,
+                "table default was written with alpha=0.6; this server's table default has alpha=0.5");
   EXPECT_TRUE(Load(0.6).ok());
 }
 
@@ -281,7 +287,8 @@ TEST_F(CheckpointRestoreTest, ARestoreWithAnotherAlphaIsRefused) {
 // limit): another --max-items is refused, naming both.
 TEST_F(CheckpointRestoreTest, ARestoreWithAnotherMaxItemsIsRefused) {
   WriteOne();
-  ExpectRefused(LoadWithMaxItems(400), Status::Code::kFailedPrecondition, "--max-items 500; this server has --max-items 400");
+  ExpectRefused(LoadWithMaxItems(400), Status::Code::kFailedPrecondition,
+                "table default was written with max_items=500; this server's table default has max_items=400");
   EXPECT_TRUE(LoadWithMaxItems(500).ok());
 }
 

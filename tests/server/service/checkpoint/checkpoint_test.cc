@@ -143,7 +143,7 @@ TEST_F(CheckpointTest, DamagedTruncatedOrMismatchedCheckpointsAreClearErrors) {
   EXPECT_NE(status.message().find("same number of server ranks"), std::string::npos) << status.message();
 
   // One flipped byte in a step column, and in the table's stored rows.
-  for (const std::string part : {"step-column-1.bin", "column-0.bin"}) {
+  for (const std::string part : {"step-column-1.bin", "table-0-column-0.bin"}) {
     const fs::path column = checkpoint / part;
     const std::string good = ReadFile(column);
     {

@@ -54,7 +54,7 @@ inline Status AppendDuringCheckpoint(replay::StepReplay* replay, const replay::A
                                      CheckpointWriter* writer, uint64_t* first_key) {
   PERSERVE_RETURN_IF_ERROR(replay->Prepare(request));
   if (writer != nullptr) {
-    PERSERVE_RETURN_IF_ERROR(writer->BeforeWrite(*replay, request.steps.steps, replay->planned_item_slots()));
+    PERSERVE_RETURN_IF_ERROR(writer->BeforeCommit(*replay, request.steps.steps));
   }
   return replay->Commit(first_key);
 }

@@ -98,14 +98,14 @@ TEST_F(StepCheckpointRestoreTest, TheUndamagedCheckpointRestores) {
 TEST_F(StepCheckpointRestoreTest, OtherStepFlagsAreRefusedNamingBothValues) {
   StepOptions options = NStepOptions(40);
   options.n_step = 2;
-  ExpectRefused(Status::Code::kFailedPrecondition, {"--n-step 3", "--n-step 2"}, options);
+  ExpectRefused(Status::Code::kFailedPrecondition, {"table default was written with n_step=3", "this server's table default has n_step=2"}, options);
   options = NStepOptions(40);
   options.discount = 0.99;
-  ExpectRefused(Status::Code::kFailedPrecondition, {"--discount 0.9", "--discount 0.99"}, options);
+  ExpectRefused(Status::Code::kFailedPrecondition, {"discount=0.9;", "discount=0.99"}, options);
   options = NStepOptions(40);
   options.stacks = {{"obs", 4}};
-  ExpectRefused(Status::Code::kFailedPrecondition, {"--stack obs:3", "--stack obs:4"}, options);
-  ExpectRefused(Status::Code::kFailedPrecondition, {"--n-step 3", "--n-step none"},
+  ExpectRefused(Status::Code::kFailedPrecondition, {"stack=obs:3", "stack=obs:4"}, options);
+  ExpectRefused(Status::Code::kFailedPrecondition, {"kind=n_step", "kind=sequence"},
                 SequenceOptions(40));
 }
 
@@ -115,7 +115,7 @@ TEST_F(StepCheckpointRestoreTest, AServerOfTransitionsRefusesIt) {
   transitions.kind = StepOptions::Kind::kTransition;
   transitions.step_capacity = 40;
   transitions.streams = 3;
-  ExpectRefused(Status::Code::kFailedPrecondition, {"written with --n-step 3; this server has --n-step none"},
+  ExpectRefused(Status::Code::kFailedPrecondition, {"written with kind=n_step; this server's table default has kind=transition"},
                 transitions);
 }
 
@@ -123,7 +123,7 @@ TEST_F(StepCheckpointRestoreTest, AnotherItemCapacityIsRefused) {
   StepFixture fixture = MakeFixture(NStepOptions(40), StepSchema(), 31);
   const Status status = Restore(path_, &fixture);
   EXPECT_EQ(status.code(), Status::Code::kFailedPrecondition) << status.ToString();
-  EXPECT_NE(status.message().find("--max-items 30; this server has --max-items 31"), std::string::npos)
+  EXPECT_NE(status.message().find("max_items=30; this server's table default has max_items=31"), std::string::npos)
       << status.ToString();
 }
 
@@ -186,43 +186,44 @@ TEST_F(StepCheckpointRestoreTest, ADoneValuePastTwoIsRefusedAsAnAppendsIs) {
 }
 
 TEST_F(StepCheckpointRestoreTest, AnItemOverAStepNotHeldIsRefused) {
-  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  std::string steps = ReadFile(fs::path(path_) / "table-0-column-0.bin");
   ASSERT_GE(steps.size(), 3 * sizeof(uint64_t));
   const uint64_t gone = 0;  // the ring wrapped: key 0 is long overwritten
   std::memcpy(steps.data() + 2 * sizeof(uint64_t), &gone, sizeof(gone));
-  ForgePart(path_, "column-0.bin", steps);
-  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key", "step key 0 is not held"});
+  ForgePart(path_, "table-0-column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"table-0-column-0.bin: item key", "step key 0 is not held"});
 }
 
 // A key far below the next: no table of a 40-step ring holds it (its key
 // index would span them all).
 TEST_F(StepCheckpointRestoreTest, AnItemKeyFarBelowTheNextKeyIsRefused) {
-  std::string records = ReadFile(fs::path(path_) / checkpoint_layout::kItemSlotsFile);
+  std::string records = ReadFile(fs::path(path_) / checkpoint_layout::TablePart(0, checkpoint_layout::kItemSlotsFile));
   const std::string state_bytes = ReadFile(fs::path(path_) / "state.bin");
   proto::BoundedInputArchive archive(std::as_bytes(std::span(state_bytes.data(), state_bytes.size())));
   CheckpointState state;
   archive(state);
-  ASSERT_GT(state.replay.next_key, 80u) << "the driver issued too few keys for this test";
-  const uint64_t old = state.replay.next_key - 81;
+  ASSERT_GT(state.tables.at(0).replay.next_key, 80u) << "the driver issued too few keys for this test";
+  const uint64_t old = state.tables[0].replay.next_key - 81;
   std::memcpy(records.data(), &old, sizeof(old));
-  ForgePart(path_, checkpoint_layout::kItemSlotsFile, records);
+  ForgePart(path_, checkpoint_layout::TablePart(0, checkpoint_layout::kItemSlotsFile), records);
   ExpectRefused(Status::Code::kInvalidArgument,
-                {fmt::format("item-slots.bin: key {} is not one a table of this ring can hold", old), "at most 80 below"});
+                {fmt::format("table-0-item-slots.bin: key {} is not one a table of this ring can hold", old),
+                 "at most 80 below"});
 }
 
 // Two items over one step (an append refuses the second).
 TEST_F(StepCheckpointRestoreTest, TwoItemsOverOneStepAreRefused) {
-  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  std::string steps = ReadFile(fs::path(path_) / "table-0-column-0.bin");
   ASSERT_GE(steps.size(), 3 * sizeof(uint64_t));
   std::memcpy(steps.data() + 2 * sizeof(uint64_t), steps.data() + sizeof(uint64_t), sizeof(uint64_t));
-  ForgePart(path_, "column-0.bin", steps);
-  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item keys", "are both over step key"});
+  ForgePart(path_, "table-0-column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"table-0-column-0.bin: item keys", "are both over step key"});
 }
 
 // An item over a step the stream holds, but one an append would refuse: a
 // step whose n-step item is not whole yet (the stream's newest step).
 TEST_F(StepCheckpointRestoreTest, AnItemAnAppendWouldRefuseIsRefused) {
-  std::string steps = ReadFile(fs::path(path_) / "column-0.bin");
+  std::string steps = ReadFile(fs::path(path_) / "table-0-column-0.bin");
   const std::string dones = ReadFile(fs::path(path_) / StepColumnFile(2));
   const size_t held = dones.size();
   const uint64_t oldest = State().next_key - held;
@@ -236,8 +237,8 @@ TEST_F(StepCheckpointRestoreTest, AnItemAnAppendWouldRefuseIsRefused) {
   ASSERT_LT(newest, held) << "every stream's newest step ends an episode";
   const uint64_t key = oldest + newest;
   std::memcpy(steps.data(), &key, sizeof(key));
-  ForgePart(path_, "column-0.bin", steps);
-  ExpectRefused(Status::Code::kInvalidArgument, {"column-0.bin: item key"});
+  ForgePart(path_, "table-0-column-0.bin", steps);
+  ExpectRefused(Status::Code::kInvalidArgument, {"table-0-column-0.bin: item key"});
 }
 
 TEST_F(StepCheckpointRestoreTest, ADamagedStepColumnIsRefusedByItsHash) {
