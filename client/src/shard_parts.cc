@@ -169,13 +169,7 @@ Status ShardSampler::ReceiveParts(Connection* connection, const Schema& schema, 
     PERSERVE_RETURN_IF_ERROR(PlanShardParts(redraw, split_, shards_, &rng_, &request->parts));
     PERSERVE_RETURN_IF_ERROR(SendParts(connection, request, /*awaited=*/true));  // taken just above, next round
   }
-  batch->columns.clear();
-  std::span<const std::byte> columns = batch->message;
-  for (const Column& column : schema.columns) {
-    const size_t bytes = batch_size * static_cast<size_t>(column.ItemBytes());
-    batch->columns.push_back(columns.first(bytes));
-    columns = columns.subspan(bytes);
-  }
+  ViewColumns(schema, batch_size, batch);
   return Status::Ok();
 }
 

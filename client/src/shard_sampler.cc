@@ -301,13 +301,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
       target += batch_size * row;
     }
   }
-  batch->columns.clear();
-  std::span<const std::byte> columns = batch->message;
-  for (const Column& column : schema.columns) {
-    const size_t bytes = batch_size * static_cast<size_t>(column.ItemBytes());
-    batch->columns.push_back(columns.first(bytes));
-    columns = columns.subspan(bytes);
-  }
+  ViewColumns(schema, batch_size, batch);
   return Status::Ok();
 }
 

@@ -199,4 +199,16 @@ class ShardSampler {
   std::vector<proto::ShardSampleReply> replies_;
 };
 
+// batch->columns as views of batch->message: each column of `schema`'s
+// batch_size rows, column after column (a sample over shards, assembled).
+inline void ViewColumns(const Schema& schema, size_t batch_size, SampleBatch* batch) {
+  batch->columns.clear();
+  std::span<const std::byte> columns = batch->message;
+  for (const Column& column : schema.columns) {
+    const size_t bytes = batch_size * static_cast<size_t>(column.ItemBytes());
+    batch->columns.push_back(columns.first(bytes));
+    columns = columns.subspan(bytes);
+  }
+}
+
 }  // namespace perserve::client_internal
