@@ -112,20 +112,32 @@ class StepReference {
   // first). Called once an append's steps are in, before its `count` new
   // items are added (AddItem), for a table of `capacity` items.
   void RemoveItemsBeforeAdd(int64_t count, int64_t capacity) {
+    EvictItemsOutsideRing();
+    while (count > 0 && static_cast<int64_t>(held_.size()) + count > capacity) {
+      over_.erase({items_.at(*held_.begin()).stream, items_.at(*held_.begin()).t});
+      held_.erase(held_.begin());
+      ++pushed_out_;
+    }
+  }
+  // The items whose earliest step left the ring leave; their keys, ascending.
+  std::vector<uint64_t> EvictItemsOutsideRing() {
+    std::vector<uint64_t> evicted;
     const uint64_t oldest_step = OldestKeyAfter(0);
     for (auto it = held_.begin(); it != held_.end();) {
       if (EarliestKey(*it) < oldest_step) {
+        evicted.push_back(*it);
         over_.erase({items_.at(*it).stream, items_.at(*it).t});
         it = held_.erase(it);
       } else {
         ++it;
       }
     }
-    while (count > 0 && static_cast<int64_t>(held_.size()) + count > capacity) {
-      over_.erase({items_.at(*held_.begin()).stream, items_.at(*held_.begin()).t});
-      held_.erase(held_.begin());
-      ++pushed_out_;
-    }
+    return evicted;
+  }
+  // A held item leaves (a table's remover or max_times_sampled took it).
+  void RemoveItem(uint64_t key) {
+    over_.erase({items_.at(key).stream, items_.at(key).t});
+    held_.erase(key);
   }
   void AddItem(uint64_t key, RefItem item) {
     held_.insert(key);

@@ -11,10 +11,10 @@
 
 namespace perserve::service::simulation {
 
-Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path) {
-  const replay::Replay& items = table.items();
-  Snapshot snapshot;
-  snapshot.path = std::move(path);
+namespace {
+
+TableSnapshot TakeTableSnapshot(const replay::Replay& items) {
+  TableSnapshot snapshot;
   snapshot.next_key = items.next_key();
   std::vector<std::pair<uint64_t, int64_t>> held;  // key, slot
   for (int64_t slot = 0; slot < items.slots_used(); ++slot) {
@@ -29,6 +29,21 @@ Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path) {
   snapshot.leaves.resize(held.size());
   items.store().Gather(snapshot.slots, snapshot.rows);
   if (!items.tree().Get(snapshot.slots, snapshot.leaves).ok()) throw SimulationFailure("reading a tree's leaves");
+  replay::SelectorState selectors = items.Selectors();
+  snapshot.selector_keys = std::move(selectors.keys);
+  snapshot.priorities = std::move(selectors.priorities);
+  snapshot.times_sampled = std::move(selectors.times_sampled);
+  snapshot.sampler_order = std::move(selectors.sampler_order);
+  snapshot.remover_order = std::move(selectors.remover_order);
+  return snapshot;
+}
+
+}  // namespace
+
+Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path) {
+  Snapshot snapshot;
+  snapshot.path = std::move(path);
+  for (int t = 0; t < table.tables(); ++t) snapshot.tables.push_back(TakeTableSnapshot(table.table(t).items()));
   const store::StepStore& ring = table.steps();
   snapshot.oldest_step = ring.oldest_key();
   snapshot.next_step = ring.next_key();
@@ -49,31 +64,35 @@ namespace {
 // key: transitions' the add's self-checking row (told to the model, which
 // checks it against the acknowledgement), step streams' the reference's.
 // Returns how many step items it compared.
-int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snapshot& held,
-                           const replay::StepReplay& table, ReferenceModel* model, const StepModel* step_model) {
+int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snapshot& snapshot, int t,
+                           const replay::StepReplay& replay, ReferenceModel* model, const StepModel* step_model) {
   int64_t compared = 0;
+  const TableSnapshot& held = snapshot.tables[static_cast<size_t>(t)];
+  const replay::ItemTable& table = replay.table(t);
   std::vector<std::byte> got(static_cast<size_t>(table.SampleItemBytes()));
   for (size_t i = 0; i < held.keys.size(); ++i) {
     const uint64_t key = held.keys[i];
     if (!(held.leaves[i] > 0.0)) {
-      throw SimulationFailure(fmt::format("{}: the restored item of key {} has leaf {}", held.path, key, held.leaves[i]));
+      throw SimulationFailure(fmt::format("{}: the restored item of key {} (table {}) has leaf {}", snapshot.path, key,
+                                          t, held.leaves[i]));
     }
     table.Assemble(std::span<const int64_t>(&held.slots[i], 1), got);
     if (!config.steps.on) {
       int64_t id = 0;
       if (!ReadRow(got, 1, 0, config.pad_bytes, &id)) {
-        throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", held.path, key));
+        throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", snapshot.path, key));
       }
-      model->ObservedItem(proto::ShardKey(shard, key), id, "a restore of " + held.path);
+      model->ObservedItem(proto::ShardKey(shard, key), id, "a restore of " + snapshot.path);
       continue;
     }
     std::vector<std::byte> want;
-    for (const auto& column : step_model->Expected(proto::ShardKey(shard, key))) {
+    for (const auto& column : step_model->Expected(proto::ShardKey(shard, key), t)) {
       want.insert(want.end(), column.begin(), column.end());
     }
     if (got != want) {
-      throw SimulationFailure(
-          fmt::format("{}: the restored item of key {} does not assemble as the reference's", held.path, key));
+      throw SimulationFailure(fmt::format("{}: the restored item of key {} (table {}) does not assemble as the "
+                                          "reference's",
+                                          snapshot.path, key, t));
     }
     ++compared;
   }
@@ -82,7 +101,7 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
 
 }  // namespace
 
-void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, const replay::ReplayOptions& options,
+void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::span<const replay::ReplayOptions> options,
                              int streams, const std::string& path, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts) {
   std::unique_ptr<replay::StepReplay> restored;
@@ -92,15 +111,23 @@ void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, const re
   if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
   const Snapshot held = TakeSnapshot(*restored, path);
-  counts->restored += CheckRestoredItems(config, shard, held, *restored, model, step_model);
+  for (int t = 0; t < restored->tables(); ++t) {
+    counts->restored += CheckRestoredItems(config, shard, held, t, *restored, model, step_model);
+  }
   if (snapshot->has_value() && (*snapshot)->path == path) {
     if (!(held == **snapshot)) {
       const Snapshot& then = **snapshot;
-      throw SimulationFailure(fmt::format(
-          "{} does not restore the table as it was when it began ({} items of keys below {} restored, {} below {} "
-          "then; steps {} .. {} restored, {} .. {} then; or other keys, slots, rows, leaves or steps)",
-          path, held.keys.size(), held.next_key, then.keys.size(), then.next_key, held.oldest_step, held.next_step,
-          then.oldest_step, then.next_step));
+      std::string tables;
+      for (size_t t = 0; t < held.tables.size() && t < then.tables.size(); ++t) {
+        const TableSnapshot &now = held.tables[t], &was = then.tables[t];
+        tables += fmt::format("; table {}: {} items of keys below {} restored, {} below {} then{}", t, now.keys.size(),
+                              now.next_key, was.keys.size(), was.next_key,
+                              now == was ? "" : " (or other keys, slots, rows, leaves or selectors)");
+      }
+      throw SimulationFailure(
+          fmt::format("{} does not restore the replay as it was when it began (steps {} .. {} restored, {} .. {} "
+                      "then{})",
+                      path, held.oldest_step, held.next_step, then.oldest_step, then.next_step, tables));
     }
     snapshot->reset();
     if (config.steps.on) ++counts->restored_exact;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,17 +25,28 @@
 
 namespace perserve::service::simulation {
 
-// What a table holds, as a checkpoint keeps it: a checkpoint begun between
-// two steps must restore the table's snapshot then.
-struct Snapshot {
-  std::string path;  // the checkpoint's
+// What one table holds, as a checkpoint keeps it: every held item, oldest
+// key first: its key, slot, stored row (column after column: its step's
+// key, its item columns) and leaf; its selectors' state (every held item's
+// priority and times sampled, the sampler's and remover's orders: empty
+// for the default options).
+struct TableSnapshot {
   uint64_t next_key = 0;
-  // Every held item, oldest key first: its key, slot, stored row (column
-  // after column: its step's key, its item columns) and leaf.
   std::vector<uint64_t> keys;
   std::vector<int64_t> slots;
   std::vector<std::byte> rows;
   std::vector<double> leaves;
+  std::vector<uint64_t> selector_keys, sampler_order, remover_order;
+  std::vector<double> priorities;
+  std::vector<int64_t> times_sampled;
+  bool operator==(const TableSnapshot&) const = default;
+};
+
+// What a shard's replay holds, as a checkpoint keeps it: a checkpoint begun
+// between two steps must restore the snapshot then.
+struct Snapshot {
+  std::string path;  // the checkpoint's
+  std::vector<TableSnapshot> tables;  // the default one first
   // Every held step, oldest key first: its columns, then its stream, index
   // and episode start.
   uint64_t oldest_step = 0, next_step = 0;
@@ -45,13 +57,13 @@ struct Snapshot {
 
 Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path);
 
-// Restores checkpoint `path` of shard `shard` into a fresh table made as
-// the shard's (CreateShardReplay: `options` for its items, `streams`
-// streams) and checks it, telling `model` of every restored item of
-// transitions, or with step streams checking each against `step_model`
-// (counted in *counts); when *snapshot is that checkpoint's, the restore
-// must equal it (then reset).
-void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, const replay::ReplayOptions& options,
+// Restores checkpoint `path` of shard `shard` into a fresh replay made as
+// the shard's (CreateShardReplay: `options` for its tables' items,
+// `streams` streams) and checks it, telling `model` of every restored item
+// of transitions, or with step streams checking each (of every table)
+// against `step_model` (counted in *counts); when *snapshot is that
+// checkpoint's, the restore must equal it (then reset).
+void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::span<const replay::ReplayOptions> options,
                              int streams, const std::string& path, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts);
 

@@ -39,7 +39,13 @@ const char* ReferenceModel::KindName(Kind kind) {
 ReferenceModel::ReferenceModel(const SimulationConfig& config)
     : config_(config),
       ledgers_(static_cast<size_t>(config.clients() * config.shards)),
-      items_acknowledged_(static_cast<size_t>(config.shards), 0) {}
+      items_acknowledged_(static_cast<size_t>(config.shards), 0),
+      tables_(config.steps.on ? config.steps.tables : std::vector<SimTable>(1)) {
+  if (!config.steps.on) {  // one prioritized table of transitions
+    tables_[0].items.capacity = config.capacity;
+    tables_[0].limiter.min_size_to_sample = config.options.min_size_to_sample;
+  }
+}
 
 void ReferenceModel::SentAdd(int client, int shard, uint64_t request_id, int64_t first_item, int64_t count, bool valid,
                              bool columns_apart, int64_t first_step) {
@@ -63,6 +69,8 @@ void ReferenceModel::SentAppend(int client, int shard, uint64_t request_id, std:
   Request request(Kind::kAdd);
   request.append = true;
   request.count = meta.item_count();
+  request.first_table = meta.groups.empty() ? 0 : meta.groups.front().table;
+  for (const proto::ItemGroup& group : meta.groups) request.default_items += group.table == 0 ? group.items : 0;
   request.columns_apart = meta.columns_follow;
   Sent(client, shard, request_id, std::move(request));
   steps_->SentAppend(client, shard, request_id, frame);
@@ -72,30 +80,38 @@ void ReferenceModel::SentColumns(int client, int shard, std::span<const std::byt
   if (steps_ != nullptr) steps_->SentColumns(client, shard, columns);
 }
 
-void ReferenceModel::SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key) {
+void ReferenceModel::SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key,
+                                int table) {
   Request request(Kind::kSample);
   request.beta = beta;
   request.next_key_sent = next_key;
+  request.table = table;
+  if (steps_ != nullptr) steps_->SentSample(client, shard, request_id, table);
   Sent(client, shard, request_id, std::move(request));
 }
 
-void ReferenceModel::SentShardSample(int client, int shard, uint64_t request_id, int64_t count, uint64_t next_key) {
+void ReferenceModel::SentShardSample(int client, int shard, uint64_t request_id, int64_t count, uint64_t next_key,
+                                     int table) {
   Request request(Kind::kShardSample);
   request.count = count;
   request.next_key_sent = next_key;
+  request.table = table;
+  if (steps_ != nullptr) steps_->SentSample(client, shard, request_id, table);
   Sent(client, shard, request_id, std::move(request));
 }
 
 void ReferenceModel::SentUpdate(int client, int shard, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad,
-                                bool never_issued, bool wrong_shard, uint64_t next_key) {
+                                bool never_issued, bool wrong_shard, uint64_t next_key, int table,
+                                std::vector<double> priorities) {
   Request request(Kind::kUpdate);
+  request.table = table;
   request.valid = !never_issued && !wrong_shard && (bad == 0 || config_.drop_bad_priorities);
   request.next_key_sent = next_key;
   request.keys = std::move(keys);
   request.bad = bad;
   request.never_issued = never_issued;
   request.wrong_shard = wrong_shard;
-  if (steps_ != nullptr) steps_->SentUpdate(client, shard, request_id, request.keys);
+  if (steps_ != nullptr) steps_->SentUpdate(client, shard, request_id, table, request.keys, std::move(priorities));
   Sent(client, shard, request_id, std::move(request));
 }
 
@@ -182,14 +198,16 @@ std::vector<uint64_t> ReferenceModel::Received(int client, int shard, std::span<
       Expect(request.valid, [&] { return what() + ": an add the server must refuse was stored"; });
       Expect(reply.count == request.count,
              [&] { return fmt::format("{}: {} items acknowledged of {}", what(), reply.count, request.count); });
-      AddAcknowledged(client, shard, request, reply.first_key, reply.count, next_key);
+      // An append's first key is its first group's table's; the StepModel checks every table's keys.
+      AddAcknowledged(client, shard, request, reply.first_key, request.append ? request.default_items : reply.count,
+                      next_key);
       return {};
     }
     case Kind::kSample: {
       proto::SampleReply reply;
       Expect(frame.kind() == MessageKind::kSampleReply && proto::DecodeMeta(frame, &reply).ok(),
              [&] { return fmt::format("{}: a sample answered with kind {}", what(), frame.header.kind); });
-      Expect(frame.bulk.size() == static_cast<size_t>(reply.count * (3 * 8 + config_.RowBytes())), [&] {
+      Expect(frame.bulk.size() == static_cast<size_t>(reply.count * (3 * 8 + config_.RowBytes(request.table))), [&] {
         return fmt::format("{}: a sample reply of {} items has {} bulk bytes", what(), reply.count, frame.bulk.size());
       });
       return SampleReceived(client, shard, request, frame.bulk, reply.count, next_key);
@@ -267,9 +285,13 @@ void ReferenceModel::CheckError(int client, int shard, uint64_t request_id, cons
       allowed |=
           (request.waiting_before >= config_.options.max_deferred_samples && Is(code, Code::kResourceExhausted)) ||
           (EveryActorClosing(shard) && Is(code, Code::kFailedPrecondition));
+      // A shard's part drawn at fractions, of a table that draws through its selector (or a queue's).
+      allowed |= request.kind == Kind::kShardSample && request.count > 0 && !Table(request.table).draws_at_fractions() &&
+                 Is(code, Code::kFailedPrecondition);
       break;
     case Kind::kUpdate:
-      allowed |= (request.never_issued && Is(code, Code::kNotFound)) ||
+      allowed |= (!Table(request.table).takes_updates() && Is(code, Code::kFailedPrecondition)) ||
+                 (request.never_issued && Is(code, Code::kNotFound)) ||
                  (request.wrong_shard && Is(code, Code::kInvalidArgument)) ||
                  (request.bad > 0 && !config_.drop_bad_priorities && Is(code, Code::kInvalidArgument));
       break;
@@ -316,6 +338,11 @@ void ReferenceModel::AddAcknowledged(int client, int shard, const Request& reque
     return fmt::format("client {}: an add acknowledged by shard {} at key {:#x}, of shard {}", client, shard, first_key,
                        proto::ShardOfKey(first_key));
   });
+  if (request.append && request.first_table != 0) {  // the key of another table (the StepModel's to check)
+    items_acknowledged_[static_cast<size_t>(shard)] += count;
+    unkeyed_items_ += count;
+    return;
+  }
   const uint64_t first_local = proto::LocalKey(first_key);
   Expect(first_local + static_cast<uint64_t>(count) <= next_key, [&] {
     return fmt::format("client {}: keys {} .. {} acknowledged, but the replay issued keys below {} only", client,
@@ -371,6 +398,20 @@ std::vector<uint64_t> ReferenceModel::SampleReceived(int client, int shard, cons
            [&] { return fmt::format("{}: probability {}", what(), probabilities[i]); });
     CheckDrawn(what, shard, request, keys[i], columns, count, i, next_key);
   }
+  // A table that does not draw by priority gives every weight 1; one whose
+  // items leave as they are drawn (max_times_sampled) draws each from the
+  // table as it is then, so its probabilities are not of one total.
+  const SimTable& drawn_from = Table(request.table);
+  if (drawn_from.sampler() != table::SelectorKind::kPrioritized) {
+    for (int64_t i = 0; i < count; ++i) {
+      Expect(weights[i] == 1.0, [&] {
+        return fmt::format("{}: sampled item {} of table {} (sampler {}) has IS weight {}", Who(client, shard), i,
+                           drawn_from.name, table::SelectorKindName(drawn_from.sampler()), weights[i]);
+      });
+    }
+    return keys;
+  }
+  if (drawn_from.items.max_times_sampled > 0) return keys;
   // w_i = (leaf_i / min_leaf)^-beta and P_i = leaf_i / total, so against the
   // most probable item m: w_i = w_m (P_i / P_m)^-beta.
   const auto most = std::max_element(probabilities.begin(), probabilities.end()) - probabilities.begin();
@@ -391,12 +432,13 @@ std::vector<uint64_t> ReferenceModel::ShardSampleReceived(int client, int shard,
                                                           const proto::ShardSampleReply& reply,
                                                           std::span<const std::byte> bulk, uint64_t next_key) {
   const auto what = [&] { return fmt::format("{}: a shard sample of {}", Who(client, shard), request.count); };
-  Expect(
-      reply.count == request.count && bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + config_.RowBytes())),
-      [&] { return fmt::format("{}: {} items, {} bulk bytes", what(), reply.count, bulk.size()); });
-  Expect(reply.size >= 0 && reply.size <= config_.capacity && reply.items_added >= reply.size,
+  Expect(reply.count == request.count &&
+             bulk.size() == static_cast<size_t>(reply.count * (2 * 8 + config_.RowBytes(request.table))),
+         [&] { return fmt::format("{}: {} items, {} bulk bytes", what(), reply.count, bulk.size()); });
+  const SimTable& table = Table(request.table);
+  Expect(reply.size >= 0 && reply.size <= table.items.capacity && reply.items_added >= reply.size,
          [&] { return fmt::format("{}: size {} of {} added", what(), reply.size, reply.items_added); });
-  Expect(reply.ready == (reply.size >= config_.options.min_size_to_sample),
+  Expect(reply.ready == (reply.size >= table.limiter.min_size_to_sample),
          [&] { return fmt::format("{}: ready {} at size {}", what(), reply.ready, reply.size); });
   std::vector<uint64_t> keys;
   std::vector<double> leaves;
@@ -419,7 +461,8 @@ void ReferenceModel::CheckDrawn(const Describe& what, int shard, const Request& 
   Expect(proto::ShardOfKey(key) == shard,
          [&] { return fmt::format("{}: a key of shard {} from shard {}", what(), proto::ShardOfKey(key), shard); });
   const uint64_t local = proto::LocalKey(key);
-  Expect(local < next_key, [&] {
+  // (`next_key` is the default table's; another table's keys are the StepModel's to check.)
+  Expect(request.table != 0 || local < next_key, [&] {
     return fmt::format("{}: a key not issued by its reply (next key {})", what(), next_key);
   });
   // Whether it was held as it was sent, its bytes and wholeness: with step streams the StepModel's (a table's items
@@ -526,7 +569,7 @@ void ReferenceModel::CheckEnd(int shard, const replay::StepReplay& table) const 
 void ReferenceModel::CheckEnd() const {
   int64_t acknowledged = 0;
   for (const int64_t count : items_acknowledged_) acknowledged += count;
-  Expect(static_cast<int64_t>(item_of_key_.size()) == acknowledged, "acknowledged keys overlap");
+  Expect(static_cast<int64_t>(item_of_key_.size()) + unkeyed_items_ == acknowledged, "acknowledged keys overlap");
   Expect(sampled_early_.empty(), [&] {
     return fmt::format("{} sampled keys were never acknowledged (first {:#x})", sampled_early_.size(),
                        sampled_early_.empty() ? 0 : sampled_early_.begin()->first);

@@ -94,14 +94,19 @@ class ReferenceModel {
   // Services of step streams: the model that checks their appends, drawn
   // items and updates (step_model.h); this one keeps to what both kinds share.
   void SetStepModel(StepModel* steps) { steps_ = steps; }
-  void SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key);
+  // Samples, shard samples and updates name their table (an index of
+  // config.steps.tables; 0, the default, for a server of transitions);
+  // `next_key` is that table's.
+  void SentSample(int client, int shard, uint64_t request_id, double beta, uint64_t next_key, int table = 0);
   // A shard sample (a learner's share of a sample over shards) of `count`
   // items (0: a probe of the shard's state, answered at once unless `wait`).
-  void SentShardSample(int client, int shard, uint64_t request_id, int64_t count, uint64_t next_key);
+  void SentShardSample(int client, int shard, uint64_t request_id, int64_t count, uint64_t next_key, int table = 0);
   // `bad`: elements with a bad priority; `never_issued`: a key the replay
-  // never issued; `wrong_shard`: a key of another shard.
+  // never issued; `wrong_shard`: a key of another shard; `priorities`: the
+  // update's, for the StepModel's tables.
   void SentUpdate(int client, int shard, uint64_t request_id, std::vector<uint64_t> keys, int64_t bad,
-                  bool never_issued, bool wrong_shard, uint64_t next_key);
+                  bool never_issued, bool wrong_shard, uint64_t next_key, int table = 0,
+                  std::vector<double> priorities = {});
   void SentClose(int client, int shard, uint64_t request_id);
   void SentCheckpoint(int client, int shard, uint64_t request_id);
   // After this, UNAVAILABLE is an answer any request may get.
@@ -181,6 +186,11 @@ class ReferenceModel {
     bool wrong_shard = false;    // an update's key of another shard
     bool columns_apart = false;  // an add's
     bool append = false;         // an add's: of steps (the StepModel judged it)
+    // An append's: the table its first group names (its reply's first key
+    // is that table's), and the default table's items.
+    int first_table = 0;
+    int64_t default_items = 0;
+    int table = 0;  // a sample's, shard sample's or update's
     int64_t first_step = proto::AppendMeta::kAtEnd;  // an add's of transitions: the stream index it names
     int64_t waiting_before = 0;  // the client's unanswered requests of its kind when it was sent
     std::chrono::steady_clock::time_point sent_at{};
@@ -226,11 +236,15 @@ class ReferenceModel {
   std::string Who(int client, int shard) const;
   void UpdateAnswered(const Request& request, int64_t applied, int64_t stale, int64_t dropped, uint64_t next_key) const;
 
+  const SimTable& Table(int table) const { return tables_[static_cast<size_t>(table)]; }
+
   const SimulationConfig config_;
   std::vector<Ledger> ledgers_;
   std::map<uint64_t, int64_t> item_of_key_;         // from the acknowledgements, by key (its shard's bits in it)
   std::multimap<uint64_t, int64_t> sampled_early_;  // observed before their add's acknowledgement came
-  std::vector<int64_t> items_acknowledged_;         // a shard
+  std::vector<int64_t> items_acknowledged_;         // a shard: the default table's
+  int64_t unkeyed_items_ = 0;  // of them, in appends whose first key is another table's
+  std::vector<SimTable> tables_;                    // the services' tables (of transitions: one)
   bool terminated_ = false;
   StepModel* steps_ = nullptr;
   std::chrono::steady_clock::time_point now_{};

@@ -23,12 +23,13 @@ constexpr uint64_t kNeverIssuedKey = uint64_t{1} << 40;
 }  // namespace
 
 SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
-                                   ScheduleRandom* library_random, ReferenceModel* model,
-                                   std::vector<ShardLink>* shards, const StepModel* steps)
+                                   ScheduleRandom* library_random, ScheduleRandom* tables_random,
+                                   ReferenceModel* model, std::vector<ShardLink>* shards, const StepModel* steps)
     : config_(config),
       random_(*random),
       later_random_(*later_random),
       library_random_(*library_random),
+      tables_random_(*tables_random),
       model_(*model),
       shards_(*shards),
       steps_(steps) {
@@ -43,6 +44,10 @@ SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRando
 int SimulatedClients::PickShard(int client) {
   if (clients_[client].role == ClientRole::kActor) return config_.ShardOfActor(client);
   return config_.shards == 1 ? 0 : static_cast<int>(library_random_.Pick(0, config_.shards - 1));
+}
+
+int SimulatedClients::PickTable() {
+  return config_.tables() == 1 ? 0 : static_cast<int>(tables_random_.Pick(0, config_.tables() - 1));
 }
 
 void SimulatedClients::Tick(int client) {
@@ -160,9 +165,19 @@ void SimulatedClients::Sample(int client) {
   if (random_.Chance(0.1)) request.timeout_seconds = Timeout();
   // Awaited: the server may send its rows from the store, pinned until this client reads it.
   if (config_.awaited_samples) request.awaited = library_random_.Chance(0.5);
-  model_.SentSample(client, shard, id, request.beta, NextKey(shard));
+  request.table = PickTable();
+  if (request.table > 0) {
+    // A queue's batch mostly within what its table can ever hold (a larger one waits until every actor closed).
+    const replay::ReplayOptions& items = config_.steps.tables[static_cast<size_t>(request.table)].items;
+    if (items.max_times_sampled > 0 && tables_random_.Chance(0.9)) {
+      request.batch_size = std::min(request.batch_size, items.capacity * items.max_times_sampled);
+    }
+  }
+  clients_[client].sample_tables[id] = request.table;
+  model_.SentSample(client, shard, id, request.beta, NextKey(shard), request.table);
   if (request.timeout_seconds > 0) model_.WithTimeout(client, shard, id, request.timeout_seconds);
-  random_.Trace("client {} request {}: sample of {} (beta {}{}{}){}", client, id, request.batch_size, request.beta,
+  random_.Trace("client {} request {}: sample of {}{} (beta {}{}{}){}", client, id, request.batch_size,
+                request.table > 0 ? fmt::format(" from table {}", request.table) : "", request.beta,
                 request.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", request.timeout_seconds) : "",
                 request.awaited ? ", awaited" : "",
                 config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
@@ -179,8 +194,11 @@ void SimulatedClients::ShardSample(int client) {
   std::vector<double> fractions;
   for (int64_t i = 0; i < request.count; ++i) fractions.push_back(later_random_.Uniform(0.0, 1.0));
   if (config_.awaited_samples) request.awaited = library_random_.Chance(0.5);
-  model_.SentShardSample(client, shard, id, request.count, NextKey(shard));
-  random_.Trace("client {} request {}: shard sample of {}{}{}{}", client, id, request.count,
+  request.table = PickTable();
+  clients_[client].sample_tables[id] = request.table;
+  model_.SentShardSample(client, shard, id, request.count, NextKey(shard), request.table);
+  random_.Trace("client {} request {}: shard sample of {}{}{}{}{}", client, id, request.count,
+                request.table > 0 ? fmt::format(" from table {}", request.table) : "",
                 request.wait ? ", waits" : "", request.awaited ? ", awaited" : "",
                 config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
   Push(client, shard, Frame(MessageKind::kShardSampleRequest, id, request, {std::as_bytes(std::span(fractions))}));
@@ -189,12 +207,23 @@ void SimulatedClients::ShardSample(int client) {
 void SimulatedClients::Update(int client) {
   Client& state = clients_[client];
   const int shard = PickShard(client);
-  // The keys it sampled from that shard (with one shard, all of them).
+  // The keys it sampled from that shard (with one shard, all of them), of
+  // one table: that of one of them, with several.
+  int table = 0;
+  if (config_.tables() > 1) {
+    table = state.sampled_tables[static_cast<size_t>(tables_random_.Pick(0, ssize(state.sampled_tables) - 1))];
+  }
   std::vector<uint64_t> shard_keys;
-  for (const uint64_t key : state.sampled_keys) {
-    if (proto::ShardOfKey(key) == shard) shard_keys.push_back(key);
+  for (size_t i = 0; i < state.sampled_keys.size(); ++i) {
+    const uint64_t key = state.sampled_keys[i];
+    if (proto::ShardOfKey(key) == shard && state.sampled_tables[i] == table) shard_keys.push_back(key);
   }
   if (shard_keys.empty()) return Sample(client);
+  // A table that takes no priorities (uniform, fifo, lifo) refuses updates: now and then one is sent anyway.
+  if (table > 0 && !config_.steps.tables[static_cast<size_t>(table)].takes_updates() &&
+      !tables_random_.Chance(0.2)) {
+    return Sample(client);
+  }
   std::vector<uint64_t> keys;
   std::vector<double> priorities;
   for (int64_t i = random_.Pick(1, 8); i > 0; --i) {
@@ -213,12 +242,14 @@ void SimulatedClients::Update(int client) {
   const bool wrong_shard = config_.shards > 1 && library_random_.Chance(0.03);
   if (wrong_shard) keys.front() = proto::ShardKey((shard + 1) % config_.shards, proto::LocalKey(keys.front()));
   const uint64_t id = state.next_request_id++;
-  model_.SentUpdate(client, shard, id, keys, bad, never_issued, wrong_shard, NextKey(shard));
-  random_.Trace("client {} request {}: update of {} keys ({} bad{}{}){}", client, id, keys.size(), bad,
+  model_.SentUpdate(client, shard, id, keys, bad, never_issued, wrong_shard, NextKey(shard, table), table,
+                    priorities);
+  random_.Trace("client {} request {}: update of {} keys{} ({} bad{}{}){}", client, id, keys.size(),
+                table > 0 ? fmt::format(" of table {}", table) : "", bad,
                 never_issued ? ", one never issued" : "", wrong_shard ? ", one of another shard" : "",
                 config_.shards > 1 && random_.tracing() ? fmt::format(" to shard {}", shard) : "");
   Push(client, shard,
-       Frame(MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size())},
+       Frame(MessageKind::kUpdateRequest, id, proto::UpdateRequest{static_cast<int64_t>(keys.size()), table},
              {std::as_bytes(std::span(keys)), std::as_bytes(std::span(priorities))}));
 }
 
@@ -306,9 +337,19 @@ void SimulatedClients::Read(int client, int64_t most) {
                   config_.shards > 1 && random_.tracing() ? fmt::format(" from shard {}", shard) : "");
     std::vector<uint64_t> keys = model_.Received(client, shard, reply, NextKey(shard));
     if (clients_[client].role == ClientRole::kActor) AppendAnswered(client, reply);
-    std::vector<uint64_t>& sampled = clients_[client].sampled_keys;
+    Client& state = clients_[client];
+    int table = 0;
+    if (const auto asked = state.sample_tables.find(frame.header.request_id); asked != state.sample_tables.end()) {
+      table = asked->second;
+      state.sample_tables.erase(asked);
+    }
+    std::vector<uint64_t>& sampled = state.sampled_keys;
     sampled.insert(sampled.end(), keys.begin(), keys.end());
-    if (sampled.size() > 64) sampled.erase(sampled.begin(), sampled.end() - 64);
+    state.sampled_tables.insert(state.sampled_tables.end(), keys.size(), table);
+    if (sampled.size() > 64) {
+      sampled.erase(sampled.begin(), sampled.end() - 64);
+      state.sampled_tables.erase(state.sampled_tables.begin(), state.sampled_tables.end() - 64);
+    }
   }
 }
 

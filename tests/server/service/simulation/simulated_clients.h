@@ -40,6 +40,8 @@ struct ShardLink {
   const replay::Replay* replay = nullptr;       // the table's items (keys, priorities)
   const replay::StepReplay* table = nullptr;    // the table itself: its ring and layout
   std::vector<int> index;  // by client (SimulationConfig's numbering); -1: not a client of this shard
+  // The next key of table `t` (its index).
+  uint64_t NextKey(int t) const { return t == 0 ? replay->next_key() : table->table(t).items().next_key(); }
 };
 
 class SimulatedClients {
@@ -49,9 +51,11 @@ class SimulatedClients {
   // or config.awaited_samples. The raw clients are the first
   // config.actors + config.learners. `steps`: the model of step streams,
   // when the services store them (config.steps.on): actors append steps.
+  // `tables_random`: the fifth (several tables), drawn from only when the
+  // services hold several.
   SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
-                   ScheduleRandom* library_random, ReferenceModel* model, std::vector<ShardLink>* shards,
-                   const StepModel* steps = nullptr);
+                   ScheduleRandom* library_random, ScheduleRandom* tables_random, ReferenceModel* model,
+                   std::vector<ShardLink>* shards, const StepModel* steps = nullptr);
 
   int count() const { return static_cast<int>(clients_.size()); }
   // One thing `client` does now, chosen at random (perhaps nothing).
@@ -82,7 +86,9 @@ class SimulatedClients {
     int paused_ticks = 0;   // ticks left in which it reads nothing
     bool close_sent = false;
     std::deque<std::vector<std::byte>> columns;  // columns apart sent but not arrived yet, oldest first
-    std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates
+    std::vector<uint64_t> sampled_keys;          // a learner's recent sampled keys, for its updates ...
+    std::vector<int> sampled_tables;             // ... and the table of each
+    std::map<uint64_t, int> sample_tables;       // its samples not answered yet: their tables
     // An actor's stream: with step streams its view (step_clients.cc); the
     // steps its adds of transitions name next; the steps the server
     // acknowledged, its adds and appends unanswered (id: steps), and
@@ -95,10 +101,20 @@ class SimulatedClients {
     bool stream_refused = false;
   };
 
+  // One table's items of an append (a table's index; past the last: one the server does not have).
+  struct TableGroup {
+    int table = 0;
+    std::vector<int64_t> steps;
+    std::vector<double> priorities;
+    std::vector<std::byte> columns;  // the wire layout
+  };
+
   // The shard `client`'s next request goes to: an actor's own; a learner's
   // chosen at random (no draw with one shard).
   int PickShard(int client);
-  uint64_t NextKey(int shard) const { return shards_[static_cast<size_t>(shard)].replay->next_key(); }
+  // The table a learner's sample names (no draw with one table).
+  int PickTable();
+  uint64_t NextKey(int shard, int table = 0) const { return shards_[static_cast<size_t>(shard)].NextKey(table); }
   void Add(int client);
   // An append of steps with items over them, now and then one the server
   // must refuse (step_clients.cc); and what its reply says of the stream.
@@ -123,6 +139,7 @@ class SimulatedClients {
   ScheduleRandom& random_;
   ScheduleRandom& later_random_;
   ScheduleRandom& library_random_;
+  ScheduleRandom& tables_random_;
   ReferenceModel& model_;
   std::vector<ShardLink>& shards_;
   const StepModel* steps_;

@@ -164,7 +164,6 @@ std::string SimulatedConnection::DescribeWait() const {
 void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
   ReferenceModel& model = world_.model;
   const SimulationConfig& config = world_.config;
-  const uint64_t next_key = shards_[static_cast<size_t>(shard)].replay->next_key();
   proto::Frame frame;
   if (!proto::DecodeFrame(bytes, &frame).ok()) Fail(fmt::format("client {}: the library sent a broken frame", client_));
   const uint64_t id = frame.header.request_id;
@@ -197,7 +196,8 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
     case proto::MessageKind::kSampleRequest: {
       proto::SampleRequest request;
       decode(&request);
-      model.SentSample(client_, shard, id, request.beta, next_key);
+      model.SentSample(client_, shard, id, request.beta, shards_[static_cast<size_t>(shard)].NextKey(request.table),
+                       request.table);
       betas_[id] = request.beta;
       world_.random.Trace("client {} request {}: sample of {} (library, beta {}{}){}", client_, id, request.batch_size,
                           request.beta, request.awaited ? ", awaited" : "", to);
@@ -207,7 +207,8 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
     case proto::MessageKind::kShardSampleRequest: {
       proto::ShardSampleRequest request;
       decode(&request);
-      model.SentShardSample(client_, shard, id, request.count, next_key);
+      model.SentShardSample(client_, shard, id, request.count,
+                            shards_[static_cast<size_t>(shard)].NextKey(request.table), request.table);
       world_.random.Trace("client {} request {}: shard sample of {} (library{}{}){}", client_, id, request.count,
                           request.wait ? ", waits" : "", request.awaited ? ", awaited" : "", to);
       timeout = request.timeout_seconds;
@@ -229,9 +230,10 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
         return std::isnan(p) || std::isinf(p) || p < 0.0 || (zero_is_bad && p == 0.0);
       });
       bool never_issued = false, wrong_shard = false;
+      const uint64_t table_next_key = shards_[static_cast<size_t>(shard)].NextKey(request.table);
       for (const uint64_t key : keys) {
         wrong_shard |= proto::ShardOfKey(key) != shard;
-        never_issued |= proto::ShardOfKey(key) == shard && proto::LocalKey(key) >= next_key;
+        never_issued |= proto::ShardOfKey(key) == shard && proto::LocalKey(key) >= table_next_key;
       }
       // Over several shards the library routes each key to its shard; one
       // server is sent every key and checks them itself.
@@ -239,7 +241,8 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
         Fail(fmt::format("client {}: the library sent update {} with a key of another shard to shard {}", client_, id,
                          shard));
       }
-      model.SentUpdate(client_, shard, id, keys, bad, never_issued, wrong_shard, next_key);
+      model.SentUpdate(client_, shard, id, keys, bad, never_issued, wrong_shard, table_next_key, request.table,
+                       priorities);
       world_.random.Trace("client {} request {}: update of {} keys (library, {} bad{}{}){}", client_, id, keys.size(),
                           bad, never_issued ? ", one never issued" : "", wrong_shard ? ", one of another shard" : "",
                           to);

@@ -9,7 +9,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "replay/step_replay.h"
 #include "server/service/simulation/portable_random.h"
@@ -58,8 +61,12 @@ struct SimulationConfig {
   // Drawn from a fourth stream (DrawStepConfig): services of step streams.
   StepStreamsConfig steps;
 
-  // One sampled item's bytes: a self-checking row, or the step layout's.
-  int64_t RowBytes() const { return steps.on ? steps.sample_schema.ItemBytes() : 8 + pad_bytes; }
+  // One sampled item's bytes: a self-checking row, or the step layout's (of `table`).
+  int64_t RowBytes(int table = 0) const {
+    return steps.on ? steps.tables[static_cast<size_t>(table)].sample_schema.ItemBytes() : 8 + pad_bytes;
+  }
+  // The tables a service holds: one of transitions, or steps.tables.
+  int tables() const { return steps.on ? static_cast<int>(steps.tables.size()) : 1; }
   int clients() const { return actors + learners + library_actors + library_learners; }
   bool library(int client) const { return client >= actors + learners; }
   bool actor(int client) const {
@@ -90,23 +97,30 @@ struct SimulationConfig {
   }
 };
 
-// A shard's one table (every server is a StepReplay): of transitions (each
+// A shard's tables (every server is a StepReplay): of transitions (each
 // step a self-checking row and the item over itself: a ring of the seed's
-// capacity, as many items) or of the seed's step streams (its ring; items
-// up to the seed's capacity), with a stream per client index and the items'
-// options `items` (capacity, alpha, seed, priority policy).
-inline Status CreateShardReplay(const SimulationConfig& config, int streams, const replay::ReplayOptions& items,
+// capacity, as many items, one table) or of the seed's step streams (its
+// ring; its tables, steps.tables, the default one first), with a stream
+// per client index and each table's item options `items` (capacity, alpha,
+// seed, priority policy, sampler, remover, max_times_sampled), by table.
+inline Status CreateShardReplay(const SimulationConfig& config, int streams,
+                                std::span<const replay::ReplayOptions> items,
                                 std::unique_ptr<replay::StepReplay>* out) {
-  replay::StepOptions options = config.steps.options;
-  Schema step_schema = config.steps.step_schema;
   if (!config.steps.on) {
-    options = replay::StepOptions{};
+    replay::StepOptions options;
     options.kind = replay::StepOptions::Kind::kTransition;
     options.step_capacity = config.capacity;
-    step_schema = SelfCheckingSchema(config.pad_bytes);
+    options.streams = streams;
+    return replay::StepReplay::Create(options, items[0], SelfCheckingSchema(config.pad_bytes), out);
   }
-  options.streams = streams;
-  return replay::StepReplay::Create(options, items, std::move(step_schema), out);
+  std::vector<replay::TableConfig> tables;
+  for (size_t t = 0; t < config.steps.tables.size(); ++t) {
+    const SimTable& table = config.steps.tables[t];
+    replay::TableConfig made{table.name, t == 0 ? config.steps.options : table.layout, items[t]};
+    made.layout.streams = streams;
+    tables.push_back(std::move(made));
+  }
+  return replay::StepReplay::Create(std::move(tables), config.steps.step_schema, out);
 }
 
 // `later`: the stream of features added after seeds were pinned as
@@ -167,6 +181,98 @@ inline void DrawLibraryConfig(PortableRandom& library, SimulationConfig* config)
   config->prefetch = static_cast<int>(pick(0, 3));
   config->exact_shard_totals = chance(0.4);
   config->awaited_samples = chance(0.5);
+}
+
+// One table beside the default one (DrawTables), `index` 1 or 2: its layout
+// over the ring `steps` has (n-step or sequences, stacked or not, perhaps
+// an item column of its own), shrunk until its items fit the ring; its
+// sampler, remover, max_times_sampled, capacity and rate limiter.
+inline SimTable DrawTable(PortableRandom& rng, const StepStreamsConfig& steps, int index) {
+  using Kind = replay::StepOptions::Kind;
+  SimTable table;
+  table.name = fmt::format("t{}", index);
+  replay::StepOptions& o = table.layout;
+  o.step_capacity = steps.options.step_capacity;
+  o.streams = 1;  // for StepSchemas; each shard's own at its start
+  const int64_t ring = o.step_capacity;
+  const int depth = static_cast<int>(rng.Int(1, 3));
+  if (rng.Chance(0.5)) {
+    o.kind = Kind::kNStep;
+    o.n_step = static_cast<int>(rng.Int(1, 3));
+    o.discount = rng.Chance(0.3) ? 1.0 : rng.Real(0.0, 1.0);
+    if (rng.Chance(0.6)) o.stacks.emplace_back("obs", depth);
+  } else {
+    o.kind = Kind::kSequence;
+    o.sequence_length = static_cast<int>(rng.Int(1, 4));
+    o.sequence_period = static_cast<int>(rng.Int(1, o.sequence_length));
+    if (rng.Chance(0.5)) o.stacks.emplace_back("obs", depth);
+  }
+  if (rng.Chance(0.3)) o.item_columns.push_back(Column{"tag", DType::kUInt8, {3}});
+  const auto k = [&o] { return o.stacks.empty() ? 1 : o.stacks.front().second; };
+  const auto span = [&o, &k] { return o.kind == Kind::kNStep ? o.n_step + k() : o.sequence_length + k() - 1; };
+  while (span() > ring) {  // the ring of a sequence of 1 unstacked holds at least one step
+    if (k() > 1) {
+      --o.stacks.front().second;
+    } else if (o.kind == Kind::kNStep && o.n_step > 1) {
+      --o.n_step;
+    } else if (o.kind == Kind::kNStep) {
+      o.kind = Kind::kSequence;
+      o.sequence_length = o.sequence_period = 1;
+      o.stacks.clear();
+    } else {
+      --o.sequence_length;
+      o.sequence_period = std::min(o.sequence_period, o.sequence_length);
+    }
+  }
+  replay::ReplayOptions& items = table.items;
+  items.capacity = rng.Int(2, 24);
+  items.sampler = static_cast<perserve::table::SelectorKind>(rng.Int(0, 5));
+  items.remover = rng.Chance(0.4) ? replay::RemoverKind::kLowestPriorityFirst : replay::RemoverKind::kOldestFirst;
+  items.max_times_sampled = std::array<int64_t, 6>{0, 0, 1, 1, 2, 3}[static_cast<size_t>(rng.Int(0, 5))];
+  items.alpha = rng.Real(0.0, 1.0);
+  items.seed = rng.Bits();
+  table.limiter.min_size_to_sample = rng.Int(1, 3);
+  if (rng.Chance(0.3)) {
+    table.limiter.samples_per_insert = std::array{0.5, 1.0, 2.0}[static_cast<size_t>(rng.Int(0, 2))];
+    table.limiter.error_buffer = static_cast<double>(rng.Int(0, 3 * items.capacity));
+  }
+  const Status made = replay::StepSchemas(o, steps.step_schema, &table.sample_schema, &table.stored_schema);
+  if (!made.ok()) throw std::logic_error("the simulation drew a table StepSchemas refuses: " + made.ToString());
+  return table;
+}
+
+// Issue 34's tables, from a fifth stream (ScheduleRandom::TablesSeed), so
+// every seed that draws none runs exactly as before. A service of step
+// streams holds its default table (the seed's layout and capacity,
+// prioritized, the seed's rate limiter) and, in a share of the seeds, one
+// or two tables beside it (DrawTable); then the service's minimum sizes
+// and rate limiters by table (ServiceOptions::tables).
+inline void DrawTables(PortableRandom& rng, SimulationConfig* config) {
+  StepStreamsConfig& steps = config->steps;
+  if (!steps.on) return;
+  ServiceOptions& options = config->options;
+  SimTable first;
+  first.layout = steps.options;
+  first.items.capacity = config->capacity;
+  first.limiter = RateLimiterOptions{options.samples_per_insert, options.error_buffer, options.min_size_to_sample};
+  first.sample_schema = steps.sample_schema;
+  first.stored_schema = steps.stored_schema;
+  steps.tables = {first};
+  if (rng.Chance(kTablesShare)) {
+    for (int t = 1, extra = static_cast<int>(rng.Int(1, 2)); t <= extra; ++t) {
+      steps.tables.push_back(DrawTable(rng, steps, t));
+      // The library's learners sample the default table only. A rate
+      // limiter of a table no open learner samples holds every append that
+      // gives it items for good (as Reverb's does: the server says so, and
+      // what waits), and a learner blocked in a sample of the default table
+      // would never return: with them, the other tables have none.
+      if (config->library_learners > 0) steps.tables.back().limiter = {0.0, 0.0, steps.tables.back().limiter.min_size_to_sample};
+    }
+  }
+  options.tables.clear();
+  if (steps.tables.size() > 1) {
+    for (const SimTable& table : steps.tables) options.tables.push_back(table.limiter);
+  }
 }
 
 }  // namespace perserve::service::simulation

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "server/service/simulation/simulator.h"
+#include "table/selector.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -71,6 +72,7 @@ TEST_F(SimulationTest, ManySeeds) {
   int64_t steps = 0, failed = 0, ran = 0, deadlines = 0, batches = 0, exact = 0, lent = 0, blocked = 0;
   int64_t apart = 0, first_apart = 0;
   StepCounts step_totals;
+  int64_t table_seeds = 0;  // of services of several tables
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
   std::array<double, 4> kind_seconds{};
@@ -94,6 +96,7 @@ TEST_F(SimulationTest, ManySeeds) {
     apart += result.columns_apart;
     first_apart += result.columns_first;
     step_totals.Add(result.step_counts);
+    table_seeds += result.tables > 1;
     if (!result.passed) ++failed;
     if (schedules.is_open()) {
       schedules << fmt::format("{} {} {} {} {:016x} {:016x}\n", seed, result.passed ? "passed" : "failed", result.steps,
@@ -116,6 +119,24 @@ TEST_F(SimulationTest, ManySeeds) {
             << " taken by the FIFO remover, " << step_totals.stale
             << " stale updates, " << step_totals.restored << " restored items compared ("
             << step_totals.restored_exact << " checkpoints restored as they began)\n";
+  std::cout << "  several tables: " << table_seeds << " seeds; draws checked against the reference's selector:";
+  for (size_t kind = 0; kind < step_totals.drawn_by.size(); ++kind) {
+    std::cout << (kind == 0 ? " " : ", ") << table::SelectorKindName(static_cast<table::SelectorKind>(kind)) << " "
+              << step_totals.drawn_by[kind];
+  }
+  std::cout << "; " << step_totals.sampled_out << " items taken by their last draw (max_times_sampled), "
+            << step_totals.lowest_removed << " by the lowest-priority remover, " << step_totals.selector_updates
+            << " priorities updated in tables with selectors\n";
+  // Every selector's draws, a queue's and the lowest-priority remover's takes, checked within a CI run's seeds.
+  if (seeds >= 1000) {
+    for (size_t kind = 0; kind < step_totals.drawn_by.size(); ++kind) {
+      EXPECT_GT(step_totals.drawn_by[kind], 0)
+          << "no draw of a " << table::SelectorKindName(static_cast<table::SelectorKind>(kind)) << " table";
+    }
+    EXPECT_GT(step_totals.sampled_out, 0) << "no item left by max_times_sampled";
+    EXPECT_GT(step_totals.lowest_removed, 0) << "no item taken by the lowest-priority remover";
+    EXPECT_GT(step_totals.selector_updates, 0) << "no update of a table with selectors";
+  }
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",
                          "step streams (1-3 shards)"};
   for (size_t kind = 0; kind < 4; ++kind) {

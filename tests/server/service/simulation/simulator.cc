@@ -37,12 +37,13 @@ namespace fs = std::filesystem;
 constexpr int64_t kLivenessSteps = 2000;
 
 // Every configuration's draws: the first two streams' as before, then the
-// third's, then the fourth's (step streams).
+// third's, then the fourth's (step streams), then the fifth's (tables).
 SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library,
-                                 ScheduleRandom* steps) {
+                                 ScheduleRandom* steps, ScheduleRandom* tables) {
   SimulationConfig config = DrawConfig(random->generator(), later->generator());
   DrawLibraryConfig(library->generator(), &config);
   config.steps = DrawStepConfig(steps->generator(), &config.options.min_size_to_sample);
+  DrawTables(tables->generator(), &config);
   return config;
 }
 
@@ -50,7 +51,7 @@ SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, 
 // items' Replay holds the keys and priorities) and transport, and what the
 // simulator keeps of it.
 struct Shard {
-  replay::ReplayOptions replay_options;  // the items'
+  std::vector<replay::ReplayOptions> table_options;  // each table's items'
   std::unique_ptr<LoopbackTransport> transport;
   std::unique_ptr<replay::StepReplay> replay;
   std::unique_ptr<ReplayService> service;
@@ -71,7 +72,8 @@ class Simulator {
         later_random_(ScheduleRandom::LaterFeaturesSeed(seed)),
         library_random_(ScheduleRandom::LibrarySeed(seed)),
         steps_random_(ScheduleRandom::StepsSeed(seed)),
-        config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_)),
+        tables_random_(ScheduleRandom::TablesSeed(seed)),
+        config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_, &tables_random_)),
         model_(config_),
         step_model_(config_, &links_),
         versions_(static_cast<size_t>(config_.shards), 0),
@@ -110,7 +112,7 @@ class Simulator {
   std::string DescribeWaits() const;
   void AbortLibraryClients();
 
-  ScheduleRandom random_, later_random_, library_random_, steps_random_;
+  ScheduleRandom random_, later_random_, library_random_, steps_random_, tables_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
   StepModel step_model_;  // used when config_.steps.on
@@ -136,6 +138,7 @@ SimulationResult Simulator::Run() {
   result_.shards = config_.shards;
   result_.library_clients = config_.library_actors + config_.library_learners;
   result_.step_streams = config_.steps.on;
+  result_.tables = config_.tables();
   try {
     Start();
     for (int tick = 0; tick < config_.work_ticks; ++tick) WorkTick();
@@ -176,7 +179,7 @@ SimulationResult Simulator::Run() {
   }
   if (!result_.passed) AbortLibraryClients();  // outside the catch: fibers switch
   Hash64 schedule;
-  for (ScheduleRandom* random : {&random_, &later_random_, &library_random_, &steps_random_}) {
+  for (ScheduleRandom* random : {&random_, &later_random_, &library_random_, &steps_random_, &tables_random_}) {
     const uint64_t digest = random->generator().digest();
     schedule.Update(std::as_bytes(std::span(&digest, 1)));
   }
@@ -220,10 +223,23 @@ void Simulator::Start() {
   replay_options.max_priority_from_adds = random_.Chance(0.5);
   for (int s = 0; s < shards; ++s) {
     Shard& shard = shards_[static_cast<size_t>(s)];
-    shard.replay_options = replay_options;
-    if (s > 0) shard.replay_options.seed = library_random_.generator().Bits();
+    shard.table_options = {replay_options};
+    if (s > 0) shard.table_options[0].seed = library_random_.generator().Bits();
+    // The tables beside the default one: their own capacity, alpha, sampler, remover and max_times_sampled (a
+    // seed each shard), the default one's priority policy.
+    for (int t = 1; t < config_.tables(); ++t) {
+      const replay::ReplayOptions& drawn = config_.steps.tables[static_cast<size_t>(t)].items;
+      replay::ReplayOptions options = replay_options;
+      options.capacity = drawn.capacity;
+      options.alpha = drawn.alpha;
+      options.seed = drawn.seed + static_cast<uint64_t>(s);
+      options.sampler = drawn.sampler;
+      options.remover = drawn.remover;
+      options.max_times_sampled = drawn.max_times_sampled;
+      shard.table_options.push_back(options);
+    }
     const Status created =
-        CreateShardReplay(config_, shard.transport->client_count(), shard.replay_options, &shard.replay);
+        CreateShardReplay(config_, shard.transport->client_count(), shard.table_options, &shard.replay);
     if (!created.ok()) throw SimulationFailure("the replay: " + created.ToString());
     links_[static_cast<size_t>(s)].replay = &shard.replay->items();
     links_[static_cast<size_t>(s)].table = shard.replay.get();
@@ -243,8 +259,8 @@ void Simulator::Start() {
     step_model_.Start();
     model_.SetStepModel(&step_model_);
   }
-  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &model_, &links_,
-                                                &step_model_);
+  clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &tables_random_,
+                                                &model_, &links_, &step_model_);
   for (int client = raw_clients(); client < config_.clients(); ++client) {
     if (config_.actor(client)) {
       if (config_.steps.on) {
@@ -399,7 +415,7 @@ void Simulator::CheckCheckpoint(int s) {
   const std::string& path = shard.service->checkpoints()->last_path();
   if (path.empty() || path == shard.last_checked_path) return;
   shard.last_checked_path = path;
-  CheckRestoredCheckpoint(config_, s, shard.replay_options, shard.transport->client_count(), path, &model_,
+  CheckRestoredCheckpoint(config_, s, shard.table_options, shard.transport->client_count(), path, &model_,
                           config_.steps.on ? &step_model_ : nullptr, &shard.snapshot, &restored_counts_);
 }
 

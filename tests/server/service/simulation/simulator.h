@@ -20,6 +20,7 @@
 // replays it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -36,7 +37,17 @@ struct StepCounts {
   int64_t stale = 0;         // update elements counted stale
   int64_t restored = 0;      // live items of restored checkpoints assembled and compared
   int64_t restored_exact = 0;  // checkpoints that restored the ring and items as they were when begun
+  // Several tables (issue 34): draws checked against the reference's
+  // selector, by sampler (table::SelectorKind's order); items taken by their
+  // k-th draw (max_times_sampled); items the lowest-priority remover took;
+  // priority updates applied to tables with selectors.
+  std::array<int64_t, 6> drawn_by{};
+  int64_t sampled_out = 0, lowest_removed = 0, selector_updates = 0;
   void Add(const StepCounts& o) {
+    for (size_t i = 0; i < drawn_by.size(); ++i) drawn_by[i] += o.drawn_by[i];
+    sampled_out += o.sampled_out;
+    lowest_removed += o.lowest_removed;
+    selector_updates += o.selector_updates;
     restored += o.restored;
     restored_exact += o.restored_exact;
     appends += o.appends;
@@ -54,6 +65,7 @@ struct SimulationResult {
   int shards = 1;               // the seed's configuration drew these ...
   int library_clients = 0;      // ... and these clients of the real client library
   bool step_streams = false;    // ... and services of step streams
+  int tables = 1;               // ... of this many tables
   std::string failure;       // what broke, at which step, and what waited
   std::string config;        // the seed's configuration, described
   int64_t steps = 0;         // calls of ReplayService::Step

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "proto/append.h"
@@ -91,7 +92,27 @@ void SimulatedClients::AppendSteps(int client) {
       break;
     }
   }
-  if (count == 0 && items.empty()) return;  // nothing to send
+  // Items in the tables beside the default one (issue 34; from the fifth
+  // stream, so seeds of one table keep their schedules), each now and then
+  // where its own layout can create them; now and then a group of a table
+  // the server does not have (the append refused whole).
+  std::vector<TableGroup> extra;
+  for (int table = 1; table < config_.tables(); ++table) {
+    if (!tables_random_.Chance(0.6)) continue;
+    TableGroup group{table, stream.PickItems(tables_random_.generator(), tables_random_.Pick(1, 3), table)};
+    if (group.steps.empty()) continue;
+    if (tables_random_.Chance(0.5)) {
+      for (size_t i = 0; i < group.steps.size(); ++i) group.priorities.push_back(tables_random_.Uniform(0.01, 10.0));
+    }
+    group.columns = StepStream::Wire(
+        stream.ItemRows(tables_random_.generator(), static_cast<int64_t>(group.steps.size()), table),
+        stream.layout(table).item_columns.size());
+    extra.push_back(std::move(group));
+  }
+  if (config_.tables() > 1 && tables_random_.Chance(0.02)) {
+    extra.push_back(TableGroup{config_.tables(), {std::max<int64_t>(0, stream.size() - 1)}, {}, {}});
+  }
+  if (count == 0 && items.empty() && extra.empty()) return;  // nothing to send
   proto::AppendMeta meta;
   meta.steps = count;
   const bool has_priorities = random_.Chance(0.5) || flaw == Flaw::kBadPriority;
@@ -101,9 +122,14 @@ void SimulatedClients::AppendSteps(int client) {
   for (size_t i = 0; has_priorities && i < items.size(); ++i) priorities.push_back(random_.Uniform(0.01, 10.0));
   if (flaw == Flaw::kBadPriority) priorities.push_back(std::nan(""));  // with an item of its own
   if (flaw == Flaw::kBadPriority) items.push_back(std::max<int64_t>(0, stream.size() - 1));
-  // The server's one table's items (none: steps only).
+  // The default table's items (none: steps only), then the others'.
   if (!items.empty()) meta.groups = {proto::ItemGroup{0, static_cast<int64_t>(items.size()), false, has_priorities}};
   stream.MarkItems(items);
+  for (const TableGroup& group : extra) {
+    meta.groups.push_back(proto::ItemGroup{group.table, static_cast<int64_t>(group.steps.size()), false,
+                                           !group.priorities.empty()});
+    if (group.table < config_.tables()) stream.MarkItems(group.steps, group.table);
+  }
   std::vector<std::byte> step_bulk = StepStream::Wire(rows, steps.step_schema.columns.size());
   if (flaw == Flaw::kBytes) step_bulk.push_back(std::byte{7});
   // Its step columns apart (received straight into the ring), now and then before the request.
@@ -113,18 +139,31 @@ void SimulatedClients::AppendSteps(int client) {
       stream.ItemRows(rng, static_cast<int64_t>(items.size())), steps.options.item_columns.size());
   const uint64_t id = state.next_request_id++;
   const std::span<const std::byte> step_columns[] = {step_bulk};
-  const std::span<const std::byte> item_columns[] = {item_bulk};
-  const proto::ItemGroupSpans group{items, priorities, item_columns};
+  // One span a group: a table's item columns go as one (EncodeAppend copies the spans in order).
+  std::vector<std::span<const std::byte>> item_columns = {item_bulk};
+  for (const TableGroup& group : extra) item_columns.push_back(group.columns);
+  std::vector<proto::ItemGroupSpans> groups;
+  if (!items.empty()) groups.push_back(proto::ItemGroupSpans{items, priorities, std::span(&item_columns[0], 1)});
+  for (size_t g = 0; g < extra.size(); ++g) {
+    groups.push_back(proto::ItemGroupSpans{extra[g].steps, extra[g].priorities, std::span(&item_columns[g + 1], 1)});
+  }
+  // Now and then the groups in another order than the tables'.
+  if (meta.groups.size() > 1 && tables_random_.Chance(0.3)) {
+    std::reverse(meta.groups.begin(), meta.groups.end());
+    std::reverse(groups.begin(), groups.end());
+  }
   std::vector<std::byte> frame;
   proto::EncodeAppend(id, meta,
                       meta.columns_follow ? std::span<const std::span<const std::byte>>{}
                                           : std::span<const std::span<const std::byte>>(step_columns),
-                      std::span(&group, meta.groups.size()), &frame);
+                      groups, &frame);
   model_.SentAppend(client, shard, id, frame);
   if (meta.timeout_seconds > 0) model_.WithTimeout(client, shard, id, meta.timeout_seconds);
   if (random_.tracing()) {
-    random_.Trace("client {} request {}: append of {} steps from step {} with items at {}{}{}{}", client, id,
-                  meta.steps, meta.first_step, fmt::join(items, ", "),
+    std::string others;
+    for (const TableGroup& group : extra) others += fmt::format(", table {} at {}", group.table, fmt::join(group.steps, ", "));
+    random_.Trace("client {} request {}: append of {} steps from step {} with items at {}{}{}{}{}", client, id,
+                  meta.steps, meta.first_step, fmt::join(items, ", "), others,
                   meta.columns_follow ? (columns_first ? ", columns apart, before the request" : ", columns apart")
                                       : "",
                   meta.timeout_seconds > 0 ? fmt::format(", timeout {:.3f} s", meta.timeout_seconds) : "",

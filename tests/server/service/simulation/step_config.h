@@ -18,11 +18,54 @@
 #include "perserve/schema.h"
 #include "replay/step_replay.h"
 #include "server/service/simulation/portable_random.h"
+#include "service/rate_limiter.h"
+#include "table/selector.h"
 
 namespace perserve::service::simulation {
 
 // The share of seeds whose services store step streams.
 inline constexpr double kStepConfigShare = 0.3;
+// The share of those whose services hold several tables (DrawTables).
+inline constexpr double kTablesShare = 0.5;
+
+// One table of a service of step streams (issue 34): the default one (the
+// seed's layout, prioritized, the seed's capacity and rate limiter) and
+// those drawn beside it from the fifth stream (DrawTables), each with its
+// own item layout over the same ring, sampler, remover, max_times_sampled,
+// capacity, minimum size and rate limiter.
+struct SimTable {
+  std::string name = "default";
+  replay::StepOptions layout;   // the ring's capacity and streams are the default table's
+  replay::ReplayOptions items;  // capacity, alpha, seed, sampler, remover, max_times_sampled
+  RateLimiterOptions limiter;
+  Schema sample_schema;  // what a sample returns (StepSchemas)
+  Schema stored_schema;  // what the table's replay stores
+
+  table::SelectorKind sampler() const { return items.sampler; }
+  // Whether it takes priority updates: prioritized and the heaps do.
+  bool takes_updates() const {
+    return sampler() == table::SelectorKind::kPrioritized || sampler() == table::SelectorKind::kMaxHeap ||
+           sampler() == table::SelectorKind::kMinHeap;
+  }
+  // Whether a shard sample draws from it at fractions (Replay::SampleAt).
+  bool draws_at_fractions() const {
+    return sampler() == table::SelectorKind::kPrioritized && items.max_times_sampled == 0;
+  }
+  std::string Describe() const {
+    const bool n_step = layout.kind == replay::StepOptions::Kind::kNStep;
+    std::string stacks;
+    for (const auto& [column, depth] : layout.stacks) stacks += fmt::format(" {}:{}", column, depth);
+    return fmt::format(
+        "{} ({}, stacks{}, {} items, sampler {}, remover {}, max times sampled {}, min size {}, rate limiter {} "
+        "(buffer {}))",
+        name,
+        n_step ? fmt::format("{}-step, discount {}", layout.n_step, layout.discount)
+               : fmt::format("sequences of {} every {}", layout.sequence_length, layout.sequence_period),
+        stacks.empty() ? " none" : stacks, items.capacity, table::SelectorKindName(items.sampler),
+        items.remover == replay::RemoverKind::kOldestFirst ? "fifo" : "min_heap", items.max_times_sampled,
+        limiter.min_size_to_sample, limiter.samples_per_insert, limiter.error_buffer);
+  }
+};
 
 
 struct StepStreamsConfig {
@@ -33,6 +76,9 @@ struct StepStreamsConfig {
   Schema stored_schema;         // what the items' replay stores
   double episode_end = 0.1;     // the chance that a step ends its episode
   int max_append = 6;           // steps in one append (at most)
+  // Every table, the default one first (its layout is `options`, its
+  // schemas the two above): filled by DrawTables.
+  std::vector<SimTable> tables;
 
   bool n_step() const { return options.kind == replay::StepOptions::Kind::kNStep; }
   std::string Describe() const {
@@ -44,7 +90,14 @@ struct StepStreamsConfig {
         n_step() ? fmt::format("{}-step, discount {}", options.n_step, options.discount)
                  : fmt::format("sequences of {} every {}", options.sequence_length, options.sequence_period),
         stacks.empty() ? " none" : stacks, options.step_capacity, step_schema.ToString(),
-        options.item_columns.empty() ? "nothing" : Schema{options.item_columns}.ToString(), episode_end);
+        options.item_columns.empty() ? "nothing" : Schema{options.item_columns}.ToString(), episode_end) +
+           DescribeTables();
+  }
+  std::string DescribeTables() const {
+    if (tables.size() <= 1) return "";
+    std::string text = "; tables:";
+    for (size_t t = 1; t < tables.size(); ++t) text += (t == 1 ? " " : "; ") + tables[t].Describe();
+    return text;
   }
 };
 

@@ -35,6 +35,18 @@
 //     reference's items, each with a positive leaf (no item vanishes while
 //     its steps are held), and after every step the ring's keys and streams
 //     are the reference's.
+// Several tables (issue 34): each table of a shard has its own reference
+// (its layout over the same steps, its items and keys) and a
+// TableReference (table_reference.h) for its sampler, remover and
+// max_times_sampled, kept in the service's order like the rest: every draw
+// of a fifo, lifo or heap table is the one the reference's selector gives
+// then, a uniform draw's probability is 1 / (items held then), a queue's
+// item leaves with its k-th draw, the remover takes the items the
+// reference's does, and after every step each table's priorities, times
+// sampled and draws left are the reference's. And each table's minimum
+// size and rate limiter (rate_limiter.h) hold for every draw: a sample of b
+// items is sent only while the table holds its M items and, with R > 0,
+// I R - S - b >= R M - E (its items inserted I and sampled S before it).
 // A violation throws SimulationFailure.
 #pragma once
 
@@ -56,6 +68,7 @@
 #include "server/service/simulation/simulated_clients.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/simulator.h"
+#include "server/service/simulation/table_reference.h"
 
 namespace perserve::service::simulation {
 
@@ -73,7 +86,10 @@ class StepModel {
   // its appends apart in order), and an update's keys.
   void SentAppend(int client, int shard, uint64_t request_id, std::span<const std::byte> frame);
   void SentColumns(int client, int shard, std::span<const std::byte> columns);
-  void SentUpdate(int client, int shard, uint64_t request_id, const std::vector<uint64_t>& keys);
+  // A sample or shard sample of `table`, and an update of its keys with these priorities.
+  void SentSample(int client, int shard, uint64_t request_id, int table);
+  void SentUpdate(int client, int shard, uint64_t request_id, int table, const std::vector<uint64_t>& keys,
+                  std::vector<double> priorities);
   // A reply `shard`'s service sends to its client `index`, as it sends it.
   // Called inside the service's Step, which would turn an exception into an
   // error reply: a failure is kept for ThrowIfFailed instead.
@@ -102,7 +118,7 @@ class StepModel {
         continue;
       }
       const Append& append = oldest->second;
-      if (append.malformed || append.apart || !append.item_steps.empty()) continue;
+      if (append.malformed || append.apart || append.items() > 0) continue;
       Expect(std::find(state.held_itemless.begin(), state.held_itemless.end(), oldest->first) ==
                  state.held_itemless.end(),
              [&] {
@@ -117,10 +133,12 @@ class StepModel {
   }
   const StepCounts& counts() const { return counts_; }
 
-  // An item's sample, column by column (a key with its shard's bits); fails for a key never issued.
-  std::vector<std::vector<std::byte>> Expected(uint64_t key) const;
-  // `client`'s stream on `shard` as the service holds it: the reference's history.
-  const replay::step_test::StepReference& reference(int shard) const { return shards_[static_cast<size_t>(shard)].ref; }
+  // An item's sample, column by column (a key of `table` with its shard's bits); fails for a key never issued.
+  std::vector<std::vector<std::byte>> Expected(uint64_t key, int table = 0) const;
+  // The steps of `shard` as the service holds them: the default table's reference (every table's holds them).
+  const replay::step_test::StepReference& reference(int shard) const {
+    return shards_[static_cast<size_t>(shard)].tables[0].ref;
+  }
   int Stream(int client, int shard) const;
   // The newest index of `client`'s stream whose steps the ring no longer holds (-1: none).
   int64_t NewestEvicted(int client) const;
@@ -138,41 +156,76 @@ class StepModel {
     bool apart = false;  // its step columns are a message of their own
     bool bad_priority = false;  // refused once its first step is checked
     Rows rows;                  // rows[j][c]: step j's bytes of step column c
-    std::vector<int64_t> item_steps;
-    Rows item_rows;             // item_rows[i][c]: item i's bytes of item column c
+    struct Group {              // one table's items, in the request's order
+      int table = 0;
+      std::vector<int64_t> steps;
+      std::vector<double> priorities;  // empty: none given
+      Rows rows;                       // rows[i][c]: item i's bytes of item column c
+    };
+    std::vector<Group> groups;
+    int64_t items() const {
+      int64_t items = 0;
+      for (const Group& group : groups) items += static_cast<int64_t>(group.steps.size());
+      return items;
+    }
+    const Group* GroupOf(int table) const {
+      for (const Group& group : groups) {
+        if (group.table == table) return &group;
+      }
+      return nullptr;
+    }
+  };
+  struct Update {
+    int table = 0;
+    std::vector<uint64_t> keys;
+    std::vector<double> priorities;
   };
   // What an append may be refused with, judged when the service answered it.
   struct Verdict {
     bool invalid_argument = false, failed_precondition = false;
   };
+  struct Table {
+    Table(const replay::StepOptions& layout, const Schema& schema, const replay::ReplayOptions& items)
+        : ref(layout, schema), selector(items) {}
+    replay::step_test::StepReference ref;  // the shard's steps, this table's layout and items
+    TableReference selector;               // its sampler, remover and max_times_sampled
+    std::vector<uint64_t> earliest;        // by item key: its earliest step's key
+    int64_t inserted = 0, sampled = 0;     // items, as its rate limiter counts them
+  };
   struct Shard {
-    explicit Shard(const replay::StepOptions& options, const Schema& schema) : ref(options, schema) {}
-    replay::step_test::StepReference ref;
-    std::vector<uint64_t> earliest;  // by item key: its earliest step's key
-    std::vector<int> client_of;      // by transport index
+    std::vector<Table> tables;              // the default one first
+    std::vector<int> client_of;             // by transport index
     std::vector<RequestKey> held_itemless;  // CheckHeld's after the shard's last step
+    replay::step_test::StepReference& ring() { return tables[0].ref; }
   };
 
   // Judges `append` from `stream` against the reference as it stands; a valid one's steps stay appended.
   Verdict Judge(int shard, int stream, const Append& append);
-  // An acknowledged append's items come in at keys first_key ..: first the
-  // items whose earliest step left the ring go, then the oldest while the
-  // table would hold more than its capacity.
-  void Commit(int shard, int stream, const Append& append, uint64_t first_key);
+  // An acknowledged append's items come in, in each table at its next keys:
+  // first the items whose earliest step left the ring go (from every
+  // table), then the remover's while a table would hold more than its capacity.
+  void Commit(int shard, int stream, const Append& append);
+  // A draw of a table with max_times_sampled gave `key`: its k-th takes it out.
+  void Drawn(Table* table, uint64_t key);
   void CheckReply(int shard, int index, std::span<const std::byte> frame);
   void AppendAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame);
-  // The drawn items of a sample or shard sample reply: whole, and the reference's bytes.
-  void CheckDrawn(int shard, const std::string& what, std::span<const uint64_t> keys,
-                  std::span<const std::byte> columns);
+  // The drawn items of a sample (with its probabilities) or shard sample
+  // reply (none) of `table`: whole, each the draw its selector gives, and
+  // the reference's bytes; then the draws' effect (max_times_sampled).
+  void CheckDrawn(int shard, int table, const std::string& what, std::span<const uint64_t> keys,
+                  std::span<const double> probabilities, std::span<const std::byte> columns);
   void UpdateAnswered(int client, int shard, uint64_t request_id, const proto::Frame& frame);
-  // Whether the item under local `key` of `shard` is whole now.
-  bool Whole(int shard, uint64_t key) const;
+  // Whether the item under local `key` of `shard`'s `table` is whole now.
+  bool Whole(int shard, int table, uint64_t key) const;
+  // After each step: `table` (its index) of `shard` holds exactly its reference's items and selectors' state.
+  void CheckTable(int shard, int table, const replay::Replay& items, bool changed);
 
   const SimulationConfig& config_;
   const std::vector<ShardLink>& links_;
   std::vector<Shard> shards_;
   std::map<RequestKey, Append> appends_;                 // sent, not answered yet
-  std::map<RequestKey, std::vector<uint64_t>> updates_;  // sent, not answered yet
+  std::map<RequestKey, Update> updates_;                 // sent, not answered yet
+  std::map<RequestKey, int> samples_;                    // samples and shard samples not answered yet: their tables
   std::map<RequestKey, Verdict> verdicts_;               // refusable appends, until received
   std::map<std::pair<int, int>, std::deque<RequestKey>> awaiting_columns_;  // by client and shard, in send order
   std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> early_columns_;  // sent before their request

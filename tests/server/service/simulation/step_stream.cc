@@ -21,8 +21,15 @@ uint8_t Mix(uint64_t a, uint64_t b, uint64_t c) {
 
 }  // namespace
 
-StepStream::StepStream(const StepStreamsConfig& config, int client)
-    : config_(config), client_(client), view_(OneStream(config.options), config.step_schema) {}
+StepStream::StepStream(const StepStreamsConfig& config, int client) : config_(config), client_(client) {
+  const int tables = std::max<int>(1, static_cast<int>(config.tables.size()));
+  for (int table = 0; table < tables; ++table) views_.emplace_back(OneStream(layout(table)), config.step_schema);
+  items_.resize(static_cast<size_t>(tables));
+}
+
+const replay::StepOptions& StepStream::layout(int table) const {
+  return table == 0 ? config_.options : config_.tables[static_cast<size_t>(table)].layout;
+}
 
 StepRows StepStream::Draw(PortableRandom& rng, int64_t count) {
   StepRows rows;
@@ -51,21 +58,25 @@ StepRows StepStream::Draw(PortableRandom& rng, int64_t count) {
 }
 
 void StepStream::Commit(int64_t kept, const StepRows& rows) {
-  items_.erase(items_.lower_bound(kept), items_.end());
-  view_.Unappend(0, size() - kept);
-  view_.Append(0, rows);
+  for (std::set<int64_t>& items : items_) items.erase(items.lower_bound(kept), items.end());
+  const int64_t dropped = size() - kept;
+  for (replay::step_test::StepReference& view : views_) {
+    view.Unappend(0, dropped);
+    view.Append(0, rows);
+  }
 }
 
-std::vector<int64_t> StepStream::PickItems(PortableRandom& rng, int64_t most) const {
+std::vector<int64_t> StepStream::PickItems(PortableRandom& rng, int64_t most, int table) const {
   std::vector<int64_t> items;
   const int64_t have = size();
   if (have == 0) return items;
-  const replay::StepOptions& o = config_.options;
-  const int64_t span = config_.n_step() ? o.n_step : o.sequence_length;
+  const replay::StepOptions& o = layout(table);
+  const std::set<int64_t>& sent = items_[static_cast<size_t>(table)];
+  const int64_t span = o.kind == replay::StepOptions::Kind::kNStep ? o.n_step : o.sequence_length;
   const int64_t oldest = std::max<int64_t>(0, have - span - 4);
   for (int tries = 0; tries < 12 && static_cast<int64_t>(items.size()) < most; ++tries) {
     const int64_t t = rng.Int(oldest, have - 1);
-    if (Creatable(t) && items_.count(t) == 0 && std::find(items.begin(), items.end(), t) == items.end()) {
+    if (Creatable(t, table) && sent.count(t) == 0 && std::find(items.begin(), items.end(), t) == items.end()) {
       items.push_back(t);
     }
   }
@@ -73,10 +84,11 @@ std::vector<int64_t> StepStream::PickItems(PortableRandom& rng, int64_t most) co
 }
 
 int64_t StepStream::RecentItem(PortableRandom& rng) const {
-  if (items_.empty()) return -1;
-  const int64_t newest = *items_.rbegin();
-  const auto first = items_.lower_bound(newest - 8);
-  const int64_t recent = std::distance(first, items_.end());
+  const std::set<int64_t>& sent = items_[0];
+  if (sent.empty()) return -1;
+  const int64_t newest = *sent.rbegin();
+  const auto first = sent.lower_bound(newest - 8);
+  const int64_t recent = std::distance(first, sent.end());
   return *std::next(first, rng.Int(0, recent - 1));
 }
 
@@ -86,23 +98,23 @@ int64_t StepStream::OffPeriod(PortableRandom& rng) const {
   const int64_t oldest = std::max<int64_t>(0, size() - 12);
   for (int tries = 0; tries < 12; ++tries) {
     const int64_t t = rng.Int(oldest, size() - 1);
-    if ((t - view_.EpisodeStart(0, t)) % o.sequence_period != 0) return t;
+    if ((t - views_[0].EpisodeStart(0, t)) % o.sequence_period != 0) return t;
   }
   return -1;
 }
 
 int64_t StepStream::RecentBootstrap() const {
   for (int64_t t = size() - 1; t >= std::max<int64_t>(0, size() - 16); --t) {
-    if (view_.Bootstrap(0, t)) return t;
+    if (views_[0].Bootstrap(0, t)) return t;
   }
   return -1;
 }
 
-StepRows StepStream::ItemRows(PortableRandom& rng, int64_t count) const {
+StepRows StepStream::ItemRows(PortableRandom& rng, int64_t count, int table) const {
   StepRows rows;
   for (int64_t i = 0; i < count; ++i) {
     std::vector<std::vector<std::byte>> item;
-    for (const Column& column : config_.options.item_columns) {
+    for (const Column& column : layout(table).item_columns) {
       std::vector<std::byte> row(static_cast<size_t>(column.ItemBytes()));
       for (auto& b : row) b = static_cast<std::byte>(rng.Int(0, 255));
       item.push_back(std::move(row));

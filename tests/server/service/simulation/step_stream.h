@@ -4,9 +4,10 @@
 // this one stream: every step the item needs appended, a sequence on its
 // period; whether the ring still holds them is the service's to say), and
 // the steps it sent items over (one item per step: it sends none over them
-// again but on purpose). Steps
-// are drawn with bytes unique to the actor and step, so a sample that showed
-// a step overwritten in the ring would show another step's bytes.
+// again but on purpose), table by table (each with its own layout: issue
+// 34). Steps are drawn with bytes unique to the actor and step, so a sample
+// that showed a step overwritten in the ring would show another step's
+// bytes. Every `table` below is an index of config.tables (0: the default).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ class StepStream {
  public:
   StepStream(const StepStreamsConfig& config, int client);
 
-  int64_t size() const { return view_.steps(0); }
+  int64_t size() const { return views_[0].steps(0); }
   // `count` new steps to follow the view (not in it yet); each step's done
   // comes from DrawEpisodeEnd, the one place episodes end.
   StepRows Draw(PortableRandom& rng, int64_t count);
@@ -34,29 +35,33 @@ class StepStream {
   // or, with no rows, after a refusal: what the server holds); the items
   // sent over the steps it drops are forgotten.
   void Commit(int64_t kept, const StepRows& rows);
-  bool Creatable(int64_t t) const { return view_.Creatable(0, t, 0); }
-  // Up to `most` distinct steps among the recent ones where an item can be
-  // created now and none was sent yet.
-  std::vector<int64_t> PickItems(PortableRandom& rng, int64_t most) const;
-  // Items are sent over these steps.
-  void MarkItems(const std::vector<int64_t>& steps) { items_.insert(steps.begin(), steps.end()); }
+  bool Creatable(int64_t t, int table = 0) const { return views_[static_cast<size_t>(table)].Creatable(0, t, 0); }
+  // Up to `most` distinct steps among the recent ones where an item of
+  // `table` can be created now and none was sent yet.
+  std::vector<int64_t> PickItems(PortableRandom& rng, int64_t most, int table = 0) const;
+  // Items of `table` are sent over these steps.
+  void MarkItems(const std::vector<int64_t>& steps, int table = 0) {
+    items_[static_cast<size_t>(table)].insert(steps.begin(), steps.end());
+  }
   // A recent step an item was sent over, or -1 if none is.
   int64_t RecentItem(PortableRandom& rng) const;
   // A step where a sequence cannot start (off its period), or -1 if none is recent.
   int64_t OffPeriod(PortableRandom& rng) const;
   // A recent bootstrap step (done 2: no item starts there), or -1 if none is.
   int64_t RecentBootstrap() const;
-  // The item columns' rows of `count` new items.
-  StepRows ItemRows(PortableRandom& rng, int64_t count) const;
+  // The item columns' rows of `count` new items of `table`.
+  StepRows ItemRows(PortableRandom& rng, int64_t count, int table = 0) const;
+  // The layout of `table`'s items.
+  const replay::StepOptions& layout(int table) const;
   // The wire layout of rows: each column's rows, column after column.
   static std::vector<std::byte> Wire(const StepRows& rows, size_t columns);
 
  private:
   const StepStreamsConfig& config_;
   const int client_;
-  replay::step_test::StepReference view_;
+  std::vector<replay::step_test::StepReference> views_;  // a table's (the same steps, its layout)
   int64_t drawn_ = 0;  // steps drawn ever (refused ones too): their bytes differ
-  std::set<int64_t> items_;  // steps items were sent over
+  std::vector<std::set<int64_t>> items_;  // a table's: steps items were sent over
 };
 
 }  // namespace perserve::service::simulation
