@@ -232,6 +232,13 @@ void SimulatedClients::Update(int client) {
   }
   if (random_.Chance(0.1))
     priorities[static_cast<size_t>(random_.Pick(0, static_cast<int64_t>(keys.size()) - 1))] = std::nan("");
+  // A table beside the default one: now and then priorities of a few values, which ties make matter.
+  // Or all one value: the heaps then order the keys by the update's order (each set behind its equals).
+  if (table > 0 && tables_random_.Chance(0.5)) {
+    const bool one_value = tables_random_.Chance(0.5);
+    const double value = TablePriority(tables_random_);
+    for (double& p : priorities) p = std::isnan(p) ? p : one_value ? value : TablePriority(tables_random_);
+  }
   // Bad as the replay counts them: NaN, and zero with neither eps nor drop_bad_priorities (replay.h).
   const bool zero_is_bad = config_.priority_eps == 0.0 && !config_.drop_bad_priorities;
   const int64_t bad = std::count_if(priorities.begin(), priorities.end(),

@@ -14,6 +14,7 @@
 // step streams actors append steps instead (step_clients.cc).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -43,6 +44,14 @@ struct ShardLink {
   // The next key of table `t` (its index).
   uint64_t NextKey(int t) const { return t == 0 ? replay->next_key() : table->table(t).items().next_key(); }
 };
+
+// A priority for an item or update of a table beside the default one:
+// half of them one of three values, so that equal priorities are common
+// (the heaps' and the lowest-priority remover's ties: table_reference.h).
+inline double TablePriority(ScheduleRandom& random) {
+  if (random.Chance(0.5)) return std::array{0.5, 1.0, 2.0}[static_cast<size_t>(random.Pick(0, 2))];
+  return random.Uniform(0.01, 10.0);
+}
 
 class SimulatedClients {
  public:

@@ -102,7 +102,7 @@ void SimulatedClients::AppendSteps(int client) {
     TableGroup group{table, stream.PickItems(tables_random_.generator(), tables_random_.Pick(1, 3), table)};
     if (group.steps.empty()) continue;
     if (tables_random_.Chance(0.5)) {
-      for (size_t i = 0; i < group.steps.size(); ++i) group.priorities.push_back(tables_random_.Uniform(0.01, 10.0));
+      for (size_t i = 0; i < group.steps.size(); ++i) group.priorities.push_back(TablePriority(tables_random_));
     }
     group.columns = StepStream::Wire(
         stream.ItemRows(tables_random_.generator(), static_cast<int64_t>(group.steps.size()), table),
