@@ -47,6 +47,10 @@ class LibraryLearner final : public LibraryClient {
 
   void Sample();
   void Halves();
+  // With several tables: a sample of another table than the default, by
+  // name (its sampler's draws; the StepModel checks each as the service
+  // sends it), with nothing in flight.
+  void SampleOtherTable();
   void Update();
   void BeginSampleCall(double timeout);
   double DrawTimeout();

@@ -7,6 +7,7 @@
 #include "proto/append.h"
 #include "proto/codec.h"
 #include "service/checkpoint/checkpoint.h"
+#include "service/table_flags.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -198,6 +199,7 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
       decode(&request);
       model.SentSample(client_, shard, id, request.beta, shards_[static_cast<size_t>(shard)].NextKey(request.table),
                        request.table);
+      if (request.table != 0) other_tables_.insert(id);
       betas_[id] = request.beta;
       world_.random.Trace("client {} request {}: sample of {} (library, beta {}{}){}", client_, id, request.batch_size,
                           request.beta, request.awaited ? ", awaited" : "", to);
@@ -209,6 +211,7 @@ void SimulatedConnection::Observe(int shard, std::span<const std::byte> bytes) {
       decode(&request);
       model.SentShardSample(client_, shard, id, request.count,
                             shards_[static_cast<size_t>(shard)].NextKey(request.table), request.table);
+      if (request.table != 0) other_tables_.insert(id);
       world_.random.Trace("client {} request {}: shard sample of {} (library{}{}){}", client_, id, request.count,
                           request.wait ? ", waits" : "", request.awaited ? ", awaited" : "", to);
       timeout = request.timeout_seconds;
@@ -306,6 +309,17 @@ Status SimulatedConnection::ReceiveReply(bool wait, std::vector<std::byte>* buff
   return Status::Ok();
 }
 
+const std::vector<proto::TableSchemas>& SimulatedConnection::tables() const {
+  if (tables_.empty()) {
+    const replay::StepReplay& replay = *shards_.front().table;
+    proto::ServedSchemas served;
+    const Status made = ServedSchemasOf(TableConfigsOf(replay), replay.step_schema(), replay.steps().slack(), &served);
+    if (!made.ok()) Fail(fmt::format("client {}: the tables' schemas: {}", client_, made.ToString()));
+    tables_ = std::move(served.tables);
+  }
+  return tables_;
+}
+
 void SimulatedConnection::Record(int shard, std::span<const std::byte> bytes) {
   proto::Frame frame;
   (void)proto::DecodeFrame(bytes, &frame);  // the model has decoded it already
@@ -318,6 +332,8 @@ void SimulatedConnection::Record(int shard, std::span<const std::byte> bytes) {
   betas_.erase(id);
   std::vector<uint64_t> versions = std::move(sent_versions_[id]);
   sent_versions_.erase(id);
+  // The batch checks match the default table's replies only (another table's keys may be the same numbers).
+  const bool other_table = other_tables_.erase(id) > 0;
   if (frame.kind() == proto::MessageKind::kErrorReply) {
     proto::ErrorReply error;
     (void)proto::DecodeMeta(frame, &error);
@@ -346,6 +362,7 @@ void SimulatedConnection::Record(int shard, std::span<const std::byte> bytes) {
       return;
     }
     case proto::MessageKind::kShardSampleReply: {
+      if (other_table) return;
       DrawnReply drawn;
       drawn.shard = shard;
       drawn.request_id = id;
@@ -361,6 +378,7 @@ void SimulatedConnection::Record(int shard, std::span<const std::byte> bytes) {
       return;
     }
     case proto::MessageKind::kSampleReply: {
+      if (other_table) return;
       proto::SampleReply reply;
       (void)proto::DecodeMeta(frame, &reply);
       DrawnReply drawn;

@@ -43,6 +43,7 @@ struct LibraryCounts {
   int64_t columns_apart = 0;        // appends whose step columns the library sent apart (into the ring)
   int64_t blocked_calls = 0;        // waits in which the simulation ran ticks
   int64_t rejections_reported = 0;  // refused adds the library reported
+  int64_t other_table_batches = 0;  // batches of a table but the default checked (several tables)
 };
 
 // What the library clients share with the simulator.
@@ -117,6 +118,8 @@ class SimulatedConnection final : public client_internal::Connection {
     return shards_[static_cast<size_t>(servers_.front().shard)].table->steps().slack();
   }
   const Schema& item_schema() const override { return item_schema_; }
+  // Every table, as the join's ServedSchemas give them (ServedSchemasOf the first shard's replay).
+  const std::vector<proto::TableSchemas>& tables() const override;
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override;
   Status Send(std::vector<std::byte> frame) override { return SendTo(0, std::move(frame)); }
   int shard_count() const override { return static_cast<int>(servers_.size()); }
@@ -170,6 +173,8 @@ class SimulatedConnection final : public client_internal::Connection {
   bool next_add_valid_ = true;
   std::map<uint64_t, proto::MessageKind> kinds_;             // of requests not answered yet
   std::map<uint64_t, double> betas_;                         // of sample requests not answered yet
+  std::set<uint64_t> other_tables_;
+  mutable std::vector<proto::TableSchemas> tables_;  // tables()', made on first use  // samples and shard samples not answered yet of a table but the default
   std::map<uint64_t, std::vector<uint64_t>> sent_versions_;  // of requests not answered yet
   std::vector<std::deque<DrawnReply>> drawn_;
   std::set<int> error_codes_;

@@ -261,12 +261,16 @@ inline void DrawTables(PortableRandom& rng, SimulationConfig* config) {
   if (rng.Chance(kTablesShare)) {
     for (int t = 1, extra = static_cast<int>(rng.Int(1, 2)); t <= extra; ++t) {
       steps.tables.push_back(DrawTable(rng, steps, t));
-      // The library's learners sample the default table only. A rate
-      // limiter of a table no open learner samples holds every append that
-      // gives it items for good (as Reverb's does: the server says so, and
-      // what waits), and a learner blocked in a sample of the default table
-      // would never return: with them, the other tables have none.
-      if (config->library_learners > 0) steps.tables.back().limiter = {0.0, 0.0, steps.tables.back().limiter.min_size_to_sample};
+    }
+    // The library's learners block in a sample of one table. A rate limiter
+    // holds every append that gives its table items while its learners are
+    // behind: with several tables, one that no open learner samples holds
+    // them for good (as Reverb's does; the server says what waits), and the
+    // learner blocked in a sample of another table, waiting for those
+    // items, never returns. So with them no table has one.
+    if (config->library_learners > 0) {
+      for (SimTable& table : steps.tables) table.limiter.samples_per_insert = table.limiter.error_buffer = 0.0;
+      options.samples_per_insert = options.error_buffer = 0.0;
     }
   }
   options.tables.clear();

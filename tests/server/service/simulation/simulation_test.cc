@@ -72,7 +72,7 @@ TEST_F(SimulationTest, ManySeeds) {
   int64_t steps = 0, failed = 0, ran = 0, deadlines = 0, batches = 0, exact = 0, lent = 0, blocked = 0;
   int64_t apart = 0, first_apart = 0;
   StepCounts step_totals;
-  int64_t table_seeds = 0;  // of services of several tables
+  int64_t table_seeds = 0, other_table_batches = 0;  // of services of several tables; the library's batches of them
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
   std::array<double, 4> kind_seconds{};
@@ -97,6 +97,7 @@ TEST_F(SimulationTest, ManySeeds) {
     first_apart += result.columns_first;
     step_totals.Add(result.step_counts);
     table_seeds += result.tables > 1;
+    other_table_batches += result.other_table_batches;
     if (!result.passed) ++failed;
     if (schedules.is_open()) {
       schedules << fmt::format("{} {} {} {} {:016x} {:016x}\n", seed, result.passed ? "passed" : "failed", result.steps,
@@ -119,7 +120,8 @@ TEST_F(SimulationTest, ManySeeds) {
             << " taken by the FIFO remover, " << step_totals.stale
             << " stale updates, " << step_totals.restored << " restored items compared ("
             << step_totals.restored_exact << " checkpoints restored as they began)\n";
-  std::cout << "  several tables: " << table_seeds << " seeds; draws checked against the reference's selector:";
+  std::cout << "  several tables: " << table_seeds << " seeds, " << other_table_batches
+            << " library batches of a table but the default; draws checked against the reference's selector:";
   for (size_t kind = 0; kind < step_totals.drawn_by.size(); ++kind) {
     std::cout << (kind == 0 ? " " : ", ") << table::SelectorKindName(static_cast<table::SelectorKind>(kind)) << " "
               << step_totals.drawn_by[kind];
@@ -136,6 +138,7 @@ TEST_F(SimulationTest, ManySeeds) {
     EXPECT_GT(step_totals.sampled_out, 0) << "no item left by max_times_sampled";
     EXPECT_GT(step_totals.lowest_removed, 0) << "no item taken by the lowest-priority remover";
     EXPECT_GT(step_totals.selector_updates, 0) << "no update of a table with selectors";
+    EXPECT_GT(other_table_batches, 0) << "no library batch of a table but the default";
   }
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",
                          "step streams (1-3 shards)"};

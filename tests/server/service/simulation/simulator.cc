@@ -157,6 +157,7 @@ SimulationResult Simulator::Run() {
     result_.exact_batches = counts_.exact_batches;
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
+    result_.other_table_batches = counts_.other_table_batches;
     result_.columns_apart = clients_->columns_apart() + counts_.columns_apart;
     result_.columns_first = clients_->columns_first();
     result_.step_counts = step_model_.counts();

@@ -75,7 +75,7 @@ struct SimulationResult {
   int64_t deadlines_exceeded = 0;  // requests the service ended at their timeout
   // The library clients': batches checked (exact: against one replay of the
   // union as it stood), lent columns read at their receipt, waits that ran ticks.
-  int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0;
+  int64_t batches = 0, exact_batches = 0, lent_sends = 0, blocked_calls = 0, other_table_batches = 0;
   // Appends whose step columns went apart (raw clients' and the library's), of them raw ones sent before the request.
   int64_t columns_apart = 0, columns_first = 0;
   StepCounts step_counts;  // what the step streams exercised
