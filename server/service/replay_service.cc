@@ -43,6 +43,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
     : replay_(replay),
       transport_(transport),
       options_(std::move(options)),
+      clock_(options_.clock),
       replies_(transport, &counters_),
       clients_(RolesOf(*transport), Now()),
       limiters_(LimitersOf(*replay, options_)),
@@ -50,7 +51,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       pins_(replay->steps().slots()),
       checkpoints_(replay,
                    CheckpointDriverOptions{options_.checkpoint_dir, options_.shard, options_.shards,
-                                           options_.checkpoint_every_seconds, options_.checkpoint_slice},
+                                           options_.checkpoint_every_seconds, options_.checkpoint_slice, clock_},
                    CheckpointDriver::Hooks{
                        [this] { return SaveState(); },
                        [this](int client, uint64_t request_id, const Status& result) {
@@ -59,7 +60,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
                                         proto::CheckpointReply{checkpoints_.writer()->last_path()});
                        },
                        [this] { StopServing(); }}),
-      stats_(options_.stats_interval_seconds),
+      stats_(options_.stats_interval_seconds, Now()),
       episodes_(replay->step_schema(), options_.reward_column, options_.done_column, transport->client_count(),
                 /*bootstrap_steps=*/replay->steps().episodic()),
       admission_(*replay, clients_, limiters_, pins_, held_, *transport,
@@ -118,7 +119,6 @@ Status ReplayService::Run() {
     bool handled = false;
     PERSERVE_RETURN_IF_ERROR(Step(&handled));
     PERSERVE_RETURN_IF_ERROR(transport_->Progress());
-    MaybeLogStats();
     // Poll hard while busy; when nothing has come for a while, yield the core
     // (clients often share the node, and with oversubscription the core).
     idle_passes = handled ? 0 : idle_passes + 1;
@@ -160,6 +160,7 @@ Status ReplayService::Step(bool* handled) {
   TakeSignal();
   checkpoints_.Step(shutdown_.stopping());
   shutdown_.Step(Now(), checkpoints_);
+  MaybeLogStats();
   return Status::Ok();
 }
 
@@ -352,8 +353,10 @@ void ReplayService::MaybeLogStats() {
   const Clock::time_point now = Now();
   if (!stats_.Due(now)) return;
   const store::StepStore& ring = replay_->steps();
-  spdlog::info("{}; steps {} held | {}", stats_.Take(*replay_, counters_, now), ring.held(),
-               DescribeClients());
+  ++counters_.stats_lines;
+  last_stats_line_ = fmt::format("{}; steps {} held | {}", stats_.Take(*replay_, counters_, now), ring.held(),
+                                 DescribeClients());
+  spdlog::info("{}", last_stats_line_);
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();
     spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,

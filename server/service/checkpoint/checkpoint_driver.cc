@@ -8,11 +8,9 @@ CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointD
   if (options_.dir.empty()) return;
   std::vector<int64_t> capacities;
   for (int t = 0; t < replay_->tables(); ++t) capacities.push_back(replay_->table(t).items().capacity());
-  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities));
-  if (options_.every_seconds > 0) {
-    next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.every_seconds));
-  }
+  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities),
+                                                options_.clock);
+  if (options_.every_seconds > 0) next_periodic_ = options_.clock.Now() + ClockDuration(options_.every_seconds);
 }
 
 Status CheckpointDriver::CheckEnabled() const {
@@ -37,9 +35,10 @@ void CheckpointDriver::Step(bool stopping) {
   // would empty the held appends being served. After one begun before SIGTERM comes
   // SIGTERM's own (the first lacks the adds acknowledged since).
   if (wanted_ && !writer_->active()) Begin();
-  if (!stopping && Clock::now() >= next_periodic_) {
-    next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.every_seconds));
+  const Clock::time_point now = options_.clock.Now();
+  if (!stopping && now >= next_periodic_) {
+    next_periodic_ = now + ClockDuration(options_.every_seconds);
+    ++periodic_requests_;
     (void)Request(fmt::format("every {} s", options_.every_seconds));
   }
   if (!writer_->active()) return;
