@@ -29,6 +29,9 @@ namespace {
 
 // About 60-90 s on the 2-core CI machine (docs/testing.md has the rate).
 constexpr uint64_t kSeedsInCi = 10000;
+// A run of at least this many seeds (the sanitized build's) must reach
+// every timer and coverage mark it expects.
+constexpr int64_t kSeedsForCoverage = 1000;
 
 std::optional<uint64_t> SeedFromEnvironment(const char* name) {
   const char* value = std::getenv(name);
@@ -70,6 +73,7 @@ TEST_F(SimulationTest, ManySeeds) {
   const auto start = Clock::now();
   int64_t steps = 0, failed = 0, ran = 0, deadlines = 0, batches = 0, exact = 0, lent = 0, blocked = 0;
   int64_t apart = 0, first_apart = 0;
+  int64_t periodic = 0, periodic_seeds = 0, stats_lines = 0, stats_seeds = 0;
   StepCounts step_totals;
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
@@ -94,6 +98,10 @@ TEST_F(SimulationTest, ManySeeds) {
     apart += result.columns_apart;
     first_apart += result.columns_first;
     step_totals.Add(result.step_counts);
+    periodic += result.periodic_checkpoints;
+    periodic_seeds += result.periodic_checkpoints > 0;
+    stats_lines += result.stats_lines;
+    stats_seeds += result.stats_lines > 0;
     if (!result.passed) ++failed;
     if (schedules.is_open()) {
       schedules << fmt::format("{} {} {} {} {:016x} {:016x}\n", seed, result.passed ? "passed" : "failed", result.steps,
@@ -116,6 +124,12 @@ TEST_F(SimulationTest, ManySeeds) {
             << " taken by the FIFO remover, " << step_totals.stale
             << " stale updates, " << step_totals.restored << " restored items compared ("
             << step_totals.restored_exact << " checkpoints restored as they began)\n";
+  std::cout << "  timers on the simulation's clock: " << periodic << " periodic checkpoints asked for in "
+            << periodic_seeds << " seeds, " << stats_lines << " stats lines checked in " << stats_seeds << " seeds\n";
+  if (ran >= kSeedsForCoverage) {
+    EXPECT_GT(periodic_seeds, 0) << "no seed took a periodic checkpoint on the simulation's clock";
+    EXPECT_GT(stats_seeds, 0) << "no seed logged a stats line on the simulation's clock";
+  }
   const char* kinds[] = {"one shard, raw clients", "one shard with library clients", "2-3 shards",
                          "step streams (1-3 shards)"};
   for (size_t kind = 0; kind < 4; ++kind) {
