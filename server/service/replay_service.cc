@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::service {
 namespace {
 
@@ -53,7 +55,11 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
                    CheckpointDriverOptions{options_.checkpoint_dir, options_.shard, options_.shards,
                                            options_.checkpoint_every_seconds, options_.checkpoint_slice, clock_},
                    CheckpointDriver::Hooks{
-                       [this] { return SaveState(); },
+                       [this] {
+                         if (!held_.empty()) PERSERVE_MARK("checkpoint: begun while appends are held");
+                         if (!sampling_.waiting().empty()) PERSERVE_MARK("checkpoint: begun while samples wait");
+                         return SaveState();
+                       },
                        [this](int client, uint64_t request_id, const Status& result) {
                          if (!result.ok()) return replies_.Error(client, request_id, result);
                          replies_.Reply(client, proto::MessageKind::kCheckpointReply, request_id,
@@ -270,6 +276,7 @@ void ReplayService::HandleClose(int client, const proto::Frame& frame) {
                               *clients_.pending_close(client), admission_.DescribeHeld())));
   }
   if (held_.count(client) > 0) {
+    PERSERVE_MARK("close: waits behind its client's held appends");
     clients_.SetPendingClose(client, frame.header.request_id);  // after its held appends (Intake's drained)
     return;
   }

@@ -13,6 +13,7 @@
 #include <cereal/archives/binary.hpp>
 #include <fmt/format.h>
 
+#include "common/coverage_marks.h"
 #include "service/checkpoint/checkpoint_layout.h"
 
 namespace perserve::service {
@@ -333,6 +334,7 @@ Status CheckpointWriter::BeforeCommit(const replay::StepReplay& replay, int64_t 
       const replay::ItemTable& items = replay.table(static_cast<int>(t));
       for (const int64_t slot : items.planned_item_slots()) {
         if (slot < table.slots && table.pending[slot] != 0) {
+          PERSERVE_MARK("checkpoint: an item's row written before an append overwrites it");
           PERSERVE_RETURN_IF_ERROR(WriteItem(items.items(), &table, slot));
         }
       }

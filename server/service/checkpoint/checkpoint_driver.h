@@ -98,6 +98,8 @@ class CheckpointDriver {
   bool wanted_ = false;        // the next one should begin
   bool final_wanted_ = false;  // ... and it is SIGTERM's
   bool final_began_ = false;
+  bool periodic_wanted_ = false;   // the timer asked for the next one
+  bool writing_periodic_ = false;  // ... and it is the one being written
   std::string reason_;
   Clock::time_point next_periodic_ = Clock::time_point::max();
   int64_t periodic_requests_ = 0;
