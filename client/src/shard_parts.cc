@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "client/src/portable_shuffle.h"
+#include "common/coverage_marks.h"
 #include "client/src/shard_sampler.h"
 
 namespace perserve::client_internal {
@@ -103,6 +104,7 @@ Status ShardSampler::TakeParts(Connection* connection, const Schema& schema, Sha
     proto::Frame& frame = frames_[s];
     Status taken = connection->AwaitReply(std::exchange(request->part_ids[s], 0), &messages_[s], &frame);
     if (taken.code() == Status::Code::kFailedPrecondition) {  // never servable: it leaves, its part is drawn again
+      PERSERVE_MARK("learner: a shard left a sample's plan");
       shards_[s].ready = false;
       shards_[s].why_not = taken.message();
       for (const size_t position : parts.positions) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "client/src/portable_shuffle.h"
+#include "common/coverage_marks.h"
 #include "perserve/importance_weight.h"
 
 namespace perserve::client_internal {
@@ -255,6 +256,7 @@ Status ShardSampler::Receive(Connection* connection, const Schema& schema, Shard
     bool refused = false;
     for (size_t s = 0; s < shards; ++s) refused |= !request->plan.fractions[s].empty() && !shards_[s].why_not.empty();
     if (!refused) break;
+    PERSERVE_MARK("learner: a shard left a sample's plan");
     PERSERVE_RETURN_IF_ERROR(AwaitAServingShard(connection, request));
     PERSERVE_RETURN_IF_ERROR(PlanAndSend(connection, request, /*awaited=*/true));  // taken just below
   }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::service {
 Intake::Intake(Parts parts, HeldAdds* held, int shard, int max_held)
     : parts_(std::move(parts)),
@@ -59,6 +61,7 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
     if (held_->ColumnsReady(client, ticket)) return Apply(client, request_id, append, std::nullopt, ticket);
   }
   if (held_->count(client) >= max_held_) {
+    PERSERVE_MARK("append: refused, its client has the most held already");
     if (meta.columns_follow && !early) held_->Refuse(client, ticket);
     return parts_.replies->Error(
         client, request_id,
@@ -66,7 +69,9 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
                                               "have waiting: --max-deferred-adds); wait for their acknowledgements",
                                               held_->count(client), parts_.admission->DescribeHeld())));
   }
+  if (parts_.admission->LimiterHolds(append)) PERSERVE_MARK("append: held by the rate limiter");
   if (parts_.admission->PinHolds(meta.steps)) {
+    PERSERVE_MARK("append: held by rows of a sample reply in flight");
     ++parts_.counters->pinned_adds;
     if (!pin_hold_logged_) {
       pin_hold_logged_ = true;
@@ -85,6 +90,8 @@ void Intake::Handle(int client, const proto::Frame& frame, std::vector<std::byte
 
 void Intake::TakeColumns(int client, std::span<const std::byte> bytes) {
   const HeldAdds::Routed routed = held_->Route(client, bytes, max_held_);
+  if (routed == HeldAdds::Routed::kEarly) PERSERVE_MARK("append: its columns came before its request");
+  if (routed == HeldAdds::Routed::kKept) PERSERVE_MARK("append: its columns came while it was held");
   if (routed == HeldAdds::Routed::kEarly && !early_logged_) {
     early_logged_ = true;
     spdlog::warn("{} sent an append's columns apart (tag {}) before the append request; they are kept for its next "
@@ -206,6 +213,7 @@ bool Intake::LetOldestThrough() {
   if (oldest == held_->end() || parts_.admission->PinHolds(oldest->steps()) || !held_->ColumnsReady(*oldest)) {
     return false;
   }
+  PERSERVE_MARK("rate limiter: the oldest append let through (both kinds waited)");
   if (parts_.counters->limiter_overrides++ == 0) {
     spdlog::warn("rate limiter: an add of {} items and a sample both wait on each other (--error-buffer {} is "
                  "too small for one add and one sample: it needs 2 E >= n R + b); letting the oldest add through, "
@@ -225,6 +233,7 @@ void Intake::ExpireDeadlines(Clock::time_point now) {
       ++it;
       continue;
     }
+    PERSERVE_MARK("append: held past its timeout");
     ++parts_.counters->deadlines_exceeded;
     const std::string why = fmt::format("the add waited {:.3f} s, its timeout, for {}; nothing of it was stored",
                                         std::chrono::duration<double>(now - it->arrived).count(),

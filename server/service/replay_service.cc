@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::service {
 namespace {
 
@@ -43,6 +45,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
     : replay_(replay),
       transport_(transport),
       options_(std::move(options)),
+      clock_(options_.clock),
       replies_(transport, &counters_),
       clients_(RolesOf(*transport), Now()),
       limiters_(LimitersOf(*replay, options_)),
@@ -50,16 +53,20 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       pins_(replay->steps().slots()),
       checkpoints_(replay,
                    CheckpointDriverOptions{options_.checkpoint_dir, options_.shard, options_.shards,
-                                           options_.checkpoint_every_seconds, options_.checkpoint_slice},
+                                           options_.checkpoint_every_seconds, options_.checkpoint_slice, clock_},
                    CheckpointDriver::Hooks{
-                       [this] { return SaveState(); },
+                       [this] {
+                         if (!held_.empty()) PERSERVE_MARK("checkpoint: begun while appends are held");
+                         if (!sampling_.waiting().empty()) PERSERVE_MARK("checkpoint: begun while samples wait");
+                         return SaveState();
+                       },
                        [this](int client, uint64_t request_id, const Status& result) {
                          if (!result.ok()) return replies_.Error(client, request_id, result);
                          replies_.Reply(client, proto::MessageKind::kCheckpointReply, request_id,
                                         proto::CheckpointReply{checkpoints_.writer()->last_path()});
                        },
                        [this] { StopServing(); }}),
-      stats_(options_.stats_interval_seconds),
+      stats_(options_.stats_interval_seconds, Now()),
       episodes_(replay->step_schema(), options_.reward_column, options_.done_column, transport->client_count(),
                 /*bootstrap_steps=*/replay->steps().episodic()),
       admission_(*replay, clients_, limiters_, pins_, held_, *transport,
@@ -118,7 +125,6 @@ Status ReplayService::Run() {
     bool handled = false;
     PERSERVE_RETURN_IF_ERROR(Step(&handled));
     PERSERVE_RETURN_IF_ERROR(transport_->Progress());
-    MaybeLogStats();
     // Poll hard while busy; when nothing has come for a while, yield the core
     // (clients often share the node, and with oversubscription the core).
     idle_passes = handled ? 0 : idle_passes + 1;
@@ -160,6 +166,7 @@ Status ReplayService::Step(bool* handled) {
   TakeSignal();
   checkpoints_.Step(shutdown_.stopping());
   shutdown_.Step(Now(), checkpoints_);
+  MaybeLogStats();
   return Status::Ok();
 }
 
@@ -269,6 +276,7 @@ void ReplayService::HandleClose(int client, const proto::Frame& frame) {
                               *clients_.pending_close(client), admission_.DescribeHeld())));
   }
   if (held_.count(client) > 0) {
+    PERSERVE_MARK("close: waits behind its client's held appends");
     clients_.SetPendingClose(client, frame.header.request_id);  // after its held appends (Intake's drained)
     return;
   }
@@ -352,8 +360,10 @@ void ReplayService::MaybeLogStats() {
   const Clock::time_point now = Now();
   if (!stats_.Due(now)) return;
   const store::StepStore& ring = replay_->steps();
-  spdlog::info("{}; steps {} held | {}", stats_.Take(*replay_, counters_, now), ring.held(),
-               DescribeClients());
+  ++counters_.stats_lines;
+  last_stats_line_ = fmt::format("{}; steps {} held | {}", stats_.Take(*replay_, counters_, now), ring.held(),
+                                 DescribeClients());
+  spdlog::info("{}", last_stats_line_);
   if (episodes_.enabled()) {
     const replay::EpisodeSummary e = episodes_.TakeInterval();
     spdlog::info("episodes {} | return mean {:.3f} max {:.3f} | length mean {:.1f}", e.episodes, e.mean_return,

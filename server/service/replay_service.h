@@ -73,6 +73,7 @@
 #include "service/replies.h"
 #include "service/row_pins.h"
 #include "service/sampling.h"
+#include "service/service_clock.h"
 #include "service/shutdown.h"
 #include "service/stats_line.h"
 #include "service/transport/transport.h"
@@ -129,9 +130,10 @@ struct ServiceOptions {
   // Polled each pass: SIGUSR1 asks for a checkpoint, SIGTERM for one and
   // then the end of serving; 0: nothing. Empty: never polled.
   std::function<int()> take_signal{};
-  // The time every deadline, wait and grace is measured on (empty: the
-  // steady clock); the simulation's runs on its own, so timeouts fire at
-  // the same step of every run.
+  // The time every deadline, wait, grace and timer is measured on (empty:
+  // the steady clock): the request timeouts, the periodic checkpoints and
+  // their slices, the stats lines (service_clock.h). The simulation's runs
+  // on its own, so they fire at the same step of every run.
   std::function<std::chrono::steady_clock::time_point()> clock{};
 };
 
@@ -144,7 +146,8 @@ class ReplayService {
   Status Run();
 
   // One fair pass: at most messages_per_client_pass messages from each open client, then deferred
-  // samples if the replay has grown enough. Sets *handled if any message was.
+  // samples if the replay has grown enough, the signals, a checkpoint's slice, and the stats line
+  // when it is due. Sets *handled if any message was.
   Status Step(bool* handled);
 
   // Every client has closed, or after SIGTERM they have had their grace
@@ -161,6 +164,10 @@ class ReplayService {
   // begins when it ends.
   Status RequestCheckpoint(const std::string& reason) { return checkpoints_.Request(reason); }
   const CheckpointWriter* checkpoints() const { return checkpoints_.writer(); }
+  // Checkpoints the periodic timer asked for (checkpoint_every_seconds).
+  int64_t periodic_checkpoints() const { return checkpoints_.periodic_requests(); }
+  // The last periodic stats line ("" before the first; counters().stats_lines counts them).
+  const std::string& last_stats_line() const { return last_stats_line_; }
   const ServiceCounters& counters() const { return counters_; }
   // The appends of `client` held now (rate limiter, rows in flight, columns to come).
   int held_adds(int client) const { return held_.count(client); }
@@ -173,7 +180,7 @@ class ReplayService {
 
  private:
   using Clock = std::chrono::steady_clock;
-  Clock::time_point Now() const { return options_.clock ? options_.clock() : Clock::now(); }
+  Clock::time_point Now() const { return clock_.Now(); }
 
   // Handle() with exceptions (allocation failures) turned into error replies.
   void HandleGuarded(int client, int tag);
@@ -195,12 +202,14 @@ class ReplayService {
   // when the final checkpoint begins, so nothing is acknowledged that it
   // lacks (a checkpoint is the replay as it was at its Begin).
   void StopServing();
+  // At the end of each pass: the stats line, when its interval has passed.
   void MaybeLogStats();
   CheckpointState SaveState() const;
 
   replay::StepReplay* replay_;
   Transport* transport_;
   ServiceOptions options_;
+  ServiceClock clock_;
   ServiceCounters counters_;
   Replies replies_;
   ClientBook clients_;
@@ -218,6 +227,7 @@ class ReplayService {
   int next_client_ = 0;  // where the next round-robin pass starts
   std::vector<std::byte> receive_buffer_;
   std::vector<uint64_t> completed_tokens_;
+  std::string last_stats_line_;
 };
 
 }  // namespace perserve::service

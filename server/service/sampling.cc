@@ -7,12 +7,35 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::service {
 namespace {
 
 // Rows within this fraction of the ring ahead of its next write are copied
 // into a reply sent from the store (see the header).
 constexpr int64_t kCopyGuardDivisor = 8;
+
+// A sample deferred: what it waits for (coverage_marks.h).
+void MarkWait(Admission::SampleWait wait) {
+  switch (wait) {
+    case Admission::SampleWait::kMinSize:
+      PERSERVE_MARK("sample: waits for the minimum size");
+      break;
+    case Admission::SampleWait::kDraws:
+      PERSERVE_MARK("sample: waits for items to draw (max_times_sampled)");
+      break;
+    case Admission::SampleWait::kRateLimiter:
+      PERSERVE_MARK("sample: waits for the rate limiter");
+      break;
+    case Admission::SampleWait::kUnread:
+      PERSERVE_MARK("sample: waits for its client to read earlier replies");
+      break;
+    case Admission::SampleWait::kNone:
+      PERSERVE_MARK("sample: waits behind its client's earlier samples");
+      break;
+  }
+}
 
 }  // namespace
 
@@ -93,11 +116,13 @@ void Sampling::Defer(WaitingSample sample, Admission::SampleWait wait) {
                                      "waiting: --max-deferred-samples); receive their replies first",
                                      waiting_.count(sample.client))));
   }
+  MarkWait(wait);
   ++parts_.counters->deferred_samples;
   waiting_.Push(std::move(sample));
 }
 
 void Sampling::RefuseHopeless(const WaitingSample& sample, Admission::SampleWait wait) {
+  PERSERVE_MARK("sample: refused as hopeless (no actor open)");
   const std::string why = fmt::format("no actor remains open and this sample waits for {}: it can never be served",
                                       parts_.admission->Describe(wait, sample.client, sample.table));
   if (!sample.shard_sample || !sample.fractions.empty()) {
@@ -176,6 +201,7 @@ void Sampling::SendDrawn(const WaitingSample& sample, proto::MessageKind kind, c
         parts_.transport->SendSampleReplyRows(client, std::move(head), ring.columns(), step_slots_, copy_row_, &token);
     if (!sent.ok()) return parts_.replies->Dropped(client, request_id, sent);
     if (token != 0) {
+      PERSERVE_MARK("sample: reply sent from the ring, its rows pinned");
       parts_.pins->Pin(token, client, step_slots_, copy_row_);
       ++parts_.counters->zero_copy_replies;
     }
@@ -229,6 +255,7 @@ void Sampling::ExpireDeadlines(Clock::time_point now) {
       ++it;
       continue;
     }
+    PERSERVE_MARK("sample: waited past its timeout");
     ++parts_.counters->deadlines_exceeded;
     const std::string why =
         fmt::format("the sample waited {:.3f} s, its timeout, for {}",

@@ -28,6 +28,7 @@ struct ServiceCounters {
   int64_t limiter_overrides = 0;  // adds let through so both kinds could not wait on each other
   int64_t zero_copy_replies = 0;  // sample replies sent from the store
   int64_t pinned_adds = 0;        // adds held because they would overwrite rows of a reply in flight
+  int64_t stats_lines = 0;        // periodic stats lines logged
 };
 
 // The whole job's counts, for the final line: with several tables, each
@@ -38,8 +39,9 @@ std::string Summary(const replay::StepReplay& replay, const ServiceCounters& cou
 class StatsLine {
  public:
   using Clock = std::chrono::steady_clock;
-  // <= 0: never due.
-  explicit StatsLine(double interval_seconds) : interval_seconds_(interval_seconds) {}
+  // <= 0: never due. The first interval begins at `start`, a time of the
+  // clock every `now` below comes from (the service's).
+  StatsLine(double interval_seconds, Clock::time_point start) : interval_seconds_(interval_seconds), since_(start) {}
 
   bool Due(Clock::time_point now) const {
     return interval_seconds_ > 0 && std::chrono::duration<double>(now - since_).count() >= interval_seconds_;
@@ -52,7 +54,7 @@ class StatsLine {
 
  private:
   double interval_seconds_;
-  Clock::time_point since_ = Clock::now();
+  Clock::time_point since_;
   std::vector<replay::ReplayCounters> replay_at_last_;  // a table's
   ServiceCounters service_at_last_;
 };

@@ -13,6 +13,7 @@
 #include <cereal/archives/binary.hpp>
 #include <fmt/format.h>
 
+#include "common/coverage_marks.h"
 #include "service/checkpoint/checkpoint_layout.h"
 
 namespace perserve::service {
@@ -104,10 +105,12 @@ std::string ShardDirectory(const std::string& dir, int shard, int shards) {
   return (fs::path(dir) / fmt::format("shard-{}-of-{}", shard, shards)).string();
 }
 
-CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities)
+CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities,
+                                   ServiceClock clock)
     : shard_dir_(ShardDirectory(dir, shard, shards)),
       shard_(shard),
       shards_(shards),
+      clock_(std::move(clock)),
       last_path_(NewestComplete(shard_dir_)),
       tables_(item_capacities.size()) {
   for (size_t t = 0; t < tables_.size(); ++t) {
@@ -125,17 +128,17 @@ CheckpointWriter::~CheckpointWriter() {
 
 template <class Write>
 Status CheckpointWriter::Timed(Write&& write) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_.Now();
   const Status status = write();
   longest_step_ = std::max(longest_step_, std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::chrono::steady_clock::now() - start));
+                                              clock_.Now() - start));
   if (!status.ok()) Abandon();
   return status;
 }
 
 Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState state) {
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
-  began_ = std::chrono::steady_clock::now();
+  began_ = clock_.Now();
   std::error_code error;
   // A directory created here is durable only once its parent is synced: else
   // a crash could lose the shard directory, and a checkpoint with it.
@@ -220,7 +223,7 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
     const std::string ring_state = ring_.Begin(replay);
     status = Append(&parts_[ring_parts_], std::as_bytes(std::span(ring_state.data(), ring_state.size())));
   }
-  longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
+  longest_step_ = std::chrono::duration_cast<std::chrono::microseconds>(clock_.Now() - began_);
   if (!status.ok()) Abandon();
   return status;
 }
@@ -331,6 +334,7 @@ Status CheckpointWriter::BeforeCommit(const replay::StepReplay& replay, int64_t 
       const replay::ItemTable& items = replay.table(static_cast<int>(t));
       for (const int64_t slot : items.planned_item_slots()) {
         if (slot < table.slots && table.pending[slot] != 0) {
+          PERSERVE_MARK("checkpoint: an item's row written before an append overwrites it");
           PERSERVE_RETURN_IF_ERROR(WriteItem(items.items(), &table, slot));
         }
       }
@@ -342,7 +346,7 @@ Status CheckpointWriter::BeforeCommit(const replay::StepReplay& replay, int64_t 
 Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::microseconds budget, bool* done) {
   *done = false;
   if (phase_ == Phase::kIdle) return Status::Ok();
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_.Now();
   return Timed([&] {
     do {
       if (phase_ == Phase::kItems) {
@@ -367,7 +371,7 @@ Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::mic
         PERSERVE_RETURN_IF_ERROR(finishing_.get());
         last_path_ = path_;
         last_duration_ =
-            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began_);
+            std::chrono::duration_cast<std::chrono::microseconds>(clock_.Now() - began_);
         last_bytes_ = 0;
         for (const Part& part : parts_) last_bytes_ += part.bytes;
         parts_.clear();
@@ -377,7 +381,7 @@ Status CheckpointWriter::Step(const replay::StepReplay& replay, std::chrono::mic
       } else {
         break;  // the helper thread still syncs
       }
-    } while (std::chrono::steady_clock::now() - start < budget);
+    } while (clock_.Now() - start < budget);
     return Status::Ok();
   });
 }

@@ -75,6 +75,7 @@
 #include "replay/replay.h"
 #include "replay/step_replay.h"
 #include "service/rate_limiter.h"
+#include "service/service_clock.h"
 #include "service/checkpoint/step_checkpoint.h"
 #include "service/checkpoint/table_checkpoint.h"
 
@@ -149,8 +150,10 @@ class CheckpointWriter {
   // missing. `item_capacities`: each table's; the snapshot's per-slot copies
   // (17 bytes a slot of every table) are allocated and touched now, not
   // when a checkpoint begins (fresh pages cost ~60 ms for 2^21 slots here, a
-  // stall for every request).
-  CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities);
+  // stall for every request). `clock`: the service's, which Step's budget
+  // and the durations below are measured on.
+  CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities,
+                   ServiceClock clock = {});
   // One table of `item_capacity` slots (0: allocated at the first Begin).
   CheckpointWriter(std::string dir, int shard, int shards, int64_t item_capacity = 0)
       : CheckpointWriter(std::move(dir), shard, shards, std::vector<int64_t>{item_capacity}) {}
@@ -195,7 +198,7 @@ class CheckpointWriter {
 
   // The longest a single Begin, Step or BeforeWrite took in the last
   // checkpoint, and how long it took from Begin to complete (for the log
-  // and measurements).
+  // and measurements; on the writer's clock).
   std::chrono::microseconds longest_step() const { return longest_step_; }
   std::chrono::microseconds last_duration() const { return last_duration_; }
   int64_t last_bytes() const { return last_bytes_; }
@@ -243,6 +246,7 @@ class CheckpointWriter {
 
   std::string shard_dir_;
   int shard_, shards_;
+  ServiceClock clock_;
   Phase phase_ = Phase::kIdle;
   std::string partial_, path_, last_path_;
   // state.bin, steps.bin, the ring's rows, then each table's parts.

@@ -2,17 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::service {
 CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointDriverOptions options, Hooks hooks)
     : replay_(replay), options_(std::move(options)), hooks_(std::move(hooks)) {
   if (options_.dir.empty()) return;
   std::vector<int64_t> capacities;
   for (int t = 0; t < replay_->tables(); ++t) capacities.push_back(replay_->table(t).items().capacity());
-  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities));
-  if (options_.every_seconds > 0) {
-    next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.every_seconds));
-  }
+  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities),
+                                                options_.clock);
+  if (options_.every_seconds > 0) next_periodic_ = options_.clock.Now() + ClockDuration(options_.every_seconds);
 }
 
 Status CheckpointDriver::CheckEnabled() const {
@@ -25,7 +25,13 @@ Status CheckpointDriver::Request(const std::string& reason, bool final) {
   if (!wanted_) reason_ = reason;
   wanted_ = true;
   final_wanted_ |= final;
-  if (!writer_->active()) Begin();
+  if (!writer_->active()) {
+    Begin();
+  } else if (final) {
+    PERSERVE_MARK("checkpoint: SIGTERM's waits for the one being written");
+  } else {
+    PERSERVE_MARK("checkpoint: asked for while one is being written");
+  }
   return Status::Ok();
 }
 
@@ -37,9 +43,11 @@ void CheckpointDriver::Step(bool stopping) {
   // would empty the held appends being served. After one begun before SIGTERM comes
   // SIGTERM's own (the first lacks the adds acknowledged since).
   if (wanted_ && !writer_->active()) Begin();
-  if (!stopping && Clock::now() >= next_periodic_) {
-    next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.every_seconds));
+  const Clock::time_point now = options_.clock.Now();
+  if (!stopping && now >= next_periodic_) {
+    next_periodic_ = now + ClockDuration(options_.every_seconds);
+    ++periodic_requests_;
+    periodic_wanted_ = true;
     (void)Request(fmt::format("every {} s", options_.every_seconds));
   }
   if (!writer_->active()) return;
@@ -65,6 +73,7 @@ void CheckpointDriver::Begin() {
   wanted_ = false;
   waiters_ = std::exchange(next_waiters_, {});
   const bool final = std::exchange(final_wanted_, false);
+  writing_periodic_ = std::exchange(periodic_wanted_, false);
   const Status begun = writer_->Begin(*replay_, hooks_.state());
   final_began_ |= final;
   if (!begun.ok()) {
@@ -85,10 +94,12 @@ void CheckpointDriver::Begin() {
 
 void CheckpointDriver::Ended(const Status& error) {
   if (error.ok()) {
+    if (writing_periodic_) PERSERVE_MARK("checkpoint: a periodic one complete");
     spdlog::info("checkpoint: {} is complete: {:.1f} MB in {:.2f} s, the longest pass writing it {:.1f} ms",
                  writer_->last_path(), writer_->last_bytes() / 1e6, writer_->last_duration().count() / 1e6,
                  writer_->longest_step().count() / 1e3);
   } else {
+    PERSERVE_MARK("checkpoint: a write failed, the previous one kept");
     spdlog::error("checkpoint: not written: {}; the previous one ({}) is kept", error.ToString(),
                   writer_->last_path().empty() ? "none" : writer_->last_path());
   }
@@ -108,6 +119,7 @@ void CheckpointDriver::ForgetClient(int client, const Status& closed) {
 void CheckpointDriver::Stop(const Status& stopped) {
   wanted_ = false;
   final_wanted_ = false;
+  periodic_wanted_ = false;
   for (const auto& [client, request_id] : std::exchange(next_waiters_, {})) {
     hooks_.answer(client, request_id, stopped);
   }

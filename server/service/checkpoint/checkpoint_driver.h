@@ -22,6 +22,7 @@
 #include "perserve/status.h"
 #include "replay/step_replay.h"
 #include "service/checkpoint/checkpoint.h"
+#include "service/service_clock.h"
 
 namespace perserve::service {
 
@@ -31,6 +32,7 @@ struct CheckpointDriverOptions {
   int shards = 1;
   double every_seconds = 0.0;  // > 0: one every this many seconds
   std::chrono::microseconds slice{2000};  // written per Step
+  ServiceClock clock{};  // the service's: the periodic timer and the slices run on it
 };
 
 class CheckpointDriver {
@@ -57,6 +59,9 @@ class CheckpointDriver {
   bool writing_final() const { return final_began_ && active(); }
   // SIGTERM's checkpoint is wanted (after the one being written) or being written.
   bool final_unfinished() const { return final_wanted_ || writing_final(); }
+  // How often the periodic timer has asked for a checkpoint (each begins
+  // then, or after the one being written).
+  int64_t periodic_requests() const { return periodic_requests_; }
 
   // Asks for a checkpoint (`reason` goes to the log): it begins now unless one
   // is being written. `final`: SIGTERM's, after which the service stops
@@ -93,8 +98,11 @@ class CheckpointDriver {
   bool wanted_ = false;        // the next one should begin
   bool final_wanted_ = false;  // ... and it is SIGTERM's
   bool final_began_ = false;
+  bool periodic_wanted_ = false;   // the timer asked for the next one
+  bool writing_periodic_ = false;  // ... and it is the one being written
   std::string reason_;
   Clock::time_point next_periodic_ = Clock::time_point::max();
+  int64_t periodic_requests_ = 0;
 };
 
 }  // namespace perserve::service

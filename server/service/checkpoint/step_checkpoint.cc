@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/coverage_marks.h"
 #include "proto/bounded_input_archive.h"
 #include "service/checkpoint/checkpoint.h"
 
@@ -169,6 +170,7 @@ Status StepRingWriter::BeforeWrite(const store::StepStore& ring, int64_t steps, 
   ring.OverwrittenKeys(steps, &first, &end);
   const int64_t overwritten_end = static_cast<int64_t>(end) - static_cast<int64_t>(first_key_);
   if (overwritten_end <= written_) return Status::Ok();
+  PERSERVE_MARK("checkpoint: ring steps written before an append overwrites them");
   return Write(ring, std::min(overwritten_end, held_), sink);
 }
 

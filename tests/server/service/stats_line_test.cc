@@ -43,9 +43,11 @@ void AddItems(StepReplay* replay, int64_t first, int64_t count, int table = 0) {
 
 TEST(StatsLineTest, RatesAreSinceTheLastLine) {
   auto replay = MakeReplay(1000);
-  StatsLine stats(2.0);
-  const auto start = StatsLine::Clock::now();
+  // Any clock's time: the service's (a simulation's starts where it likes).
+  const auto start = StatsLine::Clock::time_point{} + std::chrono::hours(1);
+  StatsLine stats(2.0, start);
   EXPECT_FALSE(stats.Due(start));
+  EXPECT_FALSE(stats.Due(start + std::chrono::milliseconds(1999)));
   EXPECT_TRUE(stats.Due(start + std::chrono::seconds(3)));
   AddItems(replay.get(), 0, 400);
   ServiceCounters counters;
@@ -56,13 +58,13 @@ TEST(StatsLineTest, RatesAreSinceTheLastLine) {
   const std::string line = stats.Take(*replay, counters, start + std::chrono::seconds(4));
   EXPECT_NE(line.find("size 600 | in 50 items/s"), std::string::npos) << line;
   EXPECT_NE(line.find("errors 2 |"), std::string::npos) << line;
-  EXPECT_FALSE(StatsLine(0).Due(start + std::chrono::hours(1))) << "interval 0: never";
+  EXPECT_FALSE(StatsLine(0, start).Due(start + std::chrono::hours(1))) << "interval 0: never";
 }
 
 TEST(StatsLineTest, SeveralTablesEachGetTheirCounts) {
   auto replay = MakeReplay(1000, {"apex", "eval"});
-  StatsLine stats(2.0);
   const auto start = StatsLine::Clock::now();
+  StatsLine stats(2.0, start);
   ServiceCounters counters;
   (void)stats.Take(*replay, counters, start);
   AddItems(replay.get(), 0, 400, 0);

@@ -15,11 +15,12 @@ using checkpoint_test::CheckpointTest;
 
 class CheckpointDriverTest : public CheckpointTest {
  protected:
-  void Make(double every_seconds = 0.0) {
+  void Make(double every_seconds = 0.0, ServiceClock clock = {}) {
     replay_ = checkpoint_test::MakeReplay(64);
     checkpoint_test::AddItems(replay_.get(), 0, 40, &rng_);
     driver_ = std::make_unique<CheckpointDriver>(
-        replay_.get(), CheckpointDriverOptions{dir_.string(), 0, 1, every_seconds, std::chrono::microseconds(1)},
+        replay_.get(),
+        CheckpointDriverOptions{dir_.string(), 0, 1, every_seconds, std::chrono::microseconds(1), std::move(clock)},
         CheckpointDriver::Hooks{[] { return checkpoint_test::StateOf(); },
                                 [this](int client, uint64_t id, const Status& result) {
                                   answers_.push_back({client, id, result.code()});
@@ -123,6 +124,32 @@ TEST_F(CheckpointDriverTest, APeriodicCheckpointBeginsOnItsTimerButNotOnceStoppi
   driver_->Step(/*stopping=*/true);
   EXPECT_FALSE(driver_->active());
   driver_->Step(false);
+  EXPECT_TRUE(driver_->active());
+}
+
+TEST_F(CheckpointDriverTest, ThePeriodicTimerAndTheSlicesRunOnTheServicesClock) {
+  // A clock far from the steady clock's now, which moves only when told.
+  auto now = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  Make(/*every_seconds=*/0.5, ServiceClock([&now] { return now; }));
+  now += std::chrono::milliseconds(499);
+  driver_->Step(false);
+  EXPECT_FALSE(driver_->active()) << "0.499 s of the service's clock";
+  EXPECT_EQ(driver_->periodic_requests(), 0);
+  now += std::chrono::milliseconds(1);
+  driver_->Step(false);
+  EXPECT_EQ(driver_->periodic_requests(), 1);
+  // The slice's budget is the service's time too: standing still, that Step
+  // wrote the whole checkpoint (its helper thread's part aside).
+  driver_->writer()->AwaitFinish();
+  driver_->Step(false);
+  EXPECT_FALSE(driver_->active()) << "written in at most two passes of a clock that stood still";
+  EXPECT_EQ(driver_->writer()->longest_step().count(), 0) << "measured on the service's clock";
+  now += std::chrono::milliseconds(499);
+  driver_->Step(false);
+  EXPECT_EQ(driver_->periodic_requests(), 1) << "the next is due 0.5 s after the first";
+  now += std::chrono::milliseconds(1);
+  driver_->Step(false);
+  EXPECT_EQ(driver_->periodic_requests(), 2);
   EXPECT_TRUE(driver_->active());
 }
 

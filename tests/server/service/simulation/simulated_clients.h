@@ -60,7 +60,7 @@ class SimulatedClients {
   // or config.awaited_samples. The raw clients are the first
   // config.actors + config.learners. `steps`: the model of step streams,
   // when the services store them (config.steps.on): actors append steps.
-  // `tables_random`: the fifth (several tables), drawn from only when the
+  // `tables_random`: the sixth (several tables), drawn from only when the
   // services hold several.
   SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
                    ScheduleRandom* library_random, ScheduleRandom* tables_random, ReferenceModel* model,

@@ -134,7 +134,7 @@ inline SimulationConfig DrawConfig(PortableRandom& rng, PortableRandom& later) {
   config.capacity = int64_t{16} << pick(0, 3);
   config.pad_bytes = pick(1, 40);
   ServiceOptions& options = config.options;
-  options.stats_interval_seconds = 0;  // no wall-clock lines
+  options.stats_interval_seconds = 0;  // none unless the timers' stream draws them (service_timers.h)
   options.min_size_to_sample = pick(1, config.capacity / 2);
   options.max_sample_batch = 64;
   options.messages_per_client_pass = static_cast<int>(pick(1, 4));
@@ -241,7 +241,7 @@ inline SimTable DrawTable(PortableRandom& rng, const StepStreamsConfig& steps, i
   return table;
 }
 
-// Issue 34's tables, from a fifth stream (ScheduleRandom::TablesSeed), so
+// Issue 34's tables, from a sixth stream (ScheduleRandom::TablesSeed), so
 // every seed that draws none runs exactly as before. A service of step
 // streams holds its default table (the seed's layout and capacity,
 // prioritized, the seed's rate limiter) and, in a share of the seeds, one

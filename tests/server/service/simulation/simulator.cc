@@ -21,6 +21,7 @@
 #include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/simulated_clients.h"
+#include "server/service/simulation/service_timers.h"
 #include "server/service/simulation/simulated_connection.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_model.h"
@@ -37,12 +38,14 @@ namespace fs = std::filesystem;
 constexpr int64_t kLivenessSteps = 2000;
 
 // Every configuration's draws: the first two streams' as before, then the
-// third's, then the fourth's (step streams), then the fifth's (tables).
+// third's, then the fourth's (step streams), the fifth's (timers) and the
+// sixth's (tables).
 SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library,
-                                 ScheduleRandom* steps, ScheduleRandom* tables) {
+                                 ScheduleRandom* steps, ScheduleRandom* timers, ScheduleRandom* tables) {
   SimulationConfig config = DrawConfig(random->generator(), later->generator());
   DrawLibraryConfig(library->generator(), &config);
   config.steps = DrawStepConfig(steps->generator(), &config.options.min_size_to_sample);
+  DrawTimers(timers->generator(), config.checkpoints, &config.options);
   DrawTables(tables->generator(), &config);
   return config;
 }
@@ -72,8 +75,10 @@ class Simulator {
         later_random_(ScheduleRandom::LaterFeaturesSeed(seed)),
         library_random_(ScheduleRandom::LibrarySeed(seed)),
         steps_random_(ScheduleRandom::StepsSeed(seed)),
+        timers_random_(ScheduleRandom::TimersSeed(seed)),
         tables_random_(ScheduleRandom::TablesSeed(seed)),
-        config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_, &tables_random_)),
+        config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_, &timers_random_,
+                                &tables_random_)),
         model_(config_),
         step_model_(config_, &links_),
         versions_(static_cast<size_t>(config_.shards), 0),
@@ -112,7 +117,7 @@ class Simulator {
   std::string DescribeWaits() const;
   void AbortLibraryClients();
 
-  ScheduleRandom random_, later_random_, library_random_, steps_random_, tables_random_;
+  ScheduleRandom random_, later_random_, library_random_, steps_random_, timers_random_, tables_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
   StepModel step_model_;  // used when config_.steps.on
@@ -125,6 +130,7 @@ class Simulator {
   std::vector<Shard> shards_;
   std::unique_ptr<SimulatedClients> clients_;
   std::vector<std::unique_ptr<LibraryClient>> library_;
+  std::optional<ServiceTimers> timers_;  // the services' periodic checkpoints and stats lines
   // The services' clock: deadlines and SIGTERM's grace fire at the same step of every run.
   static constexpr std::chrono::milliseconds kStepTime{1};
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
@@ -134,7 +140,7 @@ class Simulator {
 };
 
 SimulationResult Simulator::Run() {
-  result_.config = config_.Describe();
+  result_.config = config_.Describe() + DescribeTimers(config_.options);
   result_.shards = config_.shards;
   result_.library_clients = config_.library_actors + config_.library_learners;
   result_.step_streams = config_.steps.on;
@@ -162,6 +168,8 @@ SimulationResult Simulator::Run() {
     result_.columns_first = clients_->columns_first();
     result_.step_counts = step_model_.counts();
     result_.step_counts.Add(restored_counts_);
+    result_.periodic_checkpoints = timers_->periodic_checkpoints();
+    result_.stats_lines = timers_->stats_lines();
     if (!library_.empty()) {
       Hash64 hash;
       hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
@@ -180,7 +188,8 @@ SimulationResult Simulator::Run() {
   }
   if (!result_.passed) AbortLibraryClients();  // outside the catch: fibers switch
   Hash64 schedule;
-  for (ScheduleRandom* random : {&random_, &later_random_, &library_random_, &steps_random_, &tables_random_}) {
+  for (ScheduleRandom* random :
+       {&random_, &later_random_, &library_random_, &steps_random_, &timers_random_, &tables_random_}) {
     const uint64_t digest = random->generator().digest();
     schedule.Update(std::as_bytes(std::span(&digest, 1)));
   }
@@ -255,6 +264,7 @@ void Simulator::Start() {
   }
   options.clock = [this] { return now_; };
   options.shards = shards;
+  timers_.emplace(options, shards, now_);
   model_.SetNow(now_);
   if (config_.steps.on) {
     step_model_.Start();
@@ -398,6 +408,7 @@ void Simulator::StepShard(int s) {
     // The helper thread's fsyncs and rename end before the next step looks.
     if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
   });
+  timers_->Stepped(s, *shard.service, *shard.replay, now_, terminated_);
   const replay::Replay& replay = shard.replay->items();
   const double total = replay.tree().Total(), min_leaf = replay.tree().Min();
   shard.items_changed = replay.next_key() != shard.next_key || replay.size() != shard.size;

@@ -15,9 +15,10 @@
 // clock is the simulation's (1 ms a step), so requests' timeouts fire at the
 // same step of every run; checkpoints write
 // one slice a pass (ServiceOptions::checkpoint_slice 0) and their helper
-// thread is awaited before the next step (CheckpointWriter::AwaitFinish), no
-// stats lines. So a seed's run is the same every time: RerunCommand(seed)
-// replays it.
+// thread is awaited before the next step (CheckpointWriter::AwaitFinish);
+// periodic checkpoints and stats lines, where a seed draws them, run on the
+// simulation's clock too (service_timers.h). So a seed's run is the same
+// every time: RerunCommand(seed) replays it.
 #pragma once
 
 #include <array>
@@ -79,6 +80,9 @@ struct SimulationResult {
   // Appends whose step columns went apart (raw clients' and the library's), of them raw ones sent before the request.
   int64_t columns_apart = 0, columns_first = 0;
   StepCounts step_counts;  // what the step streams exercised
+  // The services' timers on the simulation's clock (service_timers.h):
+  // checkpoints the periodic timer asked for, stats lines checked.
+  int64_t periodic_checkpoints = 0, stats_lines = 0;
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.

@@ -92,7 +92,7 @@ void SimulatedClients::AppendSteps(int client) {
       break;
     }
   }
-  // Items in the tables beside the default one (issue 34; from the fifth
+  // Items in the tables beside the default one (issue 34; from the sixth
   // stream, so seeds of one table keep their schedules), each now and then
   // where its own layout can create them; now and then a group of a table
   // the server does not have (the append refused whole).

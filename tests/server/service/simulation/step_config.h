@@ -30,7 +30,7 @@ inline constexpr double kTablesShare = 0.5;
 
 // One table of a service of step streams (issue 34): the default one (the
 // seed's layout, prioritized, the seed's capacity and rate limiter) and
-// those drawn beside it from the fifth stream (DrawTables), each with its
+// those drawn beside it from the sixth stream (DrawTables), each with its
 // own item layout over the same ring, sampler, remover, max_times_sampled,
 // capacity, minimum size and rate limiter.
 struct SimTable {
