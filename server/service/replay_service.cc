@@ -50,7 +50,8 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       pins_(replay->steps().slots()),
       checkpoints_(replay,
                    CheckpointDriverOptions{options_.checkpoint_dir, options_.shard, options_.shards,
-                                           options_.checkpoint_every_seconds, options_.checkpoint_slice},
+                                           options_.checkpoint_every_seconds, options_.checkpoint_slice,
+                                           options_.checkpoint_file_system},
                    CheckpointDriver::Hooks{
                        [this] { return SaveState(); },
                        [this](int client, uint64_t request_id, const Status& result) {

@@ -8,7 +8,8 @@ CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointD
   if (options_.dir.empty()) return;
   std::vector<int64_t> capacities;
   for (int t = 0; t < replay_->tables(); ++t) capacities.push_back(replay_->table(t).items().capacity());
-  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities));
+  writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities),
+                                               options_.file_system);
   if (options_.every_seconds > 0) {
     next_periodic_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(options_.every_seconds));

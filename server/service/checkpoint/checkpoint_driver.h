@@ -31,6 +31,7 @@ struct CheckpointDriverOptions {
   int shards = 1;
   double every_seconds = 0.0;  // > 0: one every this many seconds
   std::chrono::microseconds slice{2000};  // written per Step
+  FileSystem* file_system = PosixFileSystem();  // what checkpoints are written to (not owned)
 };
 
 class CheckpointDriver {
