@@ -311,9 +311,12 @@ Status ResolveCheckpoint(FileSystem& file_system, const std::string& path, int s
         "complete) and no complete checkpoint was written before it; there is nothing to restore",
         shard_dir, fmt::join(partial, ", ")));
   }
+  // Shards of a job of another number of server ranks. (This job's own
+  // shard directories, empty, say only that no checkpoint was completed.)
   (void)file_system.ListDirectory(path, &names);
+  const std::string this_job = fmt::format("-of-{}", shards);
   for (const std::string& name : names) {
-    if (name.starts_with("shard-")) others.push_back(name);
+    if (name.starts_with("shard-") && !name.ends_with(this_job)) others.push_back(name);
   }
   if (!others.empty()) {
     std::sort(others.begin(), others.end());
