@@ -101,7 +101,8 @@ int MemoryFileSystem::Begin(Operation kind, const std::string& description) {
   ++operations_;
   log_.push_back(fmt::format("{} {}", OperationName(kind), description));
   if (crash_at_ == operations_) {
-    CrashLocked();
+    if (crash_kind_ == CrashKind::kMachine) CrashLocked();
+    ++generation_;  // the files open before it are gone with the process
     down_ = true;
     return EIO;
   }
@@ -324,9 +325,10 @@ void MemoryFileSystem::CrashLocked() {
   ++generation_;
 }
 
-void MemoryFileSystem::CrashBeforeOperation(int64_t k) {
+void MemoryFileSystem::CrashBeforeOperation(int64_t k, CrashKind kind) {
   std::lock_guard lock(mutex_);
   crash_at_ = operations_ + k;
+  crash_kind_ = kind;
 }
 
 bool MemoryFileSystem::down() const {

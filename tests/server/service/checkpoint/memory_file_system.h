@@ -16,8 +16,9 @@
 // sync and rename errors at given rates; the n-th next operation of a kind
 // failing with a given errno; a full disk (ENOSPC once a number of bytes
 // more has been written); and a crash just before the k-th operation that
-// changes anything (CrashBeforeOperation), after which every call fails
-// (EIO) until Restart(), as a dead machine's would.
+// changes anything (CrashBeforeOperation: of the machine, as above, or of
+// the process alone, which loses nothing written), after which every call
+// fails (EIO) until Restart(), as a dead machine's would.
 //
 // Paths: '/'-separated, absolute or relative to the root, "" and "."
 // components skipped. Errors use FileSystemError, as the POSIX one does.
@@ -40,6 +41,10 @@ class MemoryFileSystem : public FileSystem {
  public:
   // The operations that change something: what schedules count and name.
   enum class Operation { kCreateFile, kWrite, kSync, kCreateDirectory, kSyncDirectory, kRename, kRemove };
+  // What dies: the machine (power lost: only what was synced is sure to
+  // stay) or the process (killed: everything it wrote stays, page cache and
+  // all).
+  enum class CrashKind { kMachine, kProcess };
 
   // Faults drawn per operation from the seeded generator.
   struct FaultRates {
@@ -68,7 +73,7 @@ class MemoryFileSystem : public FileSystem {
   void Crash();
   // A crash just before the `k`-th operation from now (1: the next), that
   // operation failing (EIO) and every call after it until Restart().
-  void CrashBeforeOperation(int64_t k);
+  void CrashBeforeOperation(int64_t k, CrashKind kind = CrashKind::kMachine);
   // Whether a scheduled crash has happened (and Restart not yet called).
   bool down() const;
   // After a crash: serves again, from what the crash left.
@@ -126,6 +131,7 @@ class MemoryFileSystem : public FileSystem {
   int64_t operations_ = 0;
   std::vector<std::string> log_;
   int64_t crash_at_ = -1;  // the operation a crash comes before; -1: none
+  CrashKind crash_kind_ = CrashKind::kMachine;
   bool down_ = false;
   FaultRates rates_;
   std::vector<Scheduled> scheduled_;

@@ -114,6 +114,18 @@ TEST(MemoryFileSystemTest, AScheduledCrashFailsItsOperationAndEveryCallUntilRest
   EXPECT_EQ(log[log.size() - 1], "write /d/f 3");
 }
 
+TEST(MemoryFileSystemTest, AProcessCrashLosesNothingWrittenButItsOpenFiles) {
+  MemoryFileSystem memory;
+  memory.CrashBeforeOperation(3, MemoryFileSystem::CrashKind::kProcess);
+  std::unique_ptr<WritableFile> file;
+  WriteFile(&memory, "/f", "unsynced", &file);  // operations 1 and 2
+  EXPECT_FALSE(memory.CreateDirectory("/d").ok());  // 3: the process is gone
+  memory.Restart();
+  EXPECT_EQ(memory.Contents("/f"), "unsynced");
+  size_t written = 0;
+  EXPECT_FALSE(file->Write(Bytes("more"), &written).ok()) << "its files went with it";
+}
+
 TEST(MemoryFileSystemTest, ShortWritesAreCompletedByWriteAllAndAFullDiskWritesWhatFits) {
   MemoryFileSystem memory(3);
   memory.SetFaultRates({.short_write = 1.0});
