@@ -369,7 +369,13 @@ Status CheckpointWriter::Finish() {
   file.reset();
   PERSERVE_RETURN_IF_ERROR(file_system_.SyncDirectory(partial_));
   PERSERVE_RETURN_IF_ERROR(file_system_.Rename(partial_, path_));
-  PERSERVE_RETURN_IF_ERROR(file_system_.SyncDirectory(shard_dir_));
+  const Status renamed = file_system_.SyncDirectory(shard_dir_);
+  if (!renamed.ok()) {
+    // Not known durable, so not complete: it goes as a partial would (else a
+    // restore took the checkpoint its requester was told had failed).
+    (void)file_system_.RemoveAll(path_);
+    return renamed;
+  }
   // The new one is durable: the older ones go.
   std::vector<std::string> names;
   (void)file_system_.ListDirectory(shard_dir_, &names);
