@@ -154,12 +154,18 @@ Status MemoryFileSystem::Write(int64_t node, uint64_t generation, const std::str
   if (rates_.short_write > 0.0 && take > 1 && std::uniform_real_distribution<double>(0.0, 1.0)(random_) < rates_.short_write) {
     take = std::uniform_int_distribution<size_t>(1, take - 1)(random_);
   }
+  std::string& data = nodes_.at(node).data;
+  if (file_limit_ >= 0) {
+    const size_t room = static_cast<size_t>(std::max<int64_t>(0, file_limit_ - static_cast<int64_t>(data.size())));
+    if (room == 0 && take > 0) return FileSystemError("write " + path, EFBIG);
+    take = std::min(take, room);
+  }
   if (disk_left_ >= 0) {
     if (disk_left_ == 0 && take > 0) return FileSystemError("write " + path, ENOSPC);
     take = std::min<size_t>(take, static_cast<size_t>(disk_left_));
     disk_left_ -= static_cast<int64_t>(take);
   }
-  nodes_.at(node).data.append(reinterpret_cast<const char*>(bytes.data()), take);
+  data.append(reinterpret_cast<const char*>(bytes.data()), take);
   *written = take;
   return Status::Ok();
 }
@@ -357,11 +363,17 @@ void MemoryFileSystem::FillDiskAfter(int64_t bytes) {
   disk_left_ = bytes;
 }
 
+void MemoryFileSystem::LimitFileSize(int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  file_limit_ = bytes < 0 ? -1 : bytes;
+}
+
 void MemoryFileSystem::ClearFaults() {
   std::lock_guard lock(mutex_);
   rates_ = {};
   scheduled_.clear();
   disk_left_ = -1;
+  file_limit_ = -1;
 }
 
 int64_t MemoryFileSystem::operations() const {

@@ -15,7 +15,7 @@
 // Faults, each driven by the seed or scheduled: short writes and write,
 // sync and rename errors at given rates; the n-th next operation of a kind
 // failing with a given errno; a full disk (ENOSPC once a number of bytes
-// more has been written); and a crash just before the k-th operation that
+// more has been written); a file size limit (EFBIG, as RLIMIT_FSIZE); and a crash just before the k-th operation that
 // changes anything (CrashBeforeOperation: of the machine, as above, or of
 // the process alone, which loses nothing written), after which every call
 // fails (EIO) until Restart(), as a dead machine's would.
@@ -85,6 +85,10 @@ class MemoryFileSystem : public FileSystem {
   // Writes of `bytes` more succeed; the one that crosses it writes what
   // fits (a short write), and every later one fails with ENOSPC.
   void FillDiskAfter(int64_t bytes);
+  // Files may not grow past `bytes` (< 0: no limit), as under RLIMIT_FSIZE:
+  // a write that would writes what fits (a short write), one at the limit
+  // fails with EFBIG.
+  void LimitFileSize(int64_t bytes);
   // No rates, schedules or full disk any more (a scheduled crash stays).
   void ClearFaults();
 
@@ -136,6 +140,7 @@ class MemoryFileSystem : public FileSystem {
   FaultRates rates_;
   std::vector<Scheduled> scheduled_;
   int64_t disk_left_ = -1;  // bytes that still fit; -1: no limit
+  int64_t file_limit_ = -1;  // bytes a file may hold; -1: no limit
 };
 
 }  // namespace perserve::service::checkpoint_test

@@ -144,6 +144,13 @@ TEST(MemoryFileSystemTest, ShortWritesAreCompletedByWriteAllAndAFullDiskWritesWh
   const Status full = file->Write(Bytes("abc"), &written);
   EXPECT_EQ(full.code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(full.message(), "write /g: No space left on device");
+
+  memory.ClearFaults();
+  memory.LimitFileSize(12);  // as RLIMIT_FSIZE: per file
+  ASSERT_TRUE(file->Write(Bytes("abc"), &written).ok());
+  EXPECT_EQ(written, 2u);
+  EXPECT_EQ(file->Write(Bytes("abc"), &written).message(), "write /g: File too large");
+  WriteFile(&memory, "/h", "another file");
 }
 
 TEST(MemoryFileSystemTest, TheNthOperationOfAKindFailsWithItsErrno) {
