@@ -127,7 +127,9 @@ class Posix : public FileSystem {
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0) return FileSystemError(fmt::format("rename {} to {}", from, to), errno);
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return FileSystemError(fmt::format("rename {} to {}", from, to), errno);
+    }
     return Status::Ok();
   }
 

@@ -28,9 +28,9 @@ using namespace checkpoint_test;
 
 constexpr char kRoot[] = "/ckpt";
 constexpr char kShard[] = "/ckpt/shard-0-of-1";
-// Rows of 25 kB in a ring of 100: the obs column of a checkpoint is 2.5 MB,
-// several writes of about a slice (1 MiB) each.
-constexpr int64_t kCapacity = 100, kObsBytes = 25000;
+// Rows of 12 kB in a ring of 100: the obs column of a checkpoint is 1.2 MB,
+// more than a slice (1 MiB): two writes.
+constexpr int64_t kCapacity = 100, kObsBytes = 12000;
 
 std::unique_ptr<replay::StepReplay> Replay() { return MakeReplay(kCapacity, 17, 0.6, kObsBytes); }
 

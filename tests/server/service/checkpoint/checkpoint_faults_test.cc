@@ -194,10 +194,8 @@ TEST(CheckpointDriverFaultTest, AnswersTheFaultAndTheNextCheckpointCompletes) {
   std::vector<Status> answers;
   CheckpointDriverOptions options{kRoot, 0, 1, 0.0, std::chrono::microseconds(1)};
   options.file_system = &memory;
-  CheckpointDriver driver(replay.get(), options,
-                          CheckpointDriver::Hooks{[] { return StateOf(); },
-                                                  [&](int, uint64_t, const Status& result) { answers.push_back(result); },
-                                                  [] {}});
+  const auto answer = [&](int, uint64_t, const Status& result) { answers.push_back(result); };
+  CheckpointDriver driver(replay.get(), options, CheckpointDriver::Hooks{[] { return StateOf(); }, answer, [] {}});
   memory.FailNth(Operation::kSync, 1, EIO);
   for (const int round : {0, 1}) {
     driver.AddWaiter(1, 10 + round);

@@ -96,7 +96,7 @@ int64_t MemoryFileSystem::Find(const std::string& path, int64_t* parent, std::st
   return node;
 }
 
-int MemoryFileSystem::Begin(Operation kind, const std::string& description) {
+int MemoryFileSystem::StartOperation(Operation kind, const std::string& description) {
   if (down_) return EIO;
   ++operations_;
   log_.push_back(fmt::format("{} {}", OperationName(kind), description));
@@ -130,7 +130,7 @@ int64_t MemoryFileSystem::NewNode(bool directory) {
 
 Status MemoryFileSystem::NewWritableFile(const std::string& path, std::unique_ptr<WritableFile>* file) {
   std::lock_guard lock(mutex_);
-  const int error = Begin(Operation::kCreateFile, path);
+  const int error = StartOperation(Operation::kCreateFile, path);
   if (error != 0) return FileSystemError("create " + path, error);
   int64_t parent = -1;
   std::string name;
@@ -147,11 +147,12 @@ Status MemoryFileSystem::Write(int64_t node, uint64_t generation, const std::str
                                std::span<const std::byte> bytes, size_t* written) {
   std::lock_guard lock(mutex_);
   *written = 0;
-  int error = Begin(Operation::kWrite, fmt::format("{} {}", path, bytes.size()));
+  int error = StartOperation(Operation::kWrite, fmt::format("{} {}", path, bytes.size()));
   if (error == 0 && generation != generation_) error = EIO;  // opened before a crash
   if (error != 0) return FileSystemError("write " + path, error);
   size_t take = bytes.size();
-  if (rates_.short_write > 0.0 && take > 1 && std::uniform_real_distribution<double>(0.0, 1.0)(random_) < rates_.short_write) {
+  std::uniform_real_distribution<double> chance(0.0, 1.0);
+  if (rates_.short_write > 0.0 && take > 1 && chance(random_) < rates_.short_write) {
     take = std::uniform_int_distribution<size_t>(1, take - 1)(random_);
   }
   std::string& data = nodes_.at(node).data;
@@ -172,7 +173,7 @@ Status MemoryFileSystem::Write(int64_t node, uint64_t generation, const std::str
 
 Status MemoryFileSystem::Sync(int64_t node, uint64_t generation, const std::string& path) {
   std::lock_guard lock(mutex_);
-  int error = Begin(Operation::kSync, path);
+  int error = StartOperation(Operation::kSync, path);
   if (error == 0 && generation != generation_) error = EIO;
   if (error != 0) return FileSystemError("fsync " + path, error);
   Node& file = nodes_.at(node);
@@ -191,8 +192,8 @@ Status MemoryFileSystem::NewSequentialFile(const std::string& path, std::unique_
 Status MemoryFileSystem::FileSize(const std::string& path, uint64_t* size) {
   std::lock_guard lock(mutex_);
   const int64_t node = down_ ? -1 : Find(path);
-  if (node < 0) return Status::NotFound(fmt::format("cannot read {}: {}", path, std::strerror(down_ ? EIO : ENOENT)));
-  if (nodes_.at(node).directory) return Status::NotFound(fmt::format("cannot read {}: {}", path, std::strerror(EISDIR)));
+  const int error = node < 0 ? (down_ ? EIO : ENOENT) : nodes_.at(node).directory ? EISDIR : 0;
+  if (error != 0) return Status::NotFound(fmt::format("cannot read {}: {}", path, std::strerror(error)));
   *size = nodes_.at(node).data.size();
   return Status::Ok();
 }
@@ -217,7 +218,7 @@ Status MemoryFileSystem::CreateDirectory(const std::string& path) {
   const auto cannot = [&](std::string_view reason) {
     return Status::Unavailable(fmt::format("cannot create {}: {}", path, reason));
   };
-  const int error = Begin(Operation::kCreateDirectory, path);
+  const int error = StartOperation(Operation::kCreateDirectory, path);
   if (error != 0) return cannot(std::strerror(error));
   int64_t parent = -1;
   std::string name;
@@ -230,7 +231,7 @@ Status MemoryFileSystem::CreateDirectory(const std::string& path) {
 
 Status MemoryFileSystem::CreateDirectories(const std::string& path) {
   std::lock_guard lock(mutex_);
-  const int error = Begin(Operation::kCreateDirectory, path + " (and parents)");
+  const int error = StartOperation(Operation::kCreateDirectory, path + " (and parents)");
   if (error != 0) return Status::Unavailable(fmt::format("cannot create {}: {}", path, std::strerror(error)));
   int64_t node = 0;
   for (const std::string& part : Components(path)) {
@@ -253,7 +254,7 @@ Status MemoryFileSystem::CreateDirectories(const std::string& path) {
 
 Status MemoryFileSystem::SyncDirectory(const std::string& path) {
   std::lock_guard lock(mutex_);
-  const int error = Begin(Operation::kSyncDirectory, path);
+  const int error = StartOperation(Operation::kSyncDirectory, path);
   if (error != 0) return FileSystemError("fsync " + path, error);
   const int64_t node = Find(path);
   if (node < 0) return FileSystemError("open " + path, ENOENT);
@@ -265,7 +266,7 @@ Status MemoryFileSystem::SyncDirectory(const std::string& path) {
 Status MemoryFileSystem::Rename(const std::string& from, const std::string& to) {
   std::lock_guard lock(mutex_);
   const std::string what = fmt::format("rename {} to {}", from, to);
-  const int error = Begin(Operation::kRename, fmt::format("{} to {}", from, to));
+  const int error = StartOperation(Operation::kRename, fmt::format("{} to {}", from, to));
   if (error != 0) return FileSystemError(what, error);
   int64_t from_parent = -1, to_parent = -1;
   std::string from_name, to_name;
@@ -285,7 +286,7 @@ Status MemoryFileSystem::Rename(const std::string& from, const std::string& to) 
 
 Status MemoryFileSystem::RemoveAll(const std::string& path) {
   std::lock_guard lock(mutex_);
-  const int error = Begin(Operation::kRemove, path);
+  const int error = StartOperation(Operation::kRemove, path);
   if (error != 0) return FileSystemError("remove " + path, error);
   int64_t parent = -1;
   std::string name;

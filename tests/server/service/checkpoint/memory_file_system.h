@@ -23,6 +23,7 @@
 // Paths: '/'-separated, absolute or relative to the root, "" and "."
 // components skipped. Errors use FileSystemError, as the POSIX one does.
 // Thread-safe (one lock); cost O(path depth) per call, Crash() O(bytes).
+// What is removed stays allocated until a Crash() (which may bring it back).
 #pragma once
 
 #include <cstdint>
@@ -119,7 +120,7 @@ class MemoryFileSystem : public FileSystem {
   int64_t Find(const std::string& path, int64_t* parent = nullptr, std::string* name = nullptr) const;
   // Counts an operation and decides its fault: 0, or the errno it fails
   // with (EIO once down; a crash scheduled for it happens first).
-  int Begin(Operation kind, const std::string& description);
+  int StartOperation(Operation kind, const std::string& description);
   int64_t NewNode(bool directory);
   void CrashLocked();
   // Writes for File (under the lock).
