@@ -53,7 +53,8 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
       pins_(replay->steps().slots()),
       checkpoints_(replay,
                    CheckpointDriverOptions{options_.checkpoint_dir, options_.shard, options_.shards,
-                                           options_.checkpoint_every_seconds, options_.checkpoint_slice, clock_},
+                                           options_.checkpoint_every_seconds, options_.checkpoint_slice, clock_,
+                                           options_.checkpoint_file_system},
                    CheckpointDriver::Hooks{
                        [this] {
                          if (!held_.empty()) PERSERVE_MARK("checkpoint: begun while appends are held");

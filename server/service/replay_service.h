@@ -119,6 +119,9 @@ struct ServiceOptions {
   std::string checkpoint_dir{};
   double checkpoint_every_seconds = 0.0;
   std::chrono::microseconds checkpoint_slice{2000};
+  // What checkpoints are written to (not owned; it outlives the service):
+  // the real file system, or a test's or the simulation's stand-in.
+  FileSystem* checkpoint_file_system = PosixFileSystem();
   // Sample replies of transitions whose rows are at least this many bytes go
   // out from the ring where the transport can (MPI: a datatype over the rows,
   // no gather copy) when the learner awaits them; the rows stay pinned until

@@ -1,10 +1,6 @@
 #include "service/checkpoint/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -23,21 +19,6 @@ using namespace checkpoint_layout;
 namespace {
 
 constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
-
-Status Errno(const std::string& what) {
-  const int error = errno;
-  const std::string text = fmt::format("{}: {}", what, std::strerror(error));
-  return error == ENOSPC || error == EDQUOT ? Status::ResourceExhausted(text) : Status::Unavailable(text);
-}
-
-Status FsyncPath(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path);
-  const int synced = ::fsync(fd);
-  const Status status = synced == 0 ? Status::Ok() : Errno("fsync " + path);
-  ::close(fd);
-  return status;
-}
 
 }  // namespace
 
@@ -58,15 +39,17 @@ std::string ColumnFile(size_t column) { return fmt::format("column-{}.bin", colu
 
 std::string TablePart(int table, std::string_view name) { return fmt::format("table-{}-{}", table, name); }
 
-std::string NewestComplete(const std::string& shard_dir) {
-  std::error_code error;
+std::string NewestComplete(FileSystem& file_system, const std::string& shard_dir) {
+  std::vector<std::string> names;
+  (void)file_system.ListDirectory(shard_dir, &names);  // none (no such directory): none complete
   int64_t newest = -1;
   std::string path;
-  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
-    const int64_t number = CheckpointNumber(entry.path().filename().string());
-    if (number > newest && fs::exists(entry.path() / kManifest)) {
+  for (const std::string& name : names) {
+    const int64_t number = CheckpointNumber(name);
+    const fs::path entry = fs::path(shard_dir) / name;
+    if (number > newest && file_system.Exists((entry / kManifest).string())) {
       newest = number;
-      path = entry.path().string();
+      path = entry.string();
     }
   }
   return path;
@@ -106,12 +89,13 @@ std::string ShardDirectory(const std::string& dir, int shard, int shards) {
 }
 
 CheckpointWriter::CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities,
-                                   ServiceClock clock)
-    : shard_dir_(ShardDirectory(dir, shard, shards)),
+                                   FileSystem* file_system, ServiceClock clock)
+    : file_system_(*file_system),
+      shard_dir_(ShardDirectory(dir, shard, shards)),
       shard_(shard),
       shards_(shards),
       clock_(std::move(clock)),
-      last_path_(NewestComplete(shard_dir_)),
+      last_path_(NewestComplete(file_system_, shard_dir_)),
       tables_(item_capacities.size()) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const size_t slots = static_cast<size_t>(std::max<int64_t>(0, item_capacities[t]));
@@ -139,33 +123,31 @@ Status CheckpointWriter::Timed(Write&& write) {
 Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState state) {
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
   began_ = clock_.Now();
-  std::error_code error;
   // A directory created here is durable only once its parent is synced: else
   // a crash could lose the shard directory, and a checkpoint with it.
   std::vector<fs::path> created;
-  for (fs::path dir = shard_dir_; !dir.empty() && !fs::exists(dir, error); dir = dir.parent_path()) {
+  for (fs::path dir = shard_dir_; !dir.empty() && !file_system_.Exists(dir.string()); dir = dir.parent_path()) {
     created.push_back(dir);
   }
-  fs::create_directories(shard_dir_, error);
-  if (error) return Status::Unavailable(fmt::format("cannot create {}: {}", shard_dir_, error.message()));
+  PERSERVE_RETURN_IF_ERROR(file_system_.CreateDirectories(shard_dir_));
   for (const fs::path& dir : created) {
     const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-    PERSERVE_RETURN_IF_ERROR(FsyncPath(parent.string()));
+    PERSERVE_RETURN_IF_ERROR(file_system_.SyncDirectory(parent.string()));
   }
   int64_t number = 0;
-  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
-    std::string name = entry.path().filename().string();
+  std::vector<std::string> names;
+  (void)file_system_.ListDirectory(shard_dir_, &names);  // unreadable: the create below says why
+  for (std::string name : names) {
     if (name.ends_with(kPartialSuffix)) {
-      fs::remove_all(entry.path(), error);  // a write cut short earlier: never complete
+      // A write cut short earlier: never complete.
+      (void)file_system_.RemoveAll((fs::path(shard_dir_) / name).string());
       name.resize(name.size() - std::string_view(kPartialSuffix).size());
     }
     number = std::max(number, CheckpointNumber(name) + 1);
   }
   path_ = (fs::path(shard_dir_) / fmt::format("checkpoint-{:06}", number)).string();
   partial_ = path_ + kPartialSuffix;
-  if (!fs::create_directory(partial_, error) || error) {
-    return Status::Unavailable(fmt::format("cannot create {}: {}", partial_, error ? error.message() : "exists"));
-  }
+  PERSERVE_RETURN_IF_ERROR(file_system_.CreateDirectory(partial_));
   phase_ = Phase::kItems;
   parts_.clear();
   parts_.emplace_back("state.bin");
@@ -185,12 +167,10 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
     parts_.emplace_back(TablePart(t, kSelectorsFile));
   }
   for (Part& part : parts_) {
-    const std::string file = (fs::path(partial_) / part.name).string();
-    part.fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (part.fd < 0) {
-      const Status status = Errno("create " + file);
+    const Status created_file = file_system_.NewWritableFile((fs::path(partial_) / part.name).string(), &part.file);
+    if (!created_file.ok()) {
       Abandon();
-      return status;
+      return created_file;
     }
   }
   // The small state, and each table's snapshot: which slot holds which key,
@@ -259,23 +239,11 @@ Status CheckpointWriter::Append(Part* part, std::span<const std::byte> bytes) {
     return Status::Ok();
   }
   PERSERVE_RETURN_IF_ERROR(Flush(part));
-  while (!bytes.empty()) {
-    const ssize_t wrote = ::write(part->fd, bytes.data(), bytes.size());
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return Errno(fmt::format("write {}/{}", partial_, part->name));
-    bytes = bytes.subspan(static_cast<size_t>(wrote));
-  }
-  return Status::Ok();
+  return WriteAll(part->file.get(), bytes);
 }
 
 Status CheckpointWriter::Flush(Part* part) {
-  std::span<const std::byte> bytes = part->buffer;
-  while (!bytes.empty()) {
-    const ssize_t wrote = ::write(part->fd, bytes.data(), bytes.size());
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return Errno(fmt::format("write {}/{}", partial_, part->name));
-    bytes = bytes.subspan(static_cast<size_t>(wrote));
-  }
+  PERSERVE_RETURN_IF_ERROR(WriteAll(part->file.get(), part->buffer));
   part->buffer.clear();
   return Status::Ok();
 }
@@ -391,41 +359,40 @@ Status CheckpointWriter::Finish() {
   manifest << "perserve-checkpoint " << kCheckpointFormat << "\n"
            << "shard " << shard_ << " of " << shards_ << "\n";
   for (Part& part : parts_) {
-    if (::fsync(part.fd) != 0) return Errno(fmt::format("fsync {}/{}", partial_, part.name));
-    ::close(part.fd);
-    part.fd = -1;
+    PERSERVE_RETURN_IF_ERROR(part.file->Sync());
+    part.file.reset();
     manifest << fmt::format("part {} {} {:016x}\n", part.name, part.bytes, part.hash.Finish());
   }
   manifest << "end\n";
   const std::string text = manifest.str();
-  const std::string file = (fs::path(partial_) / kManifest).string();
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create " + file);
-  const bool wrote = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const bool synced = wrote && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) return Errno("write " + file);
-  PERSERVE_RETURN_IF_ERROR(FsyncPath(partial_));
-  if (::rename(partial_.c_str(), path_.c_str()) != 0) return Errno(fmt::format("rename {} to {}", partial_, path_));
-  PERSERVE_RETURN_IF_ERROR(FsyncPath(shard_dir_));
+  std::unique_ptr<WritableFile> file;
+  PERSERVE_RETURN_IF_ERROR(file_system_.NewWritableFile((fs::path(partial_) / kManifest).string(), &file));
+  PERSERVE_RETURN_IF_ERROR(WriteAll(file.get(), std::as_bytes(std::span(text.data(), text.size()))));
+  PERSERVE_RETURN_IF_ERROR(file->Sync());
+  file.reset();
+  PERSERVE_RETURN_IF_ERROR(file_system_.SyncDirectory(partial_));
+  PERSERVE_RETURN_IF_ERROR(file_system_.Rename(partial_, path_));
+  const Status renamed = file_system_.SyncDirectory(shard_dir_);
+  if (!renamed.ok()) {
+    // Not known durable, so not complete: it goes as a partial would (else a
+    // restore took the checkpoint its requester was told had failed).
+    (void)file_system_.RemoveAll(path_);
+    return renamed;
+  }
   // The new one is durable: the older ones go.
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(shard_dir_, error)) {
-    const int64_t number = CheckpointNumber(entry.path().filename().string());
-    if (number >= 0 && entry.path().string() != path_) fs::remove_all(entry.path(), error);
+  std::vector<std::string> names;
+  (void)file_system_.ListDirectory(shard_dir_, &names);
+  for (const std::string& name : names) {
+    const std::string entry = (fs::path(shard_dir_) / name).string();
+    if (CheckpointNumber(name) >= 0 && entry != path_) (void)file_system_.RemoveAll(entry);
   }
   return Status::Ok();
 }
 
 void CheckpointWriter::Abandon() {
   if (finishing_.valid()) finishing_.wait();
-  for (Part& part : parts_) {
-    if (part.fd >= 0) ::close(part.fd);
-    part.fd = -1;
-  }
-  parts_.clear();
-  std::error_code error;
-  if (!partial_.empty()) fs::remove_all(partial_, error);
+  parts_.clear();  // closes the files
+  if (!partial_.empty()) (void)file_system_.RemoveAll(partial_);
   phase_ = Phase::kIdle;
 }
 

@@ -64,6 +64,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@
 #include "replay/replay.h"
 #include "replay/step_replay.h"
 #include "service/rate_limiter.h"
+#include "service/checkpoint/file_system.h"
 #include "service/service_clock.h"
 #include "service/checkpoint/step_checkpoint.h"
 #include "service/checkpoint/table_checkpoint.h"
@@ -150,13 +152,15 @@ class CheckpointWriter {
   // missing. `item_capacities`: each table's; the snapshot's per-slot copies
   // (17 bytes a slot of every table) are allocated and touched now, not
   // when a checkpoint begins (fresh pages cost ~60 ms for 2^21 slots here, a
-  // stall for every request). `clock`: the service's, which Step's budget
-  // and the durations below are measured on.
+  // stall for every request). Every file and directory operation goes
+  // through `file_system` (not owned; it outlives the writer). `clock`: the
+  // service's, which Step's budget and the durations below are measured on.
   CheckpointWriter(std::string dir, int shard, int shards, std::vector<int64_t> item_capacities,
-                   ServiceClock clock = {});
+                   FileSystem* file_system = PosixFileSystem(), ServiceClock clock = {});
   // One table of `item_capacity` slots (0: allocated at the first Begin).
-  CheckpointWriter(std::string dir, int shard, int shards, int64_t item_capacity = 0)
-      : CheckpointWriter(std::move(dir), shard, shards, std::vector<int64_t>{item_capacity}) {}
+  CheckpointWriter(std::string dir, int shard, int shards, int64_t item_capacity = 0,
+                   FileSystem* file_system = PosixFileSystem())
+      : CheckpointWriter(std::move(dir), shard, shards, std::vector<int64_t>{item_capacity}, file_system) {}
   ~CheckpointWriter();
 
   bool active() const { return phase_ != Phase::kIdle; }
@@ -208,7 +212,7 @@ class CheckpointWriter {
   struct Part {
     explicit Part(std::string file) : name(std::move(file)) {}
     std::string name;
-    int fd = -1;
+    std::unique_ptr<WritableFile> file;
     Hash64 hash;
     int64_t bytes = 0;
     std::vector<std::byte> buffer;  // written in about a slice at a time
@@ -244,6 +248,7 @@ class CheckpointWriter {
   template <class Write>
   Status Timed(Write&& write);
 
+  FileSystem& file_system_;
   std::string shard_dir_;
   int shard_, shards_;
   ServiceClock clock_;
@@ -265,8 +270,8 @@ class CheckpointWriter {
 // a checkpoint directory, or a --checkpoint-dir whose shard-<s>-of-<K>
 // holds one (the newest complete). *state gets the other parts, *loaded the
 // checkpoint's directory. Errors name what does not match or is damaged;
-// the replay must then not be used.
+// the replay must then not be used. Everything is read through `file_system`.
 Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::StepReplay* replay,
-                      CheckpointState* state, std::string* loaded);
+                      CheckpointState* state, std::string* loaded, FileSystem* file_system = PosixFileSystem());
 
 }  // namespace perserve::service

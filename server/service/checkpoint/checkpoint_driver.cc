@@ -11,7 +11,7 @@ CheckpointDriver::CheckpointDriver(const replay::StepReplay* replay, CheckpointD
   std::vector<int64_t> capacities;
   for (int t = 0; t < replay_->tables(); ++t) capacities.push_back(replay_->table(t).items().capacity());
   writer_ = std::make_unique<CheckpointWriter>(options_.dir, options_.shard, options_.shards, std::move(capacities),
-                                                options_.clock);
+                                                options_.file_system, options_.clock);
   if (options_.every_seconds > 0) next_periodic_ = options_.clock.Now() + ClockDuration(options_.every_seconds);
 }
 

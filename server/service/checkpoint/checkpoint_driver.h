@@ -33,6 +33,7 @@ struct CheckpointDriverOptions {
   double every_seconds = 0.0;  // > 0: one every this many seconds
   std::chrono::microseconds slice{2000};  // written per Step
   ServiceClock clock{};  // the service's: the periodic timer and the slices run on it
+  FileSystem* file_system = PosixFileSystem();  // what checkpoints are written to (not owned)
 };
 
 class CheckpointDriver {

@@ -16,6 +16,7 @@
 #include "perserve/schema.h"
 #include "perserve/status.h"
 #include "proto/bounded_input_archive.h"
+#include "service/checkpoint/file_system.h"
 
 namespace perserve::service::checkpoint_layout {
 
@@ -31,7 +32,7 @@ std::string ColumnFile(size_t column);
 
 // The newest complete checkpoint (it has its MANIFEST) in a shard's
 // directory; "" when there is none (or no such directory).
-std::string NewestComplete(const std::string& shard_dir);
+std::string NewestComplete(FileSystem& file_system, const std::string& shard_dir);
 
 // Rows of `schema` in about kSliceBytes (at least one): what a slice writes
 // and a restore reads at a time.
@@ -67,22 +68,22 @@ using Manifest = std::map<std::string, ManifestPart, std::less<>>;
 
 // A part's manifest line, its file's size checked against it and, when
 // `expected` >= 0, against the bytes it must have.
-Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                ManifestPart* part);
+Status FindPart(FileSystem& file_system, const std::string& dir, const std::string& name, const Manifest& parts,
+                int64_t expected, ManifestPart* part);
 // Reads a part whole (of the size `expected`, when >= 0; at most `limit`)
 // and checks its hash.
-Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                int64_t limit, std::string* bytes);
+Status ReadPart(FileSystem& file_system, const std::string& dir, const std::string& name, const Manifest& parts,
+                int64_t expected, int64_t limit, std::string* bytes);
 Status HashMismatch(const std::string& dir, const std::string& name);
 
 // Reads a cereal-encoded part (at most `limit` bytes; ReadPart) and decodes
 // it into *value, every byte of it: InvalidArgument naming the file when it
 // does not decode or has bytes past its end.
 template <class T>
-Status ReadEncodedPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t limit,
-                       T* value) {
+Status ReadEncodedPart(FileSystem& file_system, const std::string& dir, const std::string& name, const Manifest& parts,
+                       int64_t limit, T* value) {
   std::string bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, name, parts, -1, limit, &bytes));
+  PERSERVE_RETURN_IF_ERROR(ReadPart(file_system, dir, name, parts, -1, limit, &bytes));
   try {
     proto::BoundedInputArchive archive(std::as_bytes(std::span(bytes.data(), bytes.size())));
     archive(*value);

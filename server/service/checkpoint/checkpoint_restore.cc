@@ -12,9 +12,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string_view>
 #include <system_error>
 #include <tuple>
@@ -101,20 +101,17 @@ bool KnownPartName(std::string_view name) {
 }
 
 // Reads `file` whole if it holds at most `limit` bytes.
-Status ReadWhole(const fs::path& file, uintmax_t limit, std::string* bytes) {
-  std::error_code error;
-  const uintmax_t size = fs::file_size(file, error);
-  if (error) return Status::NotFound(fmt::format("cannot read {}: {}", file.string(), error.message()));
+Status ReadWhole(FileSystem& file_system, const fs::path& file, uintmax_t limit, std::string* bytes) {
+  uint64_t size = 0;
+  PERSERVE_RETURN_IF_ERROR(file_system.FileSize(file.string(), &size));
   if (size > limit) {
     return Status::InvalidArgument(fmt::format("{}: {} bytes, more than the {} any such file has (damaged)",
                                                file.string(), size, limit));
   }
-  std::ifstream in(file, std::ios::binary);
+  std::unique_ptr<SequentialFile> in;
+  PERSERVE_RETURN_IF_ERROR(file_system.NewSequentialFile(file.string(), &in));
   bytes->resize(static_cast<size_t>(size));
-  if (!in.read(bytes->data(), static_cast<std::streamsize>(size))) {
-    return Status::Unavailable(fmt::format("cannot read {}", file.string()));
-  }
-  return Status::Ok();
+  return in->Read(std::as_writable_bytes(std::span(bytes->data(), bytes->size())));
 }
 
 Status ParseManifest(const std::string& dir, std::string_view text, int shard, int shards, Manifest* parts,
@@ -173,11 +170,14 @@ Status ParseManifest(const std::string& dir, std::string_view text, int shard, i
   return Status::Ok();
 }
 
-Status ReadManifest(const std::string& dir, int shard, int shards, Manifest* parts, int32_t* format) {
+Status ReadManifest(FileSystem& file_system, const std::string& dir, int shard, int shards, Manifest* parts,
+                    int32_t* format) {
   std::string text;
   const fs::path file = fs::path(dir) / kManifest;
-  if (!fs::exists(file)) return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
-  PERSERVE_RETURN_IF_ERROR(ReadWhole(file, kMaxManifestBytes, &text));
+  if (!file_system.Exists(file.string())) {
+    return Status::NotFound(fmt::format("{} has no {}: not a complete checkpoint", dir, kManifest));
+  }
+  PERSERVE_RETURN_IF_ERROR(ReadWhole(file_system, file, kMaxManifestBytes, &text));
   return ParseManifest(dir, text, shard, shards, parts, format);
 }
 
@@ -284,9 +284,9 @@ Status ValidateLeaves(const std::string& dir, const std::string& prefix, std::sp
 
 // Where to restore from: `path` itself when it is a checkpoint, else the
 // newest complete checkpoint of this shard under `path` (a --checkpoint-dir).
-Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::string* dir) {
-  std::error_code error;
-  if (fs::exists(fs::path(path) / kManifest, error)) {
+Status ResolveCheckpoint(FileSystem& file_system, const std::string& path, int shard, int shards,
+                         std::string* dir) {
+  if (file_system.Exists((fs::path(path) / kManifest).string())) {
     *dir = path;
     return Status::Ok();
   }
@@ -297,11 +297,11 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
         path));
   }
   const std::string shard_dir = ShardDirectory(path, shard, shards);
-  *dir = NewestComplete(shard_dir);
+  *dir = NewestComplete(file_system, shard_dir);
   if (!dir->empty()) return Status::Ok();
-  std::vector<std::string> partial, others;
-  for (const auto& entry : fs::directory_iterator(shard_dir, error)) {
-    const std::string name = entry.path().filename().string();
+  std::vector<std::string> names, partial, others;
+  (void)file_system.ListDirectory(shard_dir, &names);  // none: no such directory
+  for (const std::string& name : names) {
     if (name.ends_with(kPartialSuffix)) partial.push_back(name);
   }
   if (!partial.empty()) {
@@ -311,9 +311,12 @@ Status ResolveCheckpoint(const std::string& path, int shard, int shards, std::st
         "complete) and no complete checkpoint was written before it; there is nothing to restore",
         shard_dir, fmt::join(partial, ", ")));
   }
-  for (const auto& entry : fs::directory_iterator(path, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("shard-")) others.push_back(name);
+  // Shards of a job of another number of server ranks. (This job's own
+  // shard directories, empty, say only that no checkpoint was completed.)
+  (void)file_system.ListDirectory(path, &names);
+  const std::string this_job = fmt::format("-of-{}", shards);
+  for (const std::string& name : names) {
+    if (name.starts_with("shard-") && !name.ends_with(this_job)) others.push_back(name);
   }
   if (!others.empty()) {
     std::sort(others.begin(), others.end());
@@ -334,9 +337,10 @@ class ItemParts {
   // `prefix`: the table's parts' (format 4: "table-<t>-"); `capacity`: the
   // state's (formats 1 and 2: their slots); `key_span`: how far below the
   // next key a held item's key may be (formats 3 and 4).
-  ItemParts(std::string dir, const Manifest& parts, std::string prefix, const Schema& schema,
+  ItemParts(FileSystem& file_system, std::string dir, const Manifest& parts, std::string prefix, const Schema& schema,
             const TableCheckpointState& table, int64_t capacity, int32_t format, uint64_t key_span)
-      : dir_(std::move(dir)),
+      : file_system_(file_system),
+        dir_(std::move(dir)),
         parts_(parts),
         prefix_(std::move(prefix)),
         schema_(schema),
@@ -414,22 +418,20 @@ class ItemParts {
  private:
   Status Add(const std::string& name, int64_t bytes) {
     ManifestPart part;
-    PERSERVE_RETURN_IF_ERROR(FindPart(dir_, name, parts_, bytes, &part));
+    PERSERVE_RETURN_IF_ERROR(FindPart(file_system_, dir_, name, parts_, bytes, &part));
     names_.push_back(name);
     expected_.push_back(part.hash);
     hashes_.emplace_back();
-    files_.emplace_back(fs::path(dir_) / name, std::ios::binary);
-    if (!files_.back()) return Status::Unavailable(fmt::format("cannot read {}/{}", dir_, name));
-    return Status::Ok();
+    files_.emplace_back();
+    return file_system_.NewSequentialFile(fmt::format("{}/{}", dir_, name), &files_.back());
   }
   Status ReadInto(size_t part, std::span<std::byte> out) {
-    if (!files_[part].read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()))) {
-      return Status::Unavailable(fmt::format("cannot read {}/{}", dir_, names_[part]));
-    }
+    PERSERVE_RETURN_IF_ERROR(files_[part]->Read(out));
     hashes_[part].Update(out);
     return Status::Ok();
   }
 
+  FileSystem& file_system_;
   std::string dir_;
   const Manifest& parts_;
   std::string prefix_;
@@ -441,15 +443,15 @@ class ItemParts {
   std::vector<std::string> names_;
   std::vector<uint64_t> expected_;
   std::vector<Hash64> hashes_;
-  std::vector<std::ifstream> files_;
+  std::vector<std::unique_ptr<SequentialFile>> files_;
   double total_ = 0.0;  // of the leaves read so far
 };
 
 // Restores table `t`'s items, state, free slots and (format 4) selectors
 // from its parts (`prefix`: format 4's "table-<t>-", else none). A format 1
 // checkpoint's items are its steps too: they go into the ring here.
-Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t format, int t, const std::string& prefix,
-                    const CheckpointState& state, replay::StepReplay* steps) {
+Status RestoreTable(FileSystem& file_system, const std::string& dir, const Manifest& parts, int32_t format, int t,
+                    const std::string& prefix, const CheckpointState& state, replay::StepReplay* steps) {
   const TableCheckpointState& saved = state.tables[static_cast<size_t>(t)];
   replay::Replay& items = steps->mutable_table(t).mutable_items();
   const Schema& schema = format == kTransitionFormat ? steps->step_schema() : items.store().schema();
@@ -462,7 +464,7 @@ Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t forma
   const uint64_t key_span = options.max_times_sampled == 0 && options.remover == replay::RemoverKind::kOldestFirst
                                 ? 2 * static_cast<uint64_t>(steps->options().step_capacity)
                                 : saved.replay.next_key;
-  ItemParts reader(dir, parts, prefix, schema, saved, state.capacity, format, key_span);
+  ItemParts reader(file_system, dir, parts, prefix, schema, saved, state.capacity, format, key_span);
   PERSERVE_RETURN_IF_ERROR(reader.Open());
   const int64_t rows_per_chunk = RowsPerSlice(schema);
   std::vector<uint64_t> keys;
@@ -527,7 +529,7 @@ Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t forma
   const std::string free_file = prefix + kFreeSlotsFile;
   const int64_t limit = (items.capacity() + 1) * static_cast<int64_t>(sizeof(int64_t));
   std::string bytes;
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, free_file, parts, -1, limit, &bytes));
+  PERSERVE_RETURN_IF_ERROR(ReadPart(file_system, dir, free_file, parts, -1, limit, &bytes));
   if (bytes.empty() || bytes.size() % sizeof(int64_t) != 0) {
     return Status::InvalidArgument(
         fmt::format("{}/{}: {} bytes, not whole slots (damaged)", dir, free_file, bytes.size()));
@@ -542,7 +544,7 @@ Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t forma
   const std::string selectors_file = prefix + kSelectorsFile;
   replay::SelectorState selectors;
   PERSERVE_RETURN_IF_ERROR(
-      ReadEncodedPart(dir, selectors_file, parts, 40 * (items.capacity() + 1) + 64, &selectors));
+      ReadEncodedPart(file_system, dir, selectors_file, parts, 40 * (items.capacity() + 1) + 64, &selectors));
   const Status rebuilt = items.RestoreSelectors(selectors);
   if (!rebuilt.ok()) {
     return Status::InvalidArgument(fmt::format("{}/{}: {} (damaged)", dir, selectors_file, rebuilt.message()));
@@ -550,13 +552,13 @@ Status RestoreTable(const std::string& dir, const Manifest& parts, int32_t forma
   return Status::Ok();
 }
 
-Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, replay::StepReplay* steps,
-                               CheckpointState* state, std::string* loaded) {
+Status LoadCheckpointUnguarded(FileSystem& file_system, const std::string& path, int shard, int shards,
+                               replay::StepReplay* steps, CheckpointState* state, std::string* loaded) {
   std::string dir;
-  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(path, shard, shards, &dir));
+  PERSERVE_RETURN_IF_ERROR(ResolveCheckpoint(file_system, path, shard, shards, &dir));
   Manifest parts;
   int32_t format = 0;
-  PERSERVE_RETURN_IF_ERROR(ReadManifest(dir, shard, shards, &parts, &format));
+  PERSERVE_RETURN_IF_ERROR(ReadManifest(file_system, dir, shard, shards, &parts, &format));
   const bool transitions = steps->RowsAreSteps();
   if ((format == kTransitionFormat && !transitions) || (format == kStepFormat && transitions)) {
     return Status::FailedPrecondition(fmt::format(
@@ -574,12 +576,14 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
   // The flags first, so that an error names the flag: format 4's tables,
   // then the ring's (formats 2 and 3 list table 0's layout with the ring's).
   const auto read_state = [&] {
-    PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, "state.bin", parts, kMaxStateBytes, state));
+    PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(file_system, dir, "state.bin", parts, kMaxStateBytes, state));
     return ValidateState(dir, state, *steps, shard, shards, format);
   };
   if (format >= kTablesFormat) PERSERVE_RETURN_IF_ERROR(read_state());
   StepCheckpointState step_state;
-  if (format != kTransitionFormat) PERSERVE_RETURN_IF_ERROR(ReadStepState(dir, parts, *steps, format, &step_state));
+  if (format != kTransitionFormat) {
+    PERSERVE_RETURN_IF_ERROR(ReadStepState(file_system, dir, parts, *steps, format, &step_state));
+  }
   if (format < kTablesFormat) PERSERVE_RETURN_IF_ERROR(read_state());
 
   // The steps first: a format 1 checkpoint's transitions are its steps (of
@@ -590,12 +594,12 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
     const std::vector<int64_t> first_index{static_cast<int64_t>(oldest)}, episode_start{0};
     PERSERVE_RETURN_IF_ERROR(steps->StartRestore(oldest, first_index, episode_start));
   } else {
-    PERSERVE_RETURN_IF_ERROR(LoadStepRing(dir, parts, step_state, steps));
+    PERSERVE_RETURN_IF_ERROR(LoadStepRing(file_system, dir, parts, step_state, steps));
   }
   // Then each table's items.
   for (int t = 0; t < static_cast<int>(state->tables.size()); ++t) {
-    PERSERVE_RETURN_IF_ERROR(
-        RestoreTable(dir, parts, format, t, format >= kTablesFormat ? TablePart(t, "") : "", *state, steps));
+    PERSERVE_RETURN_IF_ERROR(RestoreTable(file_system, dir, parts, format, t,
+                                          format >= kTablesFormat ? TablePart(t, "") : "", *state, steps));
   }
   // Every item must be one an append would create now over the held steps.
   int failed = 0;
@@ -613,13 +617,13 @@ Status LoadCheckpointUnguarded(const std::string& path, int shard, int shards, r
 
 namespace checkpoint_layout {
 
-Status FindPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                ManifestPart* part) {
+Status FindPart(FileSystem& file_system, const std::string& dir, const std::string& name, const Manifest& parts,
+                int64_t expected, ManifestPart* part) {
   const auto found = parts.find(name);
   if (found == parts.end()) return Status::InvalidArgument(fmt::format("{}/{}: the manifest lists no {}", dir, kManifest, name));
   const fs::path file = fs::path(dir) / name;
-  std::error_code error;
-  const uintmax_t size = fs::file_size(file, error);
+  uint64_t size = 0;
+  const bool error = !file_system.FileSize(file.string(), &size).ok();
   if (error || static_cast<int64_t>(size) != found->second.bytes ||
       (expected >= 0 && found->second.bytes != expected)) {
     return Status::InvalidArgument(
@@ -634,11 +638,11 @@ Status HashMismatch(const std::string& dir, const std::string& name) {
   return Status::InvalidArgument(fmt::format("{}/{}: its hash does not match the manifest (damaged)", dir, name));
 }
 
-Status ReadPart(const std::string& dir, const std::string& name, const Manifest& parts, int64_t expected,
-                int64_t limit, std::string* bytes) {
+Status ReadPart(FileSystem& file_system, const std::string& dir, const std::string& name, const Manifest& parts,
+                int64_t expected, int64_t limit, std::string* bytes) {
   ManifestPart part;
-  PERSERVE_RETURN_IF_ERROR(FindPart(dir, name, parts, expected, &part));
-  PERSERVE_RETURN_IF_ERROR(ReadWhole(fs::path(dir) / name, static_cast<uintmax_t>(limit), bytes));
+  PERSERVE_RETURN_IF_ERROR(FindPart(file_system, dir, name, parts, expected, &part));
+  PERSERVE_RETURN_IF_ERROR(ReadWhole(file_system, fs::path(dir) / name, static_cast<uintmax_t>(limit), bytes));
   Hash64 hash;
   hash.Update(std::as_bytes(std::span(bytes->data(), bytes->size())));
   if (hash.Finish() != part.hash) return HashMismatch(dir, name);
@@ -648,9 +652,9 @@ Status ReadPart(const std::string& dir, const std::string& name, const Manifest&
 }  // namespace checkpoint_layout
 
 Status LoadCheckpoint(const std::string& path, int shard, int shards, replay::StepReplay* replay,
-                      CheckpointState* state, std::string* loaded) {
+                      CheckpointState* state, std::string* loaded, FileSystem* file_system) {
   try {
-    return LoadCheckpointUnguarded(path, shard, shards, replay, state, loaded);
+    return LoadCheckpointUnguarded(*file_system, path, shard, shards, replay, state, loaded);
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(fmt::format("out of memory restoring {}", path));
   } catch (const std::exception& e) {

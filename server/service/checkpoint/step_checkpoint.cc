@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <cereal/archives/binary.hpp>
@@ -174,21 +174,22 @@ Status StepRingWriter::BeforeWrite(const store::StepStore& ring, int64_t steps, 
   return Write(ring, std::min(overwritten_end, held_), sink);
 }
 
-Status ReadStepState(const std::string& dir, const Manifest& parts, const replay::StepReplay& steps,
-                     int32_t format, StepCheckpointState* state) {
-  PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(dir, kStepStateFile, parts, kMaxStepStateBytes, state));
+Status ReadStepState(FileSystem& file_system, const std::string& dir, const Manifest& parts,
+                     const replay::StepReplay& steps, int32_t format, StepCheckpointState* state) {
+  PERSERVE_RETURN_IF_ERROR(ReadEncodedPart(file_system, dir, kStepStateFile, parts, kMaxStepStateBytes, state));
   return ValidateStepState(dir, *state, steps, format);
 }
 
-Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepCheckpointState& state,
-                    replay::StepReplay* steps) {
+Status LoadStepRing(FileSystem& file_system, const std::string& dir, const Manifest& parts,
+                    const StepCheckpointState& state, replay::StepReplay* steps) {
   std::string bytes;
   const std::string info_file = (fs::path(dir) / kStepInfoFile).string();
   const int64_t held = static_cast<int64_t>(std::min<uint64_t>(state.next_key, steps->options().step_capacity));
   const uint64_t first_key = state.next_key - static_cast<uint64_t>(held);
 
   // Every held step's stream; each stream's held run must end at its count.
-  PERSERVE_RETURN_IF_ERROR(ReadPart(dir, kStepInfoFile, parts, held * kStepInfoBytes, held * kStepInfoBytes, &bytes));
+  PERSERVE_RETURN_IF_ERROR(
+      ReadPart(file_system, dir, kStepInfoFile, parts, held * kStepInfoBytes, held * kStepInfoBytes, &bytes));
   std::vector<int64_t> info(static_cast<size_t>(3 * held));
   if (held > 0) std::memcpy(info.data(), bytes.data(), bytes.size());
   const size_t streams = state.stream_steps.size();
@@ -220,15 +221,15 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
   // it is read), appended again run by run of one stream.
   const Schema& schema = steps->step_schema();
   const size_t columns = schema.columns.size();
-  std::vector<std::ifstream> files(columns);
+  std::vector<std::unique_ptr<SequentialFile>> files(columns);
   std::vector<Hash64> hashes(columns);
   std::vector<uint64_t> expected_hashes(columns);
   for (size_t c = 0; c < columns; ++c) {
     ManifestPart part;
-    PERSERVE_RETURN_IF_ERROR(FindPart(dir, StepColumnFile(c), parts, held * schema.columns[c].ItemBytes(), &part));
+    PERSERVE_RETURN_IF_ERROR(
+        FindPart(file_system, dir, StepColumnFile(c), parts, held * schema.columns[c].ItemBytes(), &part));
     expected_hashes[c] = part.hash;
-    files[c].open(fs::path(dir) / StepColumnFile(c), std::ios::binary);
-    if (!files[c]) return Status::Unavailable(fmt::format("cannot read {}/{}", dir, StepColumnFile(c)));
+    PERSERVE_RETURN_IF_ERROR(file_system.NewSequentialFile(fmt::format("{}/{}", dir, StepColumnFile(c)), &files[c]));
   }
   // A step the ring refuses as an append's is refused for its done value: the byte counts are the files'.
   const int done_column = steps->steps().episodic() ? schema.ColumnIndex(steps->options().done_column) : 0;
@@ -240,11 +241,9 @@ Status LoadStepRing(const std::string& dir, const Manifest& parts, const StepChe
     chunk.resize(static_cast<size_t>(rows * schema.ItemBytes()));
     std::byte* out = chunk.data();
     for (size_t c = 0; c < columns; ++c) {
-      const std::streamsize length = static_cast<std::streamsize>(rows * schema.columns[c].ItemBytes());
-      if (!files[c].read(reinterpret_cast<char*>(out), length)) {
-        return Status::Unavailable(fmt::format("cannot read {}/{}", dir, StepColumnFile(c)));
-      }
-      hashes[c].Update(std::span<const std::byte>(out, static_cast<size_t>(length)));
+      const size_t length = static_cast<size_t>(rows * schema.columns[c].ItemBytes());
+      PERSERVE_RETURN_IF_ERROR(files[c]->Read(std::span(out, length)));
+      hashes[c].Update(std::span<const std::byte>(out, length));
       out += length;
     }
     // A held step that begins an episode (its episode start its own index)

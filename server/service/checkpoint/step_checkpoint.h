@@ -99,12 +99,12 @@ class StepRingWriter {
 // MANIFEST's `parts`) against `steps`: FailedPrecondition for flags that
 // differ (naming both values), checked before anything else of the
 // checkpoint so that the error names the flag.
-Status ReadStepState(const std::string& dir, const checkpoint_layout::Manifest& parts,
+Status ReadStepState(FileSystem& file_system, const std::string& dir, const checkpoint_layout::Manifest& parts,
                      const replay::StepReplay& steps, int32_t format, StepCheckpointState* state);
 // Restores the step ring `state` describes into `steps` (just created): its
 // held steps, each checked, and its streams. Errors name the file and the
 // field. The items come after (StepReplay::RestoreItems, then EndRestore).
-Status LoadStepRing(const std::string& dir, const checkpoint_layout::Manifest& parts,
+Status LoadStepRing(FileSystem& file_system, const std::string& dir, const checkpoint_layout::Manifest& parts,
                     const StepCheckpointState& state, replay::StepReplay* steps);
 
 }  // namespace perserve::service

@@ -314,6 +314,28 @@ TEST_F(CheckpointRestoreTest, ADirectoryHoldingOnlyAPartialCheckpointSaysSo) {
                 "is a partial checkpoint");
 }
 
+// Found by the crash sweep (checkpoint_crash_test.cc): a job whose first
+// checkpoint failed (its partial removed) or was lost in a crash leaves its
+// shard's directory empty, and the restore said "... (it has shard-0-of-1):
+// restore with the same number of server ranks", naming the job's own
+// directory. Likewise shard 1's directory for shard 0 of the same job.
+TEST_F(CheckpointRestoreTest, ADirectoryWhoseFirstCheckpointNeverCompletedSaysThereIsNone) {
+  auto replay = MakeReplay(500);
+  AddItems(replay.get(), 0, 100, &rng_);
+  {
+    CheckpointWriter writer(dir_.string(), 0, 1);
+    ASSERT_TRUE(writer.Begin(*replay, StateOf()).ok());
+  }  // abandoned: its partial is removed
+  ASSERT_TRUE(fs::is_empty(dir_ / "shard-0-of-1"));
+  ExpectRefused(Load(), Status::Code::kNotFound, "no complete checkpoint in " + dir_.string());
+  fs::remove_all(dir_ / "shard-0-of-1");
+  fs::create_directories(dir_ / "shard-1-of-2");
+  auto target = MakeReplay(500);
+  std::string loaded;
+  ExpectRefused(LoadCheckpoint(dir_.string(), 0, 2, target.get(), &state_, &loaded), Status::Code::kNotFound,
+                "no complete checkpoint in " + dir_.string());
+}
+
 // The only round trip was a full, wrapped ring, where the next slot is the
 // oldest: leaves read from the wrong slot passed. Here the table is partly
 // filled (slots 0 .. 299 of 500 used) and every key's leaf must come back

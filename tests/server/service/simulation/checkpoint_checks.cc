@@ -102,13 +102,13 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
 }  // namespace
 
 void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::span<const replay::ReplayOptions> options,
-                             int streams, const std::string& path, ReferenceModel* model,
+                             int streams, const std::string& path, FileSystem* files, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts) {
   std::unique_ptr<replay::StepReplay> restored;
   Status status = CreateShardReplay(config, streams, options, &restored);
   CheckpointState state;
   std::string loaded;
-  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded);
+  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded, files);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
   const Snapshot held = TakeSnapshot(*restored, path);
   for (int t = 0; t < restored->tables(); ++t) {

@@ -18,6 +18,7 @@
 
 #include "replay/replay.h"
 #include "replay/step_replay.h"
+#include "service/checkpoint/file_system.h"
 #include "server/service/simulation/reference_model.h"
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/simulator.h"
@@ -57,14 +58,14 @@ struct Snapshot {
 
 Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path);
 
-// Restores checkpoint `path` of shard `shard` into a fresh replay made as
-// the shard's (CreateShardReplay: `options` for its tables' items,
-// `streams` streams) and checks it, telling `model` of every restored item
-// of transitions, or with step streams checking each (of every table)
-// against `step_model` (counted in *counts); when *snapshot is that
-// checkpoint's, the restore must equal it (then reset).
+// Restores checkpoint `path` of shard `shard` from `files` into a fresh
+// replay made as the shard's (CreateShardReplay: `options` for its tables'
+// items, `streams` streams) and checks it, telling `model` of every
+// restored item of transitions, or with step streams checking each (of
+// every table) against `step_model` (counted in *counts); when *snapshot is
+// that checkpoint's, the restore must equal it (then reset).
 void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::span<const replay::ReplayOptions> options,
-                             int streams, const std::string& path, ReferenceModel* model,
+                             int streams, const std::string& path, FileSystem* files, ReferenceModel* model,
                              const StepModel* step_model, std::optional<Snapshot>* snapshot, StepCounts* counts);
 
 }  // namespace perserve::service::simulation

@@ -36,7 +36,7 @@ struct SimulationConfig {
   bool rows_in_place = false;    // sample replies sent from the store, rows pinned until delivered
   size_t eager_limit = 0;        // sends up to this many bytes complete at once
   bool checkpoints = false;      // a checkpoint directory: requests by clients and by the simulator
-  bool disk_faults = false;      // spells of a file size limit (RLIMIT_FSIZE): checkpoint writes fail
+  bool disk_faults = false;      // spells of a file size limit (EFBIG, as RLIMIT_FSIZE): checkpoint writes fail
   bool signals = false;          // SIGUSR1 now and then, one SIGTERM perhaps
   int work_ticks = 200;          // ticks in which clients make requests; then they close
   int max_adds_in_flight = 4;    // an actor's unacknowledged adds (its back-pressure)

@@ -1,18 +1,17 @@
 #include "server/service/simulation/simulator.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "replay/replay.h"
+#include "server/service/checkpoint/memory_file_system.h"
 #include "server/service/simulation/checkpoint_checks.h"
 #include "server/service/simulation/library_actor.h"
 #include "server/service/simulation/library_learner.h"
@@ -30,8 +29,6 @@
 
 namespace perserve::service::simulation {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Once the clients stop working, the services must reach done() within this
 // many steps (every client reads all its replies each step).
@@ -87,10 +84,8 @@ class Simulator {
     AbortLibraryClients();
     library_.clear();
     clients_.reset();
-    // Each service's checkpoint writer (and helper thread) first, then the directory.
+    // Each service's checkpoint writer (and helper thread) before the files.
     for (Shard& shard : shards_) shard.service.reset();
-    std::error_code error;
-    if (!dir_.empty()) fs::remove_all(dir_, error);
   }
 
   SimulationResult Run();
@@ -108,9 +103,6 @@ class Simulator {
   // did, the others drawn from the third stream), or with `all` every one.
   void StepShards(bool all);
   void StepShard(int shard);
-  // Runs `fn` under the spell's file size limit, if one is on.
-  template <class Fn>
-  void WithFileLimit(Fn fn);
   void CheckCheckpoint(int shard);
   void CheckEnd();
   // What waits: every service's clients and every library client's call.
@@ -126,7 +118,8 @@ class Simulator {
   std::vector<ShardLink> links_;
   LibraryCounts counts_;
   LibraryWorld world_;
-  fs::path dir_;
+  // Where the checkpoints go: kept in memory, the simulation's own.
+  checkpoint_test::MemoryFileSystem files_;
   std::vector<Shard> shards_;
   std::unique_ptr<SimulatedClients> clients_;
   std::vector<std::unique_ptr<LibraryClient>> library_;
@@ -135,7 +128,7 @@ class Simulator {
   static constexpr std::chrono::milliseconds kStepTime{1};
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   bool terminated_ = false;
-  int64_t file_limit_ = -1;  // bytes a file may grow to during a spell of faults; < 0: none
+  int64_t file_limit_ = -1;  // bytes a file may grow to during a spell of faults (files_'s); < 0: none
   SimulationResult result_;
 };
 
@@ -256,11 +249,8 @@ void Simulator::Start() {
   }
   ServiceOptions options = config_.options;
   if (config_.checkpoints) {
-    std::string pattern =
-        (fs::path(fs::exists("/dev/shm") ? "/dev/shm" : fs::temp_directory_path()) / "perserve-sim-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw SimulationFailure("mkdtemp failed");
-    dir_ = pattern;
-    options.checkpoint_dir = dir_.string();  // each shard writes under its own shard-<s>-of-<K>
+    options.checkpoint_dir = "/checkpoints";  // each shard writes under its own shard-<s>-of-<K>
+    options.checkpoint_file_system = &files_;
   }
   options.clock = [this] { return now_; };
   options.shards = shards;
@@ -338,6 +328,7 @@ void Simulator::SimulatorActs() {
   }
   if (config_.disk_faults && random_.Chance(0.03)) {
     file_limit_ = file_limit_ < 0 ? random_.Pick(0, 16 << 10) : -1;
+    files_.LimitFileSize(file_limit_);
     random_.Trace("files may grow to {} bytes", file_limit_);
   }
   if (config_.checkpoints && random_.Chance(0.02)) {
@@ -345,30 +336,13 @@ void Simulator::SimulatorActs() {
     Shard& shard = shards_[static_cast<size_t>(s)];
     const bool was_writing = shard.service->checkpoints()->active();
     Status asked;
-    WithFileLimit([&] { asked = shard.service->RequestCheckpoint("the simulation"); });
+    asked = shard.service->RequestCheckpoint("the simulation");
     if (!asked.ok()) throw SimulationFailure("RequestCheckpoint: " + asked.ToString());
     if (!was_writing && shard.service->checkpoints()->active() && !config_.disk_faults) {
       // Begun now, between steps: its restore must be the replay as it is.
       shard.snapshot = TakeSnapshot(*shard.replay, shard.service->checkpoints()->path());
     }
   }
-}
-
-template <class Fn>
-void Simulator::WithFileLimit(Fn fn) {
-  if (file_limit_ < 0) return fn();
-  // Restored however fn ends (a failure throws): later seeds, and the test's own output, write freely.
-  struct LimitedWrites {
-    explicit LimitedWrites(int64_t bytes) {
-      ::getrlimit(RLIMIT_FSIZE, &before);
-      struct rlimit limited = before;
-      limited.rlim_cur = static_cast<rlim_t>(bytes);
-      ::setrlimit(RLIMIT_FSIZE, &limited);
-    }
-    ~LimitedWrites() { ::setrlimit(RLIMIT_FSIZE, &before); }
-    struct rlimit before {};
-  } limited(file_limit_);
-  fn();
 }
 
 void Simulator::StepShards(bool all) {
@@ -401,13 +375,11 @@ void Simulator::StepShards(bool all) {
 
 void Simulator::StepShard(int s) {
   Shard& shard = shards_[static_cast<size_t>(s)];
-  WithFileLimit([&shard] {
-    bool handled = false;
-    const Status stepped = shard.service->Step(&handled);
-    if (!stepped.ok()) throw SimulationFailure("Step: " + stepped.ToString());
-    // The helper thread's fsyncs and rename end before the next step looks.
-    if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
-  });
+  bool handled = false;
+  const Status stepped = shard.service->Step(&handled);
+  if (!stepped.ok()) throw SimulationFailure("Step: " + stepped.ToString());
+  // The helper thread's fsyncs and rename end before the next step looks.
+  if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
   timers_->Stepped(s, *shard.service, *shard.replay, now_, terminated_);
   const replay::Replay& replay = shard.replay->items();
   const double total = replay.tree().Total(), min_leaf = replay.tree().Min();
@@ -427,7 +399,7 @@ void Simulator::CheckCheckpoint(int s) {
   const std::string& path = shard.service->checkpoints()->last_path();
   if (path.empty() || path == shard.last_checked_path) return;
   shard.last_checked_path = path;
-  CheckRestoredCheckpoint(config_, s, shard.table_options, shard.transport->client_count(), path, &model_,
+  CheckRestoredCheckpoint(config_, s, shard.table_options, shard.transport->client_count(), path, &files_, &model_,
                           config_.steps.on ? &step_model_ : nullptr, &shard.snapshot, &restored_counts_);
 }
 

@@ -14,7 +14,8 @@
 // Nothing but the seed's generators (portable_random.h) decide anything: the service's
 // clock is the simulation's (1 ms a step), so requests' timeouts fire at the
 // same step of every run; checkpoints write
-// one slice a pass (ServiceOptions::checkpoint_slice 0) and their helper
+// one slice a pass (ServiceOptions::checkpoint_slice 0) to the simulation's
+// own file system, kept in memory (MemoryFileSystem), and their helper
 // thread is awaited before the next step (CheckpointWriter::AwaitFinish);
 // periodic checkpoints and stats lines, where a seed draws them, run on the
 // simulation's clock too (service_timers.h). So a seed's run is the same
