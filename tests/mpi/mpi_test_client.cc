@@ -374,7 +374,9 @@ int FloodActor(bool flooder) {
   return 0;
 }
 
-constexpr int64_t kOverwriteItems = 5000;  // each of the two actors: the ring of 256 wraps 39 times
+// Enough for adds to meet replies in flight in every run, sanitizers on too
+// (with 5000 about one run in ten under ASan saw none).
+constexpr int64_t kOverwriteItems = 20000;  // each of the two actors: the ring of 256 wraps 156 times
 
 int OverwriteActor() {
   std::unique_ptr<perserve::ActorClient> actor;
