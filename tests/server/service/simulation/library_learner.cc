@@ -6,8 +6,6 @@
 #include <cmath>
 
 #include "proto/messages.h"
-#include "server/service/simulation/step_model.h"
-#include "table/selector.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -124,38 +122,10 @@ void LibraryLearner::SampleOtherTable() {
   const Status status = learner_->Sample(table.name, batch_size, beta, &batch, timeout);
   Fingerprint(status);
   if (!status.ok()) return ExpectAllowed(status, "Sample", /*sample_call=*/true);
-  const size_t n = static_cast<size_t>(batch_size);
-  const Schema& schema = table.sample_schema;
-  bool fits = batch.table == table.name && batch.size == batch_size && batch.keys.size() == n &&
-              batch.weights.size() == n && batch.probabilities.size() == n &&
-              batch.columns.size() == schema.columns.size();
-  for (size_t c = 0; fits && c < schema.columns.size(); ++c) {
-    fits = batch.columns[c].size() == n * static_cast<size_t>(schema.columns[c].ItemBytes());
-  }
-  Expect(fits, [&] {
-    return fmt::format("client {}: {} returned a batch of {} from table \"{}\" ({} keys, {} columns)", client_,
-                       doing_, batch.size, batch.table, batch.keys.size(), batch.columns.size());
+  Expect(batch.table == table.name, [&] {
+    return fmt::format("client {}: {} returned a batch of table \"{}\"", client_, doing_, batch.table);
   });
-  const bool prioritized = table.sampler() == table::SelectorKind::kPrioritized;
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t key = batch.keys[i];
-    const auto item = [&] { return fmt::format("client {}: {}: item {} (key {:#x})", client_, doing_, i, key); };
-    Expect(proto::ShardOfKey(key) < config_.shards, [&] { return item() + ": names no shard of the job"; });
-    const std::vector<std::vector<std::byte>> expected = world_.steps->Expected(key, t);
-    for (size_t c = 0; c < schema.columns.size(); ++c) {
-      const size_t bytes = static_cast<size_t>(schema.columns[c].ItemBytes());
-      const std::span<const std::byte> got = batch.columns[c].subspan(i * bytes, bytes);
-      Expect(std::equal(got.begin(), got.end(), expected[c].begin(), expected[c].end()),
-             [&] { return fmt::format("{}: its {} is not the reference's", item(), schema.columns[c].name); });
-    }
-    // Weights 1 but for a prioritized table (table::SelectorKind's draws); probabilities in (0, 1].
-    Expect((prioritized ? batch.weights[i] > 0.0 && batch.weights[i] <= 1.0 : batch.weights[i] == 1.0) &&
-               batch.probabilities[i] > 0.0 && batch.probabilities[i] <= 1.0,
-           [&] {
-             return fmt::format("{}: IS weight {}, probability {} (sampler {})", item(), batch.weights[i],
-                                batch.probabilities[i], table::SelectorKindName(table.sampler()));
-           });
-  }
+  checks_.CheckRows(batch, batch_size, t, fmt::format("client {}: {}", client_, doing_));
   ++world_.counts.other_table_batches;
 }
 

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "server/service/simulation/library_actor.h"
-#include "server/service/simulation/simulated_clients.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -73,32 +72,20 @@ void LibraryStepActor::Append(bool outside) {
   const ColumnSpans item_spans =
       items.empty() ? ColumnSpans{} : SpansOf(item_bulk, item_schema, static_cast<int64_t>(items.size()));
   // With several tables, now and then items in the others too, in one request (by name, in a random order).
-  struct Extra {
-    int table;
-    std::vector<int64_t> steps;
-    std::vector<double> priorities;
-    std::vector<std::byte> bulk;
-  };
-  std::vector<Extra> extra;
+  std::vector<TableGroup> extra;
   for (int table = 1; table < config_.tables() && !outside; ++table) {
     if (!random_.Chance(0.5)) continue;
-    Extra more{table, stream_.PickItems(rng, random_.Pick(1, 2), table), {}, {}};
-    if (more.steps.empty()) continue;
-    if (random_.Chance(0.5)) {
-      for (size_t i = 0; i < more.steps.size(); ++i) more.priorities.push_back(TablePriority(random_));
-    }
-    more.bulk = StepStream::Wire(stream_.ItemRows(rng, static_cast<int64_t>(more.steps.size()), table),
-                                 stream_.layout(table).item_columns.size());
-    extra.push_back(std::move(more));
+    TableGroup group = DrawTableGroup(random_, stream_, table, random_.Pick(1, 2));
+    if (!group.steps.empty()) extra.push_back(std::move(group));
   }
   std::vector<NewItems> groups = {NewItems{items, priorities, item_spans}};
-  for (const Extra& more : extra) {
+  for (const TableGroup& more : extra) {
     const SimTable& table = config_.steps.tables[static_cast<size_t>(more.table)];
     const Schema columns{table.layout.item_columns};
     groups.push_back(NewItems{more.steps, more.priorities,
                               columns.columns.empty()
                                   ? ColumnSpans{}
-                                  : SpansOf(more.bulk, columns, static_cast<int64_t>(more.steps.size())),
+                                  : SpansOf(more.columns, columns, static_cast<int64_t>(more.steps.size())),
                               table.name});
   }
   if (groups.size() > 1 && random_.Chance(0.5)) std::reverse(groups.begin(), groups.end());
@@ -117,7 +104,7 @@ void LibraryStepActor::Append(bool outside) {
     // After a refusal the library goes on from the steps the server acknowledged: so does the view.
     stream_.Commit(actor_->steps_appended() - count, rows);
     stream_.MarkItems(items);
-    for (const Extra& more : extra) stream_.MarkItems(more.steps, more.table);
+    for (const TableGroup& more : extra) stream_.MarkItems(more.steps, more.table);
     return;
   }
   Expect(connection_->frames_sent() == frames,

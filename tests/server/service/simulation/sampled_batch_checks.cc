@@ -11,6 +11,7 @@
 #include "proto/messages.h"
 #include "server/service/simulation/self_checking_rows.h"
 #include "server/service/simulation/step_model.h"
+#include "table/selector.h"
 
 namespace perserve::service::simulation {
 namespace {
@@ -24,9 +25,22 @@ bool Near(double value, double expected, double relative = 1e-9) {
 void SampledBatchChecks::Check(const SampleBatch& batch, int64_t batch_size, double beta, const char* call,
                                const std::vector<uint64_t>* sharded_since) {
   const std::string what = fmt::format("client {}: {} of {} at beta {}", client_, call, batch_size, beta);
+  CheckRows(batch, batch_size, 0, what);
+  ++world_.counts.batches;
+  connection_.Fingerprint(std::as_bytes(std::span(batch.keys)));
+  connection_.Fingerprint(std::as_bytes(std::span(batch.weights)));
+  connection_.Fingerprint(std::as_bytes(std::span(batch.probabilities)));
+  const std::vector<uint64_t> since =
+      config_.shards == 1 ? CheckOneShard(batch, beta, what) : CheckShards(batch, beta, what, sharded_since);
+  CheckExact(batch, beta, what, since);
+}
+
+void SampledBatchChecks::CheckRows(const SampleBatch& batch, int64_t batch_size, int table, const std::string& what) {
   const size_t n = static_cast<size_t>(batch_size);
   // Self-checking rows' id and pad, or the step layout's columns (the StepModel's reference says their bytes).
-  const Schema* steps = config_.steps.on ? &config_.steps.sample_schema : nullptr;
+  const SimTable* drawn_from = config_.steps.on ? &config_.steps.tables[static_cast<size_t>(table)] : nullptr;
+  const Schema* steps = drawn_from != nullptr ? &drawn_from->sample_schema : nullptr;
+  const bool by_priority = drawn_from == nullptr || drawn_from->sampler() == table::SelectorKind::kPrioritized;
   bool columns_fit = steps != nullptr ? batch.columns.size() == steps->columns.size()
                                       : batch.columns.size() == 2 && batch.columns[0].size() == 8 * n &&
                                             batch.columns[1].size() == n * static_cast<size_t>(config_.pad_bytes);
@@ -44,7 +58,7 @@ void SampledBatchChecks::Check(const SampleBatch& batch, int64_t batch_size, dou
     const auto item = [&] { return fmt::format("{}: item {} (key {:#x})", what, i, key); };
     Expect(proto::ShardOfKey(key) < config_.shards, [&] { return item() + ": names no shard of the job"; });
     if (steps != nullptr) {
-      const std::vector<std::vector<std::byte>> expected = world_.steps->Expected(key);
+      const std::vector<std::vector<std::byte>> expected = world_.steps->Expected(key, table);
       for (size_t c = 0; c < batch.columns.size(); ++c) {
         const size_t bytes = static_cast<size_t>(steps->columns[c].ItemBytes());
         const std::span<const std::byte> got = batch.columns[c].subspan(i * bytes, bytes);
@@ -57,18 +71,11 @@ void SampledBatchChecks::Check(const SampleBatch& batch, int64_t batch_size, dou
              [&] { return fmt::format("{}: its row is torn (id {:#x})", item(), id); });
       world_.model.ObservedItem(key, id, item);
     }
-    Expect(batch.weights[i] > 0.0 && batch.weights[i] <= 1.0,
+    Expect(by_priority ? batch.weights[i] > 0.0 && batch.weights[i] <= 1.0 : batch.weights[i] == 1.0,
            [&] { return fmt::format("{}: IS weight {}", item(), batch.weights[i]); });
     Expect(batch.probabilities[i] > 0.0 && batch.probabilities[i] <= 1.0,
            [&] { return fmt::format("{}: probability {}", item(), batch.probabilities[i]); });
   }
-  ++world_.counts.batches;
-  connection_.Fingerprint(std::as_bytes(std::span(batch.keys)));
-  connection_.Fingerprint(std::as_bytes(std::span(batch.weights)));
-  connection_.Fingerprint(std::as_bytes(std::span(batch.probabilities)));
-  const std::vector<uint64_t> since =
-      config_.shards == 1 ? CheckOneShard(batch, beta, what) : CheckShards(batch, beta, what, sharded_since);
-  CheckExact(batch, beta, what, since);
 }
 
 std::vector<uint64_t> SampledBatchChecks::CheckOneShard(const SampleBatch& batch, double beta,

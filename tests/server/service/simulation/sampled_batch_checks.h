@@ -33,6 +33,13 @@ class SampledBatchChecks {
   // since which nothing may have changed for the batch to be exact.
   void Check(const SampleBatch& batch, int64_t batch_size, double beta, const char* call,
              const std::vector<uint64_t>* sharded_since);
+  // What Check holds of every batch, of any table (`table`: its index;
+  // `what` names the call): `batch_size` items, each the item added under
+  // its key (a self-checking row; with step streams the StepModel's
+  // reference, of that table), a key of the job's shards, an IS weight in
+  // (0, 1] (exactly 1 from a table that does not draw by priority) and a
+  // probability in (0, 1].
+  void CheckRows(const SampleBatch& batch, int64_t batch_size, int table, const std::string& what);
 
  private:
   // Each returns the versions since which nothing may have changed for the

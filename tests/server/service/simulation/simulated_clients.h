@@ -14,7 +14,6 @@
 // step streams actors append steps instead (step_clients.cc).
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -44,14 +43,6 @@ struct ShardLink {
   // The next key of table `t` (its index).
   uint64_t NextKey(int t) const { return t == 0 ? replay->next_key() : table->table(t).items().next_key(); }
 };
-
-// A priority for an item or update of a table beside the default one:
-// half of them one of three values, so that equal priorities are common
-// (the heaps' and the lowest-priority remover's ties: table_reference.h).
-inline double TablePriority(ScheduleRandom& random) {
-  if (random.Chance(0.5)) return std::array{0.5, 1.0, 2.0}[static_cast<size_t>(random.Pick(0, 2))];
-  return random.Uniform(0.01, 10.0);
-}
 
 class SimulatedClients {
  public:
@@ -108,14 +99,6 @@ class SimulatedClients {
     int64_t steps_acknowledged = 0;
     std::map<uint64_t, int64_t> appends;
     bool stream_refused = false;
-  };
-
-  // One table's items of an append (a table's index; past the last: one the server does not have).
-  struct TableGroup {
-    int table = 0;
-    std::vector<int64_t> steps;
-    std::vector<double> priorities;
-    std::vector<std::byte> columns;  // the wire layout
   };
 
   // The shard `client`'s next request goes to: an actor's own; a learner's

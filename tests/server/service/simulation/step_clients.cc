@@ -99,15 +99,8 @@ void SimulatedClients::AppendSteps(int client) {
   std::vector<TableGroup> extra;
   for (int table = 1; table < config_.tables(); ++table) {
     if (!tables_random_.Chance(0.6)) continue;
-    TableGroup group{table, stream.PickItems(tables_random_.generator(), tables_random_.Pick(1, 3), table)};
-    if (group.steps.empty()) continue;
-    if (tables_random_.Chance(0.5)) {
-      for (size_t i = 0; i < group.steps.size(); ++i) group.priorities.push_back(TablePriority(tables_random_));
-    }
-    group.columns = StepStream::Wire(
-        stream.ItemRows(tables_random_.generator(), static_cast<int64_t>(group.steps.size()), table),
-        stream.layout(table).item_columns.size());
-    extra.push_back(std::move(group));
+    TableGroup group = DrawTableGroup(tables_random_, stream, table, tables_random_.Pick(1, 3));
+    if (!group.steps.empty()) extra.push_back(std::move(group));
   }
   if (config_.tables() > 1 && tables_random_.Chance(0.02)) {
     extra.push_back(TableGroup{config_.tables(), {std::max<int64_t>(0, stream.size() - 1)}, {}, {}});

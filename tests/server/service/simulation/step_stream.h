@@ -10,12 +10,15 @@
 // bytes. Every `table` below is an index of config.tables (0: the default).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <set>
 #include <vector>
 
 #include "server/replay/step_reference.h"
 #include "server/service/simulation/portable_random.h"
+#include "server/service/simulation/schedule_random.h"
 #include "server/service/simulation/step_config.h"
 
 namespace perserve::service::simulation {
@@ -63,5 +66,39 @@ class StepStream {
   int64_t drawn_ = 0;  // steps drawn ever (refused ones too): their bytes differ
   std::vector<std::set<int64_t>> items_;  // a table's: steps items were sent over
 };
+
+// A priority for an item or update of a table beside the default one:
+// half of them one of three values, so that equal priorities are common
+// (the heaps' and the lowest-priority remover's ties: table_reference.h).
+inline double TablePriority(ScheduleRandom& random) {
+  if (random.Chance(0.5)) return std::array{0.5, 1.0, 2.0}[static_cast<size_t>(random.Pick(0, 2))];
+  return random.Uniform(0.01, 10.0);
+}
+
+// One table's items of an append: a table's index (past the last: one the
+// server does not have), its items' steps and priorities (none: the
+// server's max priority), their item columns in the wire layout.
+struct TableGroup {
+  int table = 0;
+  std::vector<int64_t> steps;
+  std::vector<double> priorities;
+  std::vector<std::byte> columns;
+};
+
+// Items of `table` (beside the default one) at up to `most` recent steps of
+// `stream` where they can be created (none: no steps), with priorities half
+// the time (TablePriority) and random item columns: raw and library actors
+// alike.
+inline TableGroup DrawTableGroup(ScheduleRandom& random, const StepStream& stream, int table, int64_t most) {
+  TableGroup group{table, stream.PickItems(random.generator(), most, table), {}, {}};
+  if (group.steps.empty()) return group;
+  if (random.Chance(0.5)) {
+    for (size_t i = 0; i < group.steps.size(); ++i) group.priorities.push_back(TablePriority(random));
+  }
+  group.columns =
+      StepStream::Wire(stream.ItemRows(random.generator(), static_cast<int64_t>(group.steps.size()), table),
+                       stream.layout(table).item_columns.size());
+  return group;
+}
 
 }  // namespace perserve::service::simulation
