@@ -41,7 +41,7 @@ struct ShardLink {
   const replay::StepReplay* table = nullptr;    // the table itself: its ring and layout
   std::vector<int> index;  // by client (SimulationConfig's numbering); -1: not a client of this shard
   // The next key of table `t` (its index).
-  uint64_t NextKey(int t) const { return t == 0 ? replay->next_key() : table->table(t).items().next_key(); }
+  uint64_t NextKey(int t) const { return table->table(t).items().next_key(); }
 };
 
 class SimulatedClients {
