@@ -124,9 +124,12 @@ Status CheckpointWriter::Begin(const replay::StepReplay& replay, CheckpointState
   if (active()) return Status::FailedPrecondition("a checkpoint is being written already");
   began_ = clock_.Now();
   // A directory created here is durable only once its parent is synced: else
-  // a crash could lose the shard directory, and a checkpoint with it.
+  // a crash could lose the shard directory, and a checkpoint with it. Up to
+  // the root at most (the root is its own parent): a file system that
+  // answers nothing, a dead disk's, must not keep this walking.
   std::vector<fs::path> created;
-  for (fs::path dir = shard_dir_; !dir.empty() && !file_system_.Exists(dir.string()); dir = dir.parent_path()) {
+  for (fs::path dir = shard_dir_; !dir.empty() && dir != dir.parent_path() && !file_system_.Exists(dir.string());
+       dir = dir.parent_path()) {
     created.push_back(dir);
   }
   PERSERVE_RETURN_IF_ERROR(file_system_.CreateDirectories(shard_dir_));

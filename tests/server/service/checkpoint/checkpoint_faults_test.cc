@@ -152,6 +152,22 @@ TEST(CheckpointShortWritesTest, AreCompletedAndTheCheckpointRestoresBitExact) {
   ExpectSameTable(*restored, *replay);
 }
 
+// A file system that answers nothing (a dead disk: every call EIO, no path
+// exists, not even the root) fails the checkpoint at once. Found by the
+// simulation's crash-restarts: Begin walked up from the shard directory to
+// the first that exists, and the root, its own parent, never did.
+TEST(CheckpointDeadDiskTest, FailsTheCheckpointAtOnce) {
+  auto replay = Replay();
+  std::mt19937_64 rng(5);
+  AddItems(replay.get(), 0, 30, &rng);
+  MemoryFileSystem memory(11);
+  memory.CrashNow(MemoryFileSystem::CrashKind::kProcess);
+  CheckpointWriter writer(kRoot, 0, 1, 0, &memory);
+  const Status written = Write(&writer, replay.get());
+  EXPECT_FALSE(written.ok());
+  EXPECT_FALSE(writer.active());
+}
+
 // Faults at random (write, fsync and rename errors, short writes): every
 // checkpoint either completes and restores what it began with, or fails
 // and the last complete one restores.

@@ -332,6 +332,13 @@ void MemoryFileSystem::CrashLocked() {
   ++generation_;
 }
 
+void MemoryFileSystem::CrashNow(CrashKind kind) {
+  std::lock_guard lock(mutex_);
+  if (kind == CrashKind::kMachine) CrashLocked();
+  ++generation_;
+  down_ = true;
+}
+
 void MemoryFileSystem::CrashBeforeOperation(int64_t k, CrashKind kind) {
   std::lock_guard lock(mutex_);
   crash_at_ = operations_ + k;

@@ -75,7 +75,11 @@ class MemoryFileSystem : public FileSystem {
   // A crash just before the `k`-th operation from now (1: the next), that
   // operation failing (EIO) and every call after it until Restart().
   void CrashBeforeOperation(int64_t k, CrashKind kind = CrashKind::kMachine);
-  // Whether a scheduled crash has happened (and Restart not yet called).
+  // The machine or the process dies now: what Crash() leaves (kMachine) or
+  // everything written (kProcess); open files and every call fail (EIO)
+  // until Restart(), as after a scheduled crash.
+  void CrashNow(CrashKind kind);
+  // Whether a crash (scheduled, or CrashNow) has happened (and Restart not yet called).
   bool down() const;
   // After a crash: serves again, from what the crash left.
   void Restart();
