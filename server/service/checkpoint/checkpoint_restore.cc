@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "proto/bounded_input_archive.h"
 #include "proto/messages.h"
@@ -282,12 +283,29 @@ Status ValidateLeaves(const std::string& dir, const std::string& prefix, std::sp
   return Status::Ok();
 }
 
+// A checkpoint is complete once renamed, durable once its directory is
+// synced after: a writer that died between the two left it complete but
+// not durable, and a crash of the machine could bring back an older one
+// after this server had served what it restored. So the restore syncs the
+// directory first. (Where it cannot, a read-only copy say, it says so and
+// goes on: nothing is written there that a crash could undo.)
+void MakeDurable(FileSystem& file_system, const std::string& checkpoint) {
+  const fs::path parent = fs::path(checkpoint).parent_path();
+  const Status synced = file_system.SyncDirectory(parent.empty() ? "." : parent.string());
+  if (!synced.ok()) {
+    spdlog::warn("restore: {} (so a crash of the machine could still lose {}: it is restored all the same)",
+                 synced.ToString(), checkpoint);
+  }
+}
+
 // Where to restore from: `path` itself when it is a checkpoint, else the
-// newest complete checkpoint of this shard under `path` (a --checkpoint-dir).
+// newest complete checkpoint of this shard under `path` (a --checkpoint-dir),
+// made durable (MakeDurable).
 Status ResolveCheckpoint(FileSystem& file_system, const std::string& path, int shard, int shards,
                          std::string* dir) {
   if (file_system.Exists((fs::path(path) / kManifest).string())) {
     *dir = path;
+    MakeDurable(file_system, *dir);
     return Status::Ok();
   }
   if (path.ends_with(kPartialSuffix) || fs::path(path).filename().string().ends_with(kPartialSuffix)) {
@@ -298,7 +316,10 @@ Status ResolveCheckpoint(FileSystem& file_system, const std::string& path, int s
   }
   const std::string shard_dir = ShardDirectory(path, shard, shards);
   *dir = NewestComplete(file_system, shard_dir);
-  if (!dir->empty()) return Status::Ok();
+  if (!dir->empty()) {
+    MakeDurable(file_system, *dir);
+    return Status::Ok();
+  }
   std::vector<std::string> names, partial, others;
   (void)file_system.ListDirectory(shard_dir, &names);  // none: no such directory
   for (const std::string& name : names) {
