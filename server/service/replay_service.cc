@@ -66,7 +66,7 @@ ReplayService::ReplayService(replay::StepReplay* replay, Transport* transport, S
                          replies_.Reply(client, proto::MessageKind::kCheckpointReply, request_id,
                                         proto::CheckpointReply{checkpoints_.writer()->last_path()});
                        },
-                       [this] { StopServing(); }}),
+                       [this] { StopServing(); }, options_.checkpoint_begun}),
       stats_(options_.stats_interval_seconds, Now()),
       episodes_(replay->step_schema(), options_.reward_column, options_.done_column, transport->client_count(),
                 /*bootstrap_steps=*/replay->steps().episodic()),

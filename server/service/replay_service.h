@@ -133,6 +133,9 @@ struct ServiceOptions {
   // Polled each pass: SIGUSR1 asks for a checkpoint, SIGTERM for one and
   // then the end of serving; 0: nothing. Empty: never polled.
   std::function<int()> take_signal{};
+  // Told each checkpoint's path as it begins, while the replay is what it
+  // will hold (the simulation keeps what a restore of it must give). Empty: none.
+  std::function<void(const std::string& path)> checkpoint_begun{};
   // The time every deadline, wait, grace and timer is measured on (empty:
   // the steady clock): the request timeouts, the periodic checkpoints and
   // their slices, the stats lines (service_clock.h). The simulation's runs

@@ -86,6 +86,7 @@ void CheckpointDriver::Begin() {
     }
     spdlog::info("checkpoint: writing {} ({}; {} items held, {} ever added{})", writer_->path(), reason_, held, ever,
                  replay_->tables() > 1 ? fmt::format(", in {} tables", replay_->tables()) : "");
+    if (hooks_.begun) hooks_.begun(writer_->path());
   }
   // SIGTERM's checkpoint holds what was acknowledged before this Begin: from
   // now on adds and updates are answered UNAVAILABLE, not acknowledged.

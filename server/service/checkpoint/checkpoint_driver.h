@@ -46,6 +46,8 @@ class CheckpointDriver {
     std::function<void(int client, uint64_t request_id, const Status& result)> answer;
     // SIGTERM's checkpoint began, or could not: from now on nothing is acknowledged.
     std::function<void()> final_begun;
+    // A checkpoint began (its path): it holds the replay as it is now. Empty: none told.
+    std::function<void(const std::string& path)> begun{};
   };
 
   // Checkpoints of `replay` (not owned).

@@ -66,11 +66,17 @@ class StepReference {
     std::memcpy(&value, row.data(), sizeof(value));
     return value;
   }
-  // The first step of i's episode: walk back to just after a done step.
+  // The first step of i's episode: walk back to just after a done step, or
+  // to a step that began one after a restore (StartNewEpisode).
   int64_t EpisodeStart(int stream, int64_t i) const {
-    while (i > 0 && !Done(stream, i - 1)) --i;
+    while (i > 0 && !Done(stream, i - 1) && !BeginsEpisode(stream, i)) --i;
     return i;
   }
+  // A restore ended the episode in progress: `stream`'s next step begins a
+  // new one, whatever the step before it says (the server's
+  // StepStore::StartNewEpisode). No item spans the two.
+  void StartNewEpisode(int stream) { restarts_.insert({stream, steps(stream)}); }
+  bool BeginsEpisode(int stream, int64_t i) const { return restarts_.count({stream, i}) != 0; }
 
   // Appends a stream's steps (rows[j][c]) with keys next_key() ...
   void Append(int stream, const std::vector<std::vector<std::vector<std::byte>>>& rows) {
@@ -94,11 +100,15 @@ class StepReference {
     if (streams_[stream][EarliestStep(stream, t)].key < oldest_key_after) return false;
     const bool n_step = options_.kind == StepOptions::Kind::kNStep;
     if (!n_step && (t - start) % options_.sequence_period != 0) return false;
-    const int64_t reach = n_step ? options_.n_step : options_.sequence_length;  // steps t .. t+reach-1
-    for (int64_t i = t; i < t + reach && i < have; ++i) {
+    // The last step it needs (the successor t+n, or t+L-1) unless its
+    // episode ends first; one that a restore ended (a later step begins an
+    // episode) cannot be whole.
+    const int64_t last = n_step ? t + options_.n_step : t + options_.sequence_length - 1;
+    for (int64_t i = t; i <= last && i < have; ++i) {
+      if (i > t && BeginsEpisode(stream, i)) return false;
       if (Done(stream, i)) return true;
     }
-    return n_step ? t + options_.n_step < have : t + options_.sequence_length - 1 < have;
+    return last < have;
   }
 
   // The earliest step an item at t needs: the deepest stack's first frame,
@@ -263,6 +273,7 @@ class StepReference {
   std::map<std::pair<int, int64_t>, uint64_t> over_;  // (stream, t) -> the held item's key
   int64_t pushed_out_ = 0;
   uint64_t next_key_ = 0;
+  std::set<std::pair<int, int64_t>> restarts_;  // (stream, i): step i began an episode after a restore
 };
 
 }  // namespace perserve::replay::step_test

@@ -99,6 +99,35 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
   return compared;
 }
 
+// The checks' view of the simulation's files: they read, and change nothing
+// a crash would keep or lose (a restore's fsync of the directory, which the
+// service's own restore does, would make durable what the service had not,
+// and would count as an operation a scheduled crash waits for).
+class ReadOnlyFiles final : public FileSystem {
+ public:
+  explicit ReadOnlyFiles(FileSystem* files) : files_(*files) {}
+  Status NewWritableFile(const std::string& path, std::unique_ptr<WritableFile>*) override { return Refused(path); }
+  Status NewSequentialFile(const std::string& path, std::unique_ptr<SequentialFile>* file) override {
+    return files_.NewSequentialFile(path, file);
+  }
+  Status FileSize(const std::string& path, uint64_t* size) override { return files_.FileSize(path, size); }
+  bool Exists(const std::string& path) override { return files_.Exists(path); }
+  Status ListDirectory(const std::string& path, std::vector<std::string>* names) override {
+    return files_.ListDirectory(path, names);
+  }
+  Status CreateDirectory(const std::string& path) override { return Refused(path); }
+  Status CreateDirectories(const std::string& path) override { return Refused(path); }
+  Status SyncDirectory(const std::string&) override { return Status::Ok(); }
+  Status Rename(const std::string& from, const std::string&) override { return Refused(from); }
+  Status RemoveAll(const std::string& path) override { return Refused(path); }
+
+ private:
+  static Status Refused(const std::string& path) {
+    return Status::FailedPrecondition(fmt::format("the simulation's checks change no file ({})", path));
+  }
+  FileSystem& files_;
+};
+
 }  // namespace
 
 void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::span<const replay::ReplayOptions> options,
@@ -108,7 +137,8 @@ void CheckRestoredCheckpoint(const SimulationConfig& config, int shard, std::spa
   Status status = CreateShardReplay(config, streams, options, &restored);
   CheckpointState state;
   std::string loaded;
-  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded, files);
+  ReadOnlyFiles read_only(files);
+  if (status.ok()) status = LoadCheckpoint(path, shard, config.shards, restored.get(), &state, &loaded, &read_only);
   if (!status.ok()) throw SimulationFailure(fmt::format("restoring {}: {}", path, status.ToString()));
   const Snapshot held = TakeSnapshot(*restored, path);
   for (int t = 0; t < restored->tables(); ++t) {

@@ -556,6 +556,19 @@ void ReferenceModel::CheckReplay(int shard, const replay::StepReplay& table, boo
   }
 }
 
+void ReferenceModel::Restarted(std::span<const uint64_t> next_keys) {
+  Expect(steps_ != nullptr && next_keys.size() == items_acknowledged_.size(),
+         "a crash-restart of a service of transitions (the simulation restarts only step streams)");
+  std::fill(ledgers_.begin(), ledgers_.end(), Ledger{});
+  item_of_key_.clear();
+  sampled_early_.clear();
+  unkeyed_items_ = 0;
+  for (size_t s = 0; s < next_keys.size(); ++s) {
+    items_acknowledged_[s] = static_cast<int64_t>(next_keys[s]);
+    unkeyed_items_ += items_acknowledged_[s];
+  }
+}
+
 void ReferenceModel::CheckEnd(int shard, const replay::StepReplay& table) const {
   const replay::Replay& replay = table.items();
   CheckReplay(shard, table, /*changed=*/true);

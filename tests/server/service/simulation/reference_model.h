@@ -146,6 +146,12 @@ class ReferenceModel {
     ObservedItem(key, id, Describe(describe));
   }
 
+  // Crash-restart (step streams): the job restarted from its checkpoints,
+  // whose default tables had issued keys below next_keys[s] (shard s). Every
+  // client is a new one (nothing in flight, none closed), and the items
+  // acknowledged are those keys: the StepModel checks them one by one.
+  void Restarted(std::span<const uint64_t> next_keys);
+
   // Whether `client` has its close reply from every shard it talks to.
   bool closed(int client) const;
   bool closed(int client, int shard) const { return ledger(client, shard).closed; }

@@ -1,13 +1,14 @@
 // The one source of decisions in a simulated run, shared by the simulator
 // and its clients: the seed's generator (portable_random.h: the same draws
-// under every standard library), and the run's trace. A run has five: the first decides what the first version of the simulation did;
+// under every standard library), and the run's trace. A run has seven streams: the first decides what the first version of the simulation did;
 // features added later draw from the second (seeded from the same seed), so
 // a seed pinned as a regression test keeps its schedule when features are
 // added; the third decides the shards and the client library's clients
 // (their configuration and every choice they make), so a seed that draws
 // none of them runs exactly as it did before they came; the fourth, step
-// streams' (StepsSeed), the fifth, the service's timers' (TimersSeed), and
-// the sixth, several tables' (TablesSeed), likewise.
+// streams' (StepsSeed), the fifth, the service's timers' (TimersSeed), the
+// sixth, several tables' (TablesSeed), and the seventh, crash-restarts'
+// (CrashesSeed), likewise.
 #pragma once
 
 #include <fmt/format.h>
@@ -44,6 +45,9 @@ class ScheduleRandom {
   // The sixth: several tables (issue 34; DrawTables), drawn only by seeds
   // of step streams, so no seed without them changes its schedule.
   static uint64_t TablesSeed(uint64_t seed) { return seed ^ 0x2f1c5a7d93e8b641ULL; }
+  // The seventh: crash-restarts (issue 35; DrawCrashes), drawn only by
+  // seeds of step streams with checkpoints, so no other seed changes.
+  static uint64_t CrashesSeed(uint64_t seed) { return seed ^ 0x9b3e71c4d5a8f026ULL; }
 
   PortableRandom& generator() { return rng_; }
   int64_t Pick(int64_t lo, int64_t hi) { return rng_.Int(lo, hi); }

@@ -9,6 +9,7 @@
 #include "proto/codec.h"
 #include "server/service/service_test_util.h"
 #include "server/service/simulation/self_checking_rows.h"
+#include "server/service/simulation/step_model.h"
 #include "service/checkpoint/checkpoint.h"
 
 namespace perserve::service::simulation {
@@ -24,7 +25,8 @@ constexpr uint64_t kNeverIssuedKey = uint64_t{1} << 40;
 
 SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
                                    ScheduleRandom* library_random, ScheduleRandom* tables_random,
-                                   ReferenceModel* model, std::vector<ShardLink>* shards, const StepModel* steps)
+                                   ReferenceModel* model, std::vector<ShardLink>* shards, const StepModel* steps,
+                                   int run)
     : config_(config),
       random_(*random),
       later_random_(*later_random),
@@ -36,7 +38,12 @@ SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRando
   for (int client = 0; client < config.actors + config.learners; ++client) {
     clients_.emplace_back(client < config.actors ? ClientRole::kActor : ClientRole::kLearner);
     if (config.steps.on && client < config.actors) {
-      clients_.back().stream = std::make_unique<StepStream>(config.steps, client);
+      Client& actor = clients_.back();
+      actor.stream =
+          run == 0 ? std::make_unique<StepStream>(config.steps, client)
+                   : std::make_unique<StepStream>(config.steps, client,
+                                                  steps->History(client, config.ShardOfActor(client)), run);
+      actor.steps_sent = actor.steps_acknowledged = actor.stream->size();
     }
   }
 }

@@ -52,10 +52,12 @@ class SimulatedClients {
   // config.actors + config.learners. `steps`: the model of step streams,
   // when the services store them (config.steps.on): actors append steps.
   // `tables_random`: the sixth (several tables), drawn from only when the
-  // services hold several.
+  // services hold several. `run`: the job's life (0; after a crash-restart
+  // 1, 2 ...): actors of step streams go on from the steps the restored
+  // service holds of their streams, as the join tells them.
   SimulatedClients(const SimulationConfig& config, ScheduleRandom* random, ScheduleRandom* later_random,
                    ScheduleRandom* library_random, ScheduleRandom* tables_random, ReferenceModel* model,
-                   std::vector<ShardLink>* shards, const StepModel* steps = nullptr);
+                   std::vector<ShardLink>* shards, const StepModel* steps = nullptr, int run = 0);
 
   int count() const { return static_cast<int>(clients_.size()); }
   // One thing `client` does now, chosen at random (perhaps nothing).

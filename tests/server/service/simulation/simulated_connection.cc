@@ -31,6 +31,12 @@ SimulatedConnection::SimulatedConnection(int client, LibraryWorld* world, Fiber*
   }
 }
 
+int64_t SimulatedConnection::first_step() const {
+  if (!world_.config.actor(client_)) return 0;
+  const Server& own = servers_.front();
+  return shards_[static_cast<size_t>(own.shard)].table->steps().stream_steps(own.index);
+}
+
 void SimulatedConnection::Fingerprint(std::span<const std::byte> bytes) {
   Hash64 hash;
   hash.Update(std::as_bytes(std::span(&fingerprint_, 1)));

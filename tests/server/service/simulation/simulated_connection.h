@@ -58,6 +58,7 @@ struct LibraryWorld {
   std::vector<uint64_t>& versions;
   LibraryCounts& counts;
   const StepModel* steps = nullptr;  // with step streams: their model (the batches' bytes)
+  int run = 0;  // the job's life: 0, then 1, 2 ... after each crash-restart (the simulator's)
 };
 
 // A reply with drawn items, as received: a shard sample's (keys and leaves,
@@ -118,6 +119,8 @@ class SimulatedConnection final : public client_internal::Connection {
     return shards_[static_cast<size_t>(servers_.front().shard)].table->steps().slack();
   }
   const Schema& item_schema() const override { return item_schema_; }
+  // As the join says: an actor's stream's steps its service holds (0 but after a restore).
+  int64_t first_step() const override;
   // Every table, as the join's ServedSchemas give them (ServedSchemasOf the first shard's replay).
   const std::vector<proto::TableSchemas>& tables() const override;
   std::vector<std::byte> AcquireBuffer(size_t expected_bytes) override;

@@ -61,6 +61,11 @@ struct SimulationConfig {
   // Drawn from a fourth stream (DrawStepConfig): services of step streams.
   StepStreamsConfig steps;
 
+  // Drawn from a seventh stream (DrawCrashes): the job crashes (a machine
+  // or the processes) up to this many times while its clients work, and
+  // restarts from each shard's newest complete checkpoint.
+  int crashes = 0;
+
   // One sampled item's bytes: a self-checking row, or the step layout's (of `table`).
   int64_t RowBytes(int table = 0) const {
     return steps.on ? steps.tables[static_cast<size_t>(table)].sample_schema.ItemBytes() : 8 + pad_bytes;
@@ -85,7 +90,7 @@ struct SimulationConfig {
         options.error_buffer, options.messages_per_client_pass, rows_in_place, eager_limit, checkpoints,
         disk_faults ? " (failing)" : "", signals, drop_bad_priorities, priority_eps, options.max_deferred_adds,
         options.max_deferred_samples, options.max_unread_sample_replies, work_ticks, shard_samples, DescribeLibrary()) +
-           steps.Describe();
+           steps.Describe() + (crashes > 0 ? fmt::format(", crash-restarts up to {}", crashes) : "");
   }
   std::string DescribeLibrary() const {
     if (shards == 1 && library_actors + library_learners == 0 && !awaited_samples) return "";
@@ -277,6 +282,13 @@ inline void DrawTables(PortableRandom& rng, SimulationConfig* config) {
   if (steps.tables.size() > 1) {
     for (const SimTable& table : steps.tables) options.tables.push_back(table.limiter);
   }
+}
+
+// Issue 35's crash-restarts, from a seventh stream (CrashesSeed): seeds of
+// step streams with checkpoints, in a share of them one or two.
+inline void DrawCrashes(PortableRandom& rng, SimulationConfig* config) {
+  if (!config->steps.on || !config->checkpoints) return;
+  if (rng.Chance(0.6)) config->crashes = static_cast<int>(rng.Int(1, 2));
 }
 
 }  // namespace perserve::service::simulation

@@ -98,6 +98,7 @@ TEST_F(SimulationTest, ManySeeds) {
   int64_t apart = 0, first_apart = 0;
   int64_t periodic = 0, periodic_seeds = 0, stats_lines = 0, stats_seeds = 0;
   StepCounts step_totals;
+  int64_t restarts = 0, restarts_mid_operation = 0, restart_seeds = 0;  // crash-restarts
   int64_t table_seeds = 0, other_table_batches = 0;  // of services of several tables; the library's batches of them
   // By kind: one shard without the client library (as before), one shard with it, several shards; step streams.
   std::array<int64_t, 4> kind_seeds{};
@@ -128,6 +129,9 @@ TEST_F(SimulationTest, ManySeeds) {
     periodic_seeds += result.periodic_checkpoints > 0;
     stats_lines += result.stats_lines;
     stats_seeds += result.stats_lines > 0;
+    restarts += result.restarts;
+    restarts_mid_operation += result.restarts_mid_operation;
+    restart_seeds += result.restarts > 0;
     if (!result.passed) ++failed;
     if (schedules.is_open()) {
       schedules << fmt::format("{} {} {} {} {:016x} {:016x}\n", seed, result.passed ? "passed" : "failed", result.steps,
@@ -152,8 +156,13 @@ TEST_F(SimulationTest, ManySeeds) {
             << step_totals.restored_exact << " checkpoints restored as they began)\n";
   std::cout << "  timers on the simulation's clock: " << periodic << " periodic checkpoints asked for in "
             << periodic_seeds << " seeds, " << stats_lines << " stats lines checked in " << stats_seeds << " seeds\n";
+  std::cout << "  crash-restarts: " << restarts << " in " << restart_seeds << " seeds (" << restarts_mid_operation
+            << " at an operation of the file system, the rest between two steps), each restoring exactly the "
+               "replay as its checkpoint began\n";
   const bool coverage = first == 1 && static_cast<uint64_t>(ran) >= kSeedsForCoverage;
   if (coverage) {
+    EXPECT_GT(restarts_mid_operation, 0) << "no crash came at an operation of the file system";
+    EXPECT_GT(restarts - restarts_mid_operation, 0) << "no crash came between two steps";
     EXPECT_GT(periodic_seeds, 0) << "no seed took a periodic checkpoint on the simulation's clock";
     EXPECT_GT(stats_seeds, 0) << "no seed logged a stats line on the simulation's clock";
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "server/service/simulation/simulation_config.h"
 #include "server/service/simulation/step_model.h"
 #include "server/service/loopback_transport.h"
+#include "service/checkpoint/checkpoint.h"
 #include "service/replay_service.h"
 
 namespace perserve::service::simulation {
@@ -35,17 +37,22 @@ namespace {
 constexpr int64_t kLivenessSteps = 2000;
 
 // Every configuration's draws: the first two streams' as before, then the
-// third's, then the fourth's (step streams), the fifth's (timers) and the
-// sixth's (tables).
+// third's, then the fourth's (step streams), the fifth's (timers), the
+// sixth's (tables) and the seventh's (crash-restarts).
 SimulationConfig DrawWholeConfig(ScheduleRandom* random, ScheduleRandom* later, ScheduleRandom* library,
-                                 ScheduleRandom* steps, ScheduleRandom* timers, ScheduleRandom* tables) {
+                                 ScheduleRandom* steps, ScheduleRandom* timers, ScheduleRandom* tables,
+                                 ScheduleRandom* crashes) {
   SimulationConfig config = DrawConfig(random->generator(), later->generator());
   DrawLibraryConfig(library->generator(), &config);
   config.steps = DrawStepConfig(steps->generator(), &config.options.min_size_to_sample);
   DrawTimers(timers->generator(), config.checkpoints, &config.options);
   DrawTables(tables->generator(), &config);
+  DrawCrashes(crashes->generator(), &config);
   return config;
 }
+
+// The directory every shard checkpoints under (its own shard-<s>-of-<K>), in the simulation's file system.
+constexpr const char* kCheckpointDir = "/checkpoints";
 
 // One shard of the replay: its service, its one table (a StepReplay, whose
 // items' Replay holds the keys and priorities) and transport, and what the
@@ -58,6 +65,7 @@ struct Shard {
   int pending_signal = 0;
   std::optional<Snapshot> snapshot;
   std::string last_checked_path;
+  std::string restored_path;  // the checkpoint this life of the job restored (crash-restarts)
   // What its items looked like after the last step (a change bumps its version).
   uint64_t next_key = 0;
   int64_t size = 0;
@@ -74,8 +82,9 @@ class Simulator {
         steps_random_(ScheduleRandom::StepsSeed(seed)),
         timers_random_(ScheduleRandom::TimersSeed(seed)),
         tables_random_(ScheduleRandom::TablesSeed(seed)),
+        crash_random_(ScheduleRandom::CrashesSeed(seed)),
         config_(DrawWholeConfig(&random_, &later_random_, &library_random_, &steps_random_, &timers_random_,
-                                &tables_random_)),
+                                &tables_random_, &crash_random_)),
         model_(config_),
         step_model_(config_, &links_),
         versions_(static_cast<size_t>(config_.shards), 0),
@@ -94,7 +103,12 @@ class Simulator {
   int raw_clients() const { return config_.actors + config_.learners; }
 
   void Start();
-  void WorkTick();
+  // Parts of Start, made again when the job restarts: shard `s`'s
+  // transport (its clients' roles and names), the clients, and its service.
+  void MakeTransport(int s);
+  void MakeClients();
+  void MakeService(int s);
+  void WorkTick(int tick);
   bool DrainTick();  // true once every client has its close reply
   // The library clients' turns this tick, in a random order.
   void LibraryTick(bool work);
@@ -105,11 +119,30 @@ class Simulator {
   void StepShard(int shard);
   void CheckCheckpoint(int shard);
   void CheckEnd();
+  // Crash-restarts (config_.crashes; issue 35). As a checkpoint of shard `s`
+  // begins, what a restore of it must give: the replay as it is (Snapshot)
+  // and the StepModel's shard.
+  void CheckpointBegun(int s, const std::string& path);
+  // After a work tick: the job crashes now, or at an operation of the file
+  // system soon (a crash the next steps run into), once every shard has a
+  // complete checkpoint; a crash that came restarts it.
+  void MaybeCrash(int tick);
+  bool EveryShardRestorable() const;
+  // The crash: every client and service gone, the files as the crash left
+  // them; then every shard restores its newest complete checkpoint, which
+  // must be exactly the replay as that checkpoint began, the models go back
+  // to that moment, and new clients join (actors go on from their streams'
+  // steps, as the join tells them).
+  void CrashAndRestart(bool mid_operation);
+  // What the life of the job that ends counted (its clients' replies, its
+  // services' deadlines, its timers), into the result.
+  void KeepTotals();
   // What waits: every service's clients and every library client's call.
   std::string DescribeWaits() const;
   void AbortLibraryClients();
 
-  ScheduleRandom random_, later_random_, library_random_, steps_random_, timers_random_, tables_random_;
+  ScheduleRandom random_, later_random_, library_random_, steps_random_, timers_random_, tables_random_,
+      crash_random_;
   const SimulationConfig config_;
   ReferenceModel model_;
   StepModel step_model_;  // used when config_.steps.on
@@ -129,6 +162,20 @@ class Simulator {
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
   bool terminated_ = false;
   int64_t file_limit_ = -1;  // bytes a file may grow to during a spell of faults (files_'s); < 0: none
+  ServiceOptions service_options_;  // every shard's service's, but its shard and hooks
+  // Crash-restarts: by shard, the checkpoints begun (oldest first) since
+  // the newest complete one, and what a restore of each must give.
+  struct Begun {
+    std::string path;
+    Snapshot snapshot;
+    StepModel::Saved model;
+  };
+  std::vector<std::deque<Begun>> begun_;
+  int run_ = 0;             // the job's life: 1, 2 after each crash-restart
+  int crashes_left_ = 0;
+  int next_crash_tick_ = 0;  // no crash before this work tick
+  int armed_at_ = -1;       // the tick a crash at a file operation was scheduled (files_.CrashBeforeOperation); -1: none
+  uint64_t lives_fingerprint_ = 0;  // of the lives before this one
   SimulationResult result_;
 };
 
@@ -140,7 +187,11 @@ SimulationResult Simulator::Run() {
   result_.tables = config_.tables();
   try {
     Start();
-    for (int tick = 0; tick < config_.work_ticks; ++tick) WorkTick();
+    for (int tick = 0; tick < config_.work_ticks; ++tick) WorkTick(tick);
+    if (armed_at_ >= 0) {  // a crash scheduled but not come: none any more
+      files_.Restart();
+      armed_at_ = -1;
+    }
     const int64_t drain_began = result_.steps;
     while (!DrainTick()) {
       if (result_.steps - drain_began > kLivenessSteps) {
@@ -149,29 +200,15 @@ SimulationResult Simulator::Run() {
       }
     }
     CheckEnd();
-    result_.replies = clients_->replies();
-    for (const Shard& shard : shards_) result_.deadlines_exceeded += shard.service->counters().deadlines_exceeded;
-    result_.fingerprint = clients_->fingerprint();
+    KeepTotals();
     result_.batches = counts_.batches;
     result_.exact_batches = counts_.exact_batches;
     result_.lent_sends = counts_.lent_sends;
     result_.blocked_calls = counts_.blocked_calls;
     result_.other_table_batches = counts_.other_table_batches;
-    result_.columns_apart = clients_->columns_apart() + counts_.columns_apart;
-    result_.columns_first = clients_->columns_first();
+    result_.columns_apart += counts_.columns_apart;
     result_.step_counts = step_model_.counts();
     result_.step_counts.Add(restored_counts_);
-    result_.periodic_checkpoints = timers_->periodic_checkpoints();
-    result_.stats_lines = timers_->stats_lines();
-    if (!library_.empty()) {
-      Hash64 hash;
-      hash.Update(std::as_bytes(std::span(&result_.fingerprint, 1)));
-      for (const auto& client : library_) {
-        const uint64_t fingerprint = client->fingerprint();
-        hash.Update(std::as_bytes(std::span(&fingerprint, 1)));
-      }
-      result_.fingerprint = hash.Finish();
-    }
   } catch (const SimulationFailure& failure) {
     result_.passed = false;
     result_.failure = fmt::format("at step {}: {}", result_.steps, failure.what());
@@ -186,6 +223,10 @@ SimulationResult Simulator::Run() {
     const uint64_t digest = random->generator().digest();
     schedule.Update(std::as_bytes(std::span(&digest, 1)));
   }
+  if (config_.crashes > 0) {  // only then: every other seed keeps its digest
+    const uint64_t digest = crash_random_.generator().digest();
+    schedule.Update(std::as_bytes(std::span(&digest, 1)));
+  }
   result_.schedule = schedule.Finish();
   return result_;
 }
@@ -194,6 +235,9 @@ void Simulator::Start() {
   const int shards = config_.shards;
   shards_.resize(static_cast<size_t>(shards));
   links_.resize(static_cast<size_t>(shards));
+  begun_.resize(static_cast<size_t>(shards));
+  crashes_left_ = config_.crashes;
+  if (crashes_left_ > 0) next_crash_tick_ = static_cast<int>(crash_random_.Pick(0, config_.work_ticks / 2));
   // Each shard's clients, in client order: its actors and every learner.
   for (int s = 0; s < shards; ++s) {
     ShardLink& link = links_[static_cast<size_t>(s)];
@@ -202,18 +246,7 @@ void Simulator::Start() {
       const bool talks = !config_.actor(client) || config_.ShardOfActor(client) == s;
       link.index.push_back(talks ? next_index++ : -1);
     }
-    Shard& shard = shards_[static_cast<size_t>(s)];
-    shard.transport = std::make_unique<LoopbackTransport>(next_index);
-    shard.transport->SetEagerLimit(config_.eager_limit);
-    shard.transport->SendRowsInPlace(config_.rows_in_place);
-    for (int client = 0; client < config_.clients(); ++client) {
-      if (link.index[static_cast<size_t>(client)] < 0) continue;
-      shard.transport->SetRole(link.index[static_cast<size_t>(client)],
-                               config_.actor(client) ? ClientRole::kActor : ClientRole::kLearner);
-      // The simulation's numbering, not the index on this shard's transport.
-      shard.transport->SetName(link.index[static_cast<size_t>(client)], fmt::format("client {}", client));
-    }
-    link.transport = shard.transport.get();
+    MakeTransport(s);
   }
   // One alpha for every shard (the join refuses shards that differ); a seed each.
   replay::ReplayOptions replay_options;
@@ -247,21 +280,44 @@ void Simulator::Start() {
     links_[static_cast<size_t>(s)].replay = &shard.replay->items();
     links_[static_cast<size_t>(s)].table = shard.replay.get();
   }
-  ServiceOptions options = config_.options;
+  service_options_ = config_.options;
   if (config_.checkpoints) {
-    options.checkpoint_dir = "/checkpoints";  // each shard writes under its own shard-<s>-of-<K>
-    options.checkpoint_file_system = &files_;
+    service_options_.checkpoint_dir = kCheckpointDir;
+    service_options_.checkpoint_file_system = &files_;
   }
-  options.clock = [this] { return now_; };
-  options.shards = shards;
-  timers_.emplace(options, shards, now_);
+  service_options_.clock = [this] { return now_; };
+  service_options_.shards = shards;
+  timers_.emplace(service_options_, shards, now_);
   model_.SetNow(now_);
   if (config_.steps.on) {
     step_model_.Start();
     model_.SetStepModel(&step_model_);
   }
+  MakeClients();
+  // The roles first: a service counts them when it is made.
+  for (int s = 0; s < shards; ++s) MakeService(s);
+}
+
+void Simulator::MakeTransport(int s) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
+  ShardLink& link = links_[static_cast<size_t>(s)];
+  const auto clients = static_cast<int>(std::count_if(link.index.begin(), link.index.end(), [](int i) { return i >= 0; }));
+  shard.transport = std::make_unique<LoopbackTransport>(clients);
+  shard.transport->SetEagerLimit(config_.eager_limit);
+  shard.transport->SendRowsInPlace(config_.rows_in_place);
+  for (int client = 0; client < config_.clients(); ++client) {
+    if (link.index[static_cast<size_t>(client)] < 0) continue;
+    shard.transport->SetRole(link.index[static_cast<size_t>(client)],
+                             config_.actor(client) ? ClientRole::kActor : ClientRole::kLearner);
+    // The simulation's numbering, not the index on this shard's transport.
+    shard.transport->SetName(link.index[static_cast<size_t>(client)], fmt::format("client {}", client));
+  }
+  link.transport = shard.transport.get();
+}
+
+void Simulator::MakeClients() {
   clients_ = std::make_unique<SimulatedClients>(config_, &random_, &later_random_, &library_random_, &tables_random_,
-                                                &model_, &links_, &step_model_);
+                                                &model_, &links_, &step_model_, run_);
   for (int client = raw_clients(); client < config_.clients(); ++client) {
     if (config_.actor(client)) {
       if (config_.steps.on) {
@@ -273,16 +329,20 @@ void Simulator::Start() {
       library_.push_back(std::make_unique<LibraryLearner>(client, &world_));
     }
   }
-  // The roles first: a service counts them when it is made.
-  for (int s = 0; s < shards; ++s) {
-    Shard& shard = shards_[static_cast<size_t>(s)];
-    options.shard = s;
-    options.take_signal = [this, s] { return std::exchange(shards_[static_cast<size_t>(s)].pending_signal, 0); };
-    shard.service = std::make_unique<ReplayService>(shard.replay.get(), shard.transport.get(), options);
-  }
 }
 
-void Simulator::WorkTick() {
+void Simulator::MakeService(int s) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
+  ServiceOptions options = service_options_;
+  options.shard = s;
+  options.take_signal = [this, s] { return std::exchange(shards_[static_cast<size_t>(s)].pending_signal, 0); };
+  if (config_.crashes > 0) {
+    options.checkpoint_begun = [this, s](const std::string& path) { CheckpointBegun(s, path); };
+  }
+  shard.service = std::make_unique<ReplayService>(shard.replay.get(), shard.transport.get(), options);
+}
+
+void Simulator::WorkTick(int tick) {
   for (int64_t actions = random_.Pick(0, 3); actions > 0; --actions) {
     clients_->Act(static_cast<int>(random_.Pick(0, raw_clients() - 1)));
   }
@@ -290,6 +350,7 @@ void Simulator::WorkTick() {
   LibraryTick(/*work=*/true);
   SimulatorActs();
   StepShards(/*all=*/false);
+  if (config_.crashes > 0) MaybeCrash(tick);
 }
 
 bool Simulator::DrainTick() {
@@ -323,6 +384,10 @@ void Simulator::SimulatorActs() {
   if (config_.signals && !terminated_ && random_.Chance(0.002)) {
     for (Shard& shard : shards_) shard.pending_signal = SIGTERM;
     terminated_ = true;
+    if (armed_at_ >= 0 && !files_.down()) {  // no crash after SIGTERM (the job is ending)
+      files_.Restart();
+      armed_at_ = -1;
+    }
     model_.SentTerminate();
     random_.Trace("SIGTERM");
   }
@@ -395,7 +460,8 @@ void Simulator::StepShard(int s) {
 
 void Simulator::CheckCheckpoint(int s) {
   Shard& shard = shards_[static_cast<size_t>(s)];
-  if (shard.service->checkpoints() == nullptr) return;
+  // A crash came in this step (its files read nothing now): the restart restores the newest complete one.
+  if (shard.service->checkpoints() == nullptr || files_.down()) return;
   const std::string& path = shard.service->checkpoints()->last_path();
   if (path.empty() || path == shard.last_checked_path) return;
   shard.last_checked_path = path;
@@ -438,6 +504,160 @@ void Simulator::CheckEnd() {
   }
   for (int s = 0; s < config_.shards; ++s) model_.CheckEnd(s, *shards_[static_cast<size_t>(s)].replay);
   model_.CheckEnd();
+}
+
+void Simulator::CheckpointBegun(int s, const std::string& path) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
+  std::deque<Begun>& begun = begun_[static_cast<size_t>(s)];
+  // What began before the newest complete checkpoint cannot be the newest on
+  // disk any more. (A path names the last one begun under it: one that
+  // failed leaves its number to the next.)
+  const std::string& complete = shard.service->checkpoints()->last_path();
+  const auto newest =
+      std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == complete; });
+  if (newest != begun.rend()) begun.erase(begun.begin(), std::prev(newest.base()));
+  begun.push_back(Begun{path, TakeSnapshot(*shard.replay, path), step_model_.Save(s)});
+  random_.Trace("checkpoint {} begun{}", path, config_.shards > 1 ? fmt::format(" (shard {})", s) : "");
+}
+
+bool Simulator::EveryShardRestorable() const {
+  return std::all_of(shards_.begin(), shards_.end(), [](const Shard& shard) {
+    return !shard.service->checkpoints()->last_path().empty() || !shard.restored_path.empty();
+  });
+}
+
+void Simulator::MaybeCrash(int tick) {
+  if (files_.down()) return CrashAndRestart(/*mid_operation=*/true);  // the crash scheduled came in a step
+  if (crashes_left_ == 0 || terminated_ || tick < next_crash_tick_ || !EveryShardRestorable()) return;
+  if (armed_at_ < 0 && crash_random_.Chance(0.5)) {
+    // At the k-th operation of the file system from now: inside a checkpoint being written (or the next).
+    const int64_t k = crash_random_.Pick(1, 60);
+    const auto kind = crash_random_.Chance(0.5) ? checkpoint_test::MemoryFileSystem::CrashKind::kMachine
+                                                : checkpoint_test::MemoryFileSystem::CrashKind::kProcess;
+    files_.CrashBeforeOperation(k, kind);
+    armed_at_ = tick;
+    random_.Trace("crash ({}) at the {}-th operation of the file system from now",
+                  kind == checkpoint_test::MemoryFileSystem::CrashKind::kMachine ? "machine" : "process", k);
+    return;
+  }
+  // Between two steps, now (or one scheduled that has not come for a while).
+  if (armed_at_ >= 0 && tick - armed_at_ < 60) return;
+  CrashAndRestart(/*mid_operation=*/false);
+}
+
+void Simulator::CrashAndRestart(bool mid_operation) {
+  if (config_.steps.on) step_model_.ThrowIfFailed();
+  KeepTotals();
+  AbortLibraryClients();
+  library_.clear();
+  clients_.reset();
+  if (!files_.down()) {
+    files_.CrashNow(crash_random_.Chance(0.5) ? checkpoint_test::MemoryFileSystem::CrashKind::kMachine
+                                              : checkpoint_test::MemoryFileSystem::CrashKind::kProcess);
+  }
+  // Its checkpoint writer's cleanup fails: the files stay as the crash left them.
+  for (Shard& shard : shards_) shard.service.reset();
+  files_.Restart();
+  armed_at_ = -1;
+  --crashes_left_;
+  ++run_;
+  world_.run = run_;
+  ++result_.restarts;
+  result_.restarts_mid_operation += mid_operation;
+  random_.Trace("the job crashed{}; life {} restarts from the checkpoints", mid_operation ? " (mid-operation)" : "",
+                run_);
+  // Each shard restores its newest complete checkpoint (as `--restore DIR` does), which must be exactly the
+  // replay as that checkpoint began; the StepModel's shard goes back to that moment.
+  std::vector<uint64_t> next_keys;
+  std::vector<CheckpointState> states(shards_.size());
+  for (int s = 0; s < config_.shards; ++s) {
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    shard.replay.reset();
+    MakeTransport(s);
+    Status status = CreateShardReplay(config_, shard.transport->client_count(), shard.table_options, &shard.replay);
+    std::string loaded;
+    if (status.ok()) {
+      status = LoadCheckpoint(kCheckpointDir, s, config_.shards, shard.replay.get(), &states[static_cast<size_t>(s)],
+                              &loaded, &files_);
+    }
+    const std::string which = config_.shards > 1 ? fmt::format("shard {}", s) : "the replay";
+    if (!status.ok()) Fail(fmt::format("restarting {} after the crash: {}", which, status.ToString()));
+    std::deque<Begun>& begun = begun_[static_cast<size_t>(s)];
+    const auto last = std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == loaded; });
+    const auto found = last == begun.rend() ? begun.end() : std::prev(last.base());
+    Expect(found != begun.end(), [&] {
+      return fmt::format("restarting {} after the crash restored {}, which is not a checkpoint it began since its "
+                         "newest complete one ({})",
+                         which, loaded, begun.empty() ? "none" : begun.front().path);
+    });
+    const Snapshot restored = TakeSnapshot(*shard.replay, loaded);
+    Expect(restored == found->snapshot, [&] {
+      return fmt::format("restarting {} after the crash: {} does not restore the replay as it was when it began "
+                         "(steps {} .. {} restored, {} .. {} then)",
+                         which, loaded, restored.oldest_step, restored.next_step, found->snapshot.oldest_step,
+                         found->snapshot.next_step);
+    });
+    step_model_.RollBack(s, found->model);
+    begun.erase(begun.begin(), found);
+    begun.erase(std::next(begun.begin()), begun.end());  // begun after it: not complete, gone
+    shard.restored_path = loaded;
+    shard.last_checked_path = loaded;
+    shard.snapshot.reset();
+    shard.pending_signal = 0;
+    links_[static_cast<size_t>(s)].replay = &shard.replay->items();
+    links_[static_cast<size_t>(s)].table = shard.replay.get();
+    next_keys.push_back(shard.replay->items().next_key());
+  }
+  model_.Restarted(next_keys);
+  step_model_.Restarted();
+  timers_.emplace(service_options_, config_.shards, now_);
+  MakeClients();
+  for (int s = 0; s < config_.shards; ++s) {
+    Shard& shard = shards_[static_cast<size_t>(s)];
+    MakeService(s);
+    shard.service->Restore(states[static_cast<size_t>(s)]);
+    // The restored replay is the models' as they went back: check it now, as after a step.
+    model_.CheckReplay(s, *shard.replay, /*changed=*/true);
+    step_model_.CheckShard(s, *shard.replay, /*changed=*/true);
+    shard.items_changed = true;
+    shard.next_key = shard.replay->items().next_key();
+    shard.size = shard.replay->items().size();
+    shard.total = shard.replay->items().tree().Total();
+    shard.min_leaf = shard.replay->items().tree().Min();
+    ++versions_[static_cast<size_t>(s)];
+  }
+  if (crashes_left_ > 0) {
+    next_crash_tick_ += static_cast<int>(crash_random_.Pick(10, std::max(10, config_.work_ticks / 2)));
+  }
+}
+
+void Simulator::KeepTotals() {
+  result_.replies += clients_->replies();
+  result_.columns_apart += clients_->columns_apart();
+  result_.columns_first += clients_->columns_first();
+  for (const Shard& shard : shards_) result_.deadlines_exceeded += shard.service->counters().deadlines_exceeded;
+  result_.periodic_checkpoints += timers_->periodic_checkpoints();
+  result_.stats_lines += timers_->stats_lines();
+  // This life's: its raw clients' replies, then its library clients' (one life: as it always was).
+  uint64_t life = clients_->fingerprint();
+  if (!library_.empty()) {
+    Hash64 hash;
+    hash.Update(std::as_bytes(std::span(&life, 1)));
+    for (const auto& client : library_) {
+      const uint64_t fingerprint = client->fingerprint();
+      hash.Update(std::as_bytes(std::span(&fingerprint, 1)));
+    }
+    life = hash.Finish();
+  }
+  if (run_ == 0) {
+    lives_fingerprint_ = life;
+  } else {
+    Hash64 hash;
+    hash.Update(std::as_bytes(std::span(&lives_fingerprint_, 1)));
+    hash.Update(std::as_bytes(std::span(&life, 1)));
+    lives_fingerprint_ = hash.Finish();
+  }
+  result_.fingerprint = lives_fingerprint_;
 }
 
 void Simulator::AbortLibraryClients() {

@@ -84,6 +84,10 @@ struct SimulationResult {
   // The services' timers on the simulation's clock (service_timers.h):
   // checkpoints the periodic timer asked for, stats lines checked.
   int64_t periodic_checkpoints = 0, stats_lines = 0;
+  // Crash-restarts (issue 35): the job's restarts from its checkpoints, and
+  // of them those whose crash came at an operation of the file system (a
+  // checkpoint being written, mostly) rather than between two steps.
+  int64_t restarts = 0, restarts_mid_operation = 0;
 };
 
 // Runs one seed's whole schedule. Never throws; a failure is in the result.

@@ -25,11 +25,40 @@ using Code = Status::Code;
 StepModel::StepModel(const SimulationConfig& config, const std::vector<ShardLink>* links)
     : config_(config), links_(*links) {}
 
-void StepModel::Start() {
-  for (const ShardLink& link : links_) {
-    const int s = static_cast<int>(shards_.size());
-    link.transport->ObserveSends(
+void StepModel::ObserveSends() {
+  for (int s = 0; s < static_cast<int>(links_.size()); ++s) {
+    links_[static_cast<size_t>(s)].transport->ObserveSends(
         [this, s](int index, std::span<const std::byte> frame) { ReplySent(s, index, frame); });
+  }
+}
+
+StepModel::Saved StepModel::Save(int shard) const { return Saved{shards_[static_cast<size_t>(shard)]}; }
+
+void StepModel::RollBack(int shard, const Saved& saved) {
+  Shard& state = shards_[static_cast<size_t>(shard)];
+  state = saved.shard;
+  state.held_itemless.clear();
+  for (Table& table : state.tables) {
+    for (int stream = 0; stream < static_cast<int>(state.client_of.size()); ++stream) {
+      table.ref.StartNewEpisode(stream);
+    }
+  }
+}
+
+void StepModel::Restarted() {
+  appends_.clear();
+  updates_.clear();
+  samples_.clear();
+  verdicts_.clear();
+  awaiting_columns_.clear();
+  early_columns_.clear();
+  failure_.clear();
+  ObserveSends();
+}
+
+void StepModel::Start() {
+  ObserveSends();
+  for (const ShardLink& link : links_) {
     const int streams = link.transport->client_count();
     Shard& shard = shards_.emplace_back();
     for (int t = 0; t < link.table->tables(); ++t) {

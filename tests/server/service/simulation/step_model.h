@@ -81,6 +81,22 @@ class StepModel {
   // transports' observers of what their services send (ReplySent).
   void Start();
 
+  // Crash-restart (the simulator's): what the model holds of a shard, saved
+  // as a checkpoint of it begins (Save: in the service's order, like the
+  // rest), and put back when the job restarts from that checkpoint
+  // (RollBack), where every stream's next step begins a new episode (the
+  // restore ended the one in progress). Restarted, once every shard is
+  // back: the requests in flight went with their clients, and the links
+  // name the restarted services' transports. What the run counted stays.
+  struct Saved;
+  Saved Save(int shard) const;
+  void RollBack(int shard, const Saved& saved);
+  void Restarted();
+  // The steps `client`'s stream on `shard` holds (every one it appended), as the restored service has them.
+  const std::vector<replay::step_test::RefStep>& History(int client, int shard) const {
+    return reference(shard).history(Stream(client, shard));
+  }
+
   // An append `client` sends to `shard` (its whole frame), its step columns
   // when they go apart (sent before or after the request: a client's go to
   // its appends apart in order), and an update's keys.
@@ -199,6 +215,8 @@ class StepModel {
     replay::step_test::StepReference& ring() { return tables[0].ref; }
   };
 
+  // The transports' observers of what their services send (ReplySent).
+  void ObserveSends();
   // Judges `append` from `stream` against the reference as it stands; a valid one's steps stay appended.
   Verdict Judge(int shard, int stream, const Append& append);
   // An acknowledged append's items come in, in each table at its next keys:
@@ -231,6 +249,10 @@ class StepModel {
   std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> early_columns_;  // sent before their request
   StepCounts counts_;
   std::string failure_;  // the first failure ReplySent found
+};
+
+struct StepModel::Saved {
+  Shard shard;
 };
 
 }  // namespace perserve::service::simulation

@@ -27,6 +27,21 @@ StepStream::StepStream(const StepStreamsConfig& config, int client) : config_(co
   items_.resize(static_cast<size_t>(tables));
 }
 
+StepStream::StepStream(const StepStreamsConfig& config, int client, const std::vector<replay::step_test::RefStep>& held,
+                       int run)
+    : StepStream(config, client) {
+  StepRows rows;
+  for (const replay::step_test::RefStep& step : held) rows.push_back(step.columns);
+  for (replay::step_test::StepReference& view : views_) {
+    view.Append(0, rows);
+    view.StartNewEpisode(0);
+  }
+  for (std::set<int64_t>& items : items_) {
+    for (int64_t t = 0; t < size(); ++t) items.insert(items.end(), t);
+  }
+  drawn_ = static_cast<int64_t>(run) << 32;
+}
+
 const replay::StepOptions& StepStream::layout(int table) const {
   return table == 0 ? config_.options : config_.tables[static_cast<size_t>(table)].layout;
 }

@@ -29,6 +29,14 @@ using StepRows = std::vector<std::vector<std::vector<std::byte>>>;
 class StepStream {
  public:
   StepStream(const StepStreamsConfig& config, int client);
+  // An actor of a restarted job (crash-restart): its stream as the restored
+  // server holds it (`held`: every step it appended, the reference's), its
+  // next step the first of a new episode (the one in progress ended with
+  // the process). It creates no items over those steps (whether the table
+  // still has them is the server's), and its `run`-th life draws bytes no
+  // earlier life drew.
+  StepStream(const StepStreamsConfig& config, int client, const std::vector<replay::step_test::RefStep>& held,
+             int run);
 
   int64_t size() const { return views_[0].steps(0); }
   // `count` new steps to follow the view (not in it yet); each step's done
