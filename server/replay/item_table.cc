@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/coverage_marks.h"
+
 namespace perserve::replay {
 
 ItemTable::ItemTable(std::string name, const StepOptions& options, StepLayout layout, std::unique_ptr<Replay> items,
@@ -91,6 +93,7 @@ Status ItemTable::CheckItem(const StreamView& request, size_t position, int64_t 
   const int64_t last = n_step ? t + options_.n_step : t + options_.sequence_length - 1;
   for (int64_t i = t; i <= std::min(last, request.new_steps - 1); ++i) {
     if (request.EpisodeStart(i) != episode_start) {  // only across a restore: its episode ended there
+      PERSERVE_MARK("append: an item over steps on both sides of a restore refused");
       return refuse(fmt::format("step {} begins a new episode (the server was restored from a checkpoint there)",
                                 request.EpisodeStart(i)));
     }

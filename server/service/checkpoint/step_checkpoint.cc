@@ -254,7 +254,13 @@ Status LoadStepRing(FileSystem& file_system, const std::string& dir, const Manif
     for (int64_t a = 0, b = 0; a < rows; a = b) {
       const int64_t stream = info[3 * (row + a)];
       for (b = a + 1; b < rows && info[3 * (row + b)] == stream && !begins_episode(row + b);) ++b;
-      if (begins_episode(row + a)) steps->mutable_steps().StartNewEpisode(static_cast<int>(stream));
+      if (begins_episode(row + a)) {
+        const store::StepStore& ring = steps->steps();
+        if (ring.next_episode_start(static_cast<int>(stream)) != ring.stream_steps(static_cast<int>(stream))) {
+          PERSERVE_MARK("restore: a held step began an episode after an earlier restore");
+        }
+        steps->mutable_steps().StartNewEpisode(static_cast<int>(stream));
+      }
       run.resize(static_cast<size_t>((b - a) * schema.ItemBytes()));
       std::byte* to = run.data();
       const std::byte* column = chunk.data();

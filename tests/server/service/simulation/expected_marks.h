@@ -38,6 +38,9 @@ inline constexpr auto kExpectedMarks = std::to_array<std::string_view>({
     "checkpoint: a write failed, the previous one kept",
     "checkpoint: ring steps written before an append overwrites them",
     "checkpoint: an item's row written before an append overwrites it",
+    // Crash-restarts.
+    "append: an item over steps on both sides of a restore refused",
+    "restore: a held step began an episode after an earlier restore",
     // The client library's learner over shards.
     "learner: a shard left a sample's plan",
 });
