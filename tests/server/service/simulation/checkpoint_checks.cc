@@ -99,6 +99,29 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
   return compared;
 }
 
+}  // namespace
+
+std::vector<std::pair<uint64_t, int64_t>> HeldTransitions(const SimulationConfig& config, int shard,
+                                                          const replay::StepReplay& replay) {
+  std::vector<std::pair<uint64_t, int64_t>> held;
+  const replay::ItemTable& table = replay.table(0);
+  const replay::Replay& items = table.items();
+  std::vector<std::byte> row(static_cast<size_t>(table.SampleItemBytes()));
+  for (int64_t slot = 0; slot < items.slots_used(); ++slot) {
+    const uint64_t key = items.KeyAt(slot);
+    if (key == replay::Replay::kNoKey) continue;
+    table.Assemble(std::span<const int64_t>(&slot, 1), row);
+    int64_t id = 0;
+    if (!ReadRow(row, 1, 0, config.pad_bytes, &id)) {
+      throw SimulationFailure(fmt::format("the restored row of key {} is torn", key));
+    }
+    held.emplace_back(proto::ShardKey(shard, key), id);
+  }
+  return held;
+}
+
+namespace {
+
 // The checks' view of the simulation's files: they read, and change nothing
 // a crash would keep or lose (a restore's fsync of the directory, which the
 // service's own restore does, would make durable what the service had not,

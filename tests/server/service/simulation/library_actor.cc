@@ -19,7 +19,8 @@ bool Is(const Status& status, Code code) { return status.code() == code; }
 
 }  // namespace
 
-LibraryActor::LibraryActor(int client, LibraryWorld* world) : LibraryClient(client, world) {
+LibraryActor::LibraryActor(int client, LibraryWorld* world)
+    : LibraryClient(client, world), next_item_(int64_t{world->run} << 24) {
   options_.max_in_flight = config_.library_max_in_flight;
   options_.columns_apart_min_bytes = config_.columns_apart_min_bytes;
   // Some adds time out at the server (while its rate limiter holds them).

@@ -64,7 +64,7 @@ class LibraryActor final : public LibraryClient {
   std::unique_ptr<ActorClient> actor_;
   std::vector<Buffers> buffers_;
   size_t next_buffers_ = 0;
-  int64_t next_item_ = 0;
+  int64_t next_item_;  // from int64_t{run} << 24 (items no earlier life of the job added)
   int64_t ok_adds_ = 0;
   int64_t reported_ = 0;  // rejected adds the library has reported
 };

@@ -556,17 +556,38 @@ void ReferenceModel::CheckReplay(int shard, const replay::StepReplay& table, boo
   }
 }
 
-void ReferenceModel::Restarted(std::span<const uint64_t> next_keys) {
-  Expect(steps_ != nullptr && next_keys.size() == items_acknowledged_.size(),
-         "a crash-restart of a service of transitions (the simulation restarts only step streams)");
+void ReferenceModel::Restarted(std::span<const uint64_t> next_keys, const std::function<int64_t(int, int)>& stream_steps,
+                               std::span<const std::pair<uint64_t, int64_t>> restored) {
   std::fill(ledgers_.begin(), ledgers_.end(), Ledger{});
-  item_of_key_.clear();
+  for (int client = 0; client < config_.clients(); ++client) {
+    if (config_.actor(client)) {
+      const int shard = config_.ShardOfActor(client);
+      ledger(client, shard).stream_steps = stream_steps(client, shard);
+    }
+  }
+  // Keys issued after the checkpoint began are issued again; items seen but
+  // never acknowledged went with the job, but for those restored (below).
+  std::erase_if(item_of_key_, [&](const auto& entry) {
+    return proto::LocalKey(entry.first) >= next_keys[static_cast<size_t>(proto::ShardOfKey(entry.first))];
+  });
   sampled_early_.clear();
-  unkeyed_items_ = 0;
+  for (const auto& [key, id] : restored) {
+    const auto [it, inserted] = item_of_key_.emplace(key, id);
+    Expect(inserted || it->second == id, [&, &it = it, key = key, id = id] {
+      return fmt::format("the restore holds item {:#x} under key {}, which was added as item {:#x}", id, key,
+                         it->second);
+    });
+  }
+  int64_t acknowledged = 0;
   for (size_t s = 0; s < next_keys.size(); ++s) {
     items_acknowledged_[s] = static_cast<int64_t>(next_keys[s]);
-    unkeyed_items_ += items_acknowledged_[s];
+    acknowledged += items_acknowledged_[s];
   }
+  unkeyed_items_ = acknowledged - static_cast<int64_t>(item_of_key_.size());
+  Expect(unkeyed_items_ >= 0, [&] {
+    return fmt::format("{} keys issued before the restored checkpoints began, but {} items known under them",
+                       acknowledged, item_of_key_.size());
+  });
 }
 
 void ReferenceModel::CheckEnd(int shard, const replay::StepReplay& table) const {

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -146,11 +147,17 @@ class ReferenceModel {
     ObservedItem(key, id, Describe(describe));
   }
 
-  // Crash-restart (step streams): the job restarted from its checkpoints,
-  // whose default tables had issued keys below next_keys[s] (shard s). Every
-  // client is a new one (nothing in flight, none closed), and the items
-  // acknowledged are those keys: the StepModel checks them one by one.
-  void Restarted(std::span<const uint64_t> next_keys);
+  // Crash-restart: the job restarted from its checkpoints, whose default
+  // tables had issued keys below next_keys[s] (shard s). Every client is a
+  // new one (nothing in flight, none closed); an actor's stream of
+  // transitions goes on from `stream_steps(client, shard)`, the steps the
+  // restored shard holds of it (as the join says); the items acknowledged
+  // are those keys, issued again above them; `restored`: the restored
+  // transitions' keys and items (self_checking_rows.h), those whose
+  // acknowledgement never came among them. (With step streams the StepModel
+  // checks each restored item.)
+  void Restarted(std::span<const uint64_t> next_keys, const std::function<int64_t(int, int)>& stream_steps,
+                 std::span<const std::pair<uint64_t, int64_t>> restored);
 
   // Whether `client` has its close reply from every shard it talks to.
   bool closed(int client) const;

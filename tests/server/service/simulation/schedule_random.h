@@ -46,7 +46,7 @@ class ScheduleRandom {
   // of step streams, so no seed without them changes its schedule.
   static uint64_t TablesSeed(uint64_t seed) { return seed ^ 0x2f1c5a7d93e8b641ULL; }
   // The seventh: crash-restarts (issue 35; DrawCrashes), drawn only by
-  // seeds of step streams with checkpoints, so no other seed changes.
+  // seeds with checkpoints; a seed that draws none runs as before.
   static uint64_t CrashesSeed(uint64_t seed) { return seed ^ 0x9b3e71c4d5a8f026ULL; }
 
   PortableRandom& generator() { return rng_; }

@@ -44,6 +44,12 @@ SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRando
                    : std::make_unique<StepStream>(config.steps, client,
                                                   steps->History(client, config.ShardOfActor(client)), run);
       actor.steps_sent = actor.steps_acknowledged = actor.stream->size();
+    } else if (client < config.actors) {  // transitions: its stream goes on from the restored shard's count
+      Client& actor = clients_.back();
+      const ShardLink& link = shards_[static_cast<size_t>(config.ShardOfActor(client))];
+      actor.steps_sent = actor.steps_acknowledged =
+          link.table->steps().stream_steps(link.index[static_cast<size_t>(client)]);
+      actor.next_item = int64_t{run} << 24;  // items no earlier life added
     }
   }
 }

@@ -284,10 +284,10 @@ inline void DrawTables(PortableRandom& rng, SimulationConfig* config) {
   }
 }
 
-// Issue 35's crash-restarts, from a seventh stream (CrashesSeed): seeds of
-// step streams with checkpoints, in a share of them one or two.
+// Issue 35's crash-restarts, from a seventh stream (CrashesSeed): seeds
+// with checkpoints, in a share of them one or two.
 inline void DrawCrashes(PortableRandom& rng, SimulationConfig* config) {
-  if (!config->steps.on || !config->checkpoints) return;
+  if (!config->checkpoints) return;
   if (rng.Chance(0.6)) config->crashes = static_cast<int>(rng.Int(1, 2));
 }
 

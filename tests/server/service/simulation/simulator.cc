@@ -516,7 +516,8 @@ void Simulator::CheckpointBegun(int s, const std::string& path) {
   const auto newest =
       std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == complete; });
   if (newest != begun.rend()) begun.erase(begun.begin(), std::prev(newest.base()));
-  begun.push_back(Begun{path, TakeSnapshot(*shard.replay, path), step_model_.Save(s)});
+  begun.push_back(
+      Begun{path, TakeSnapshot(*shard.replay, path), config_.steps.on ? step_model_.Save(s) : StepModel::Saved{}});
   random_.Trace("checkpoint {} begun{}", path, config_.shards > 1 ? fmt::format(" (shard {})", s) : "");
 }
 
@@ -569,6 +570,7 @@ void Simulator::CrashAndRestart(bool mid_operation) {
   // Each shard restores its newest complete checkpoint (as `--restore DIR` does), which must be exactly the
   // replay as that checkpoint began; the StepModel's shard goes back to that moment.
   std::vector<uint64_t> next_keys;
+  std::vector<std::pair<uint64_t, int64_t>> transitions;  // restored (transitions: the ReferenceModel's to know)
   std::vector<CheckpointState> states(shards_.size());
   for (int s = 0; s < config_.shards; ++s) {
     Shard& shard = shards_[static_cast<size_t>(s)];
@@ -597,7 +599,7 @@ void Simulator::CrashAndRestart(bool mid_operation) {
                          which, loaded, restored.oldest_step, restored.next_step, found->snapshot.oldest_step,
                          found->snapshot.next_step);
     });
-    step_model_.RollBack(s, found->model);
+    if (config_.steps.on) step_model_.RollBack(s, found->model);
     begun.erase(begun.begin(), found);
     begun.erase(std::next(begun.begin()), begun.end());  // begun after it: not complete, gone
     shard.restored_path = loaded;
@@ -607,9 +609,17 @@ void Simulator::CrashAndRestart(bool mid_operation) {
     links_[static_cast<size_t>(s)].replay = &shard.replay->items();
     links_[static_cast<size_t>(s)].table = shard.replay.get();
     next_keys.push_back(shard.replay->items().next_key());
+    if (!config_.steps.on) {
+      for (const auto& held : HeldTransitions(config_, s, *shard.replay)) transitions.push_back(held);
+    }
   }
-  model_.Restarted(next_keys);
-  step_model_.Restarted();
+  // As the join tells each actor: the steps its restored shard holds of its stream.
+  const auto stream_steps = [this](int client, int s) {
+    const ShardLink& link = links_[static_cast<size_t>(s)];
+    return link.table->steps().stream_steps(link.index[static_cast<size_t>(client)]);
+  };
+  model_.Restarted(next_keys, stream_steps, transitions);
+  if (config_.steps.on) step_model_.Restarted();
   timers_.emplace(service_options_, config_.shards, now_);
   MakeClients();
   for (int s = 0; s < config_.shards; ++s) {
@@ -618,7 +628,7 @@ void Simulator::CrashAndRestart(bool mid_operation) {
     shard.service->Restore(states[static_cast<size_t>(s)]);
     // The restored replay is the models' as they went back: check it now, as after a step.
     model_.CheckReplay(s, *shard.replay, /*changed=*/true);
-    step_model_.CheckShard(s, *shard.replay, /*changed=*/true);
+    if (config_.steps.on) step_model_.CheckShard(s, *shard.replay, /*changed=*/true);
     shard.items_changed = true;
     shard.next_key = shard.replay->items().next_key();
     shard.size = shard.replay->items().size();
