@@ -171,6 +171,11 @@ class Simulator {
     StepModel::Saved model;
   };
   std::vector<std::deque<Begun>> begun_;
+  // The last of `begun` begun under `path` (a failed checkpoint leaves its number to the next); end() if none.
+  static std::deque<Begun>::iterator LastBegun(std::deque<Begun>& begun, const std::string& path) {
+    const auto last = std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == path; });
+    return last == begun.rend() ? begun.end() : std::prev(last.base());
+  }
   int run_ = 0;             // the job's life: 1, 2 after each crash-restart
   int crashes_left_ = 0;
   int next_crash_tick_ = 0;  // no crash before this work tick
@@ -509,13 +514,9 @@ void Simulator::CheckEnd() {
 void Simulator::CheckpointBegun(int s, const std::string& path) {
   Shard& shard = shards_[static_cast<size_t>(s)];
   std::deque<Begun>& begun = begun_[static_cast<size_t>(s)];
-  // What began before the newest complete checkpoint cannot be the newest on
-  // disk any more. (A path names the last one begun under it: one that
-  // failed leaves its number to the next.)
-  const std::string& complete = shard.service->checkpoints()->last_path();
-  const auto newest =
-      std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == complete; });
-  if (newest != begun.rend()) begun.erase(begun.begin(), std::prev(newest.base()));
+  // What began before the newest complete checkpoint cannot be the newest on disk any more.
+  const auto complete = LastBegun(begun, shard.service->checkpoints()->last_path());
+  if (complete != begun.end()) begun.erase(begun.begin(), complete);
   begun.push_back(
       Begun{path, TakeSnapshot(*shard.replay, path), config_.steps.on ? step_model_.Save(s) : StepModel::Saved{}});
   random_.Trace("checkpoint {} begun{}", path, config_.shards > 1 ? fmt::format(" (shard {})", s) : "");
@@ -585,8 +586,7 @@ void Simulator::CrashAndRestart(bool mid_operation) {
     const std::string which = config_.shards > 1 ? fmt::format("shard {}", s) : "the replay";
     if (!status.ok()) Fail(fmt::format("restarting {} after the crash: {}", which, status.ToString()));
     std::deque<Begun>& begun = begun_[static_cast<size_t>(s)];
-    const auto last = std::find_if(begun.rbegin(), begun.rend(), [&](const Begun& b) { return b.path == loaded; });
-    const auto found = last == begun.rend() ? begun.end() : std::prev(last.base());
+    const auto found = LastBegun(begun, loaded);
     Expect(found != begun.end(), [&] {
       return fmt::format("restarting {} after the crash restored {}, which is not a checkpoint it began since its "
                          "newest complete one ({})",
