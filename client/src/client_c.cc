@@ -1,166 +1,14 @@
-// The C ABI of perserve/client_c.h over ActorClient and LearnerClient: the one
-// place where client Status values become C return codes. Every entry point
-// runs inside Guarded, so no C++ exception crosses the C boundary.
-#include "perserve/client_c.h"
-
+// The C ABI of perserve/client_c.h over ActorClient, LearnerClient and
+// Bystander: joins, adds and appends, samples and updates of the default
+// table, schemas and the last error (the tables' calls: client_c_tables.cc;
+// what they share, and where Status values become C return codes: c_abi.h).
 #include <cstring>
-#include <exception>
 #include <memory>
-#include <new>
 #include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
 
-#include "perserve/client.h"
+#include "client/src/c_abi.h"
 
-struct perserve_schema {
-  const perserve::Schema* schema = nullptr;
-  std::string text;  // ToString(), kept for perserve_schema_string
-};
-struct perserve_actor {
-  std::unique_ptr<perserve::ActorClient> client;
-  perserve_schema schema;
-  std::vector<std::string> tables;            // the server's tables' names, in its order
-  std::vector<perserve_schema> item_schemas;  // their item columns, by table
-};
-struct perserve_learner {
-  std::unique_ptr<perserve::LearnerClient> client;
-  perserve_schema schema;
-  std::vector<std::string> tables;              // the server's tables' names, in its order
-  std::vector<perserve_schema> sample_schemas;  // what their samples return, by table
-};
-struct perserve_bystander {
-  std::unique_ptr<perserve::Bystander> client;
-};
-
-namespace {
-
-using Code = perserve::Status::Code;
-
-thread_local std::string last_error;
-thread_local bool last_error_lost = false;  // the text could not be kept (no memory)
-thread_local Code last_error_code = Code::kOk;
-
-// Sets last_error without throwing.
-void SetLastError(Code code, const char* message) noexcept {
-  last_error_code = code;
-  try {
-    last_error = std::string(perserve::Status::CodeName(code)) + ": " + message;
-    last_error_lost = false;
-  } catch (...) {
-    last_error_lost = true;
-  }
-}
-
-int Report(const perserve::Status& status) {
-  if (status.ok()) return 0;
-  last_error_code = status.code();
-  last_error = status.ToString();
-  last_error_lost = false;
-  return 1;
-}
-
-int Fail(const char* message) {
-  SetLastError(Code::kInvalidArgument, message);
-  return 1;
-}
-
-// Runs `body` (which returns the C result), turning any exception into an
-// error result `failed` and a message in last_error.
-template <typename Body, typename Result = int>
-Result Guarded(Body body, Result failed = 1) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    SetLastError(Code::kResourceExhausted, "out of memory");
-  } catch (const std::exception& e) {
-    SetLastError(Code::kInternal, e.what());
-  } catch (...) {
-    SetLastError(Code::kInternal, "an unknown exception");
-  }
-  return failed;
-}
-
-MPI_Comm FromFortran(MPI_Fint comm) { return MPI_Comm_f2c(comm); }
-
-const perserve::Column* ColumnAt(const perserve_schema* s, int column) {
-  if (s == nullptr || s->schema == nullptr || column < 0 || column >= static_cast<int>(s->schema->columns.size())) {
-    return nullptr;
-  }
-  return &s->schema->columns[static_cast<size_t>(column)];
-}
-
-void BindSchema(const perserve::Schema& schema, perserve_schema* view) {
-  view->schema = &schema;
-  view->text = schema.ToString();
-}
-
-// A client's tables' names and, by table, the schema `of(name)` gives (views
-// of the client's own schemas, valid while it is).
-template <class Of>
-void BindTables(std::vector<std::string> names, Of of, std::vector<std::string>* tables,
-                std::vector<perserve_schema>* schemas) {
-  *tables = std::move(names);
-  schemas->resize(tables->size());
-  for (size_t t = 0; t < tables->size(); ++t) BindSchema(of((*tables)[t]), &(*schemas)[t]);
-}
-
-// A table argument: NULL or "" is the default table.
-std::string_view TableName(const char* table) { return table == nullptr ? std::string_view{} : table; }
-
-// The schema bound for the table named `table` (NULL or "": the default table), or NULL.
-const perserve_schema* TableSchema(const std::vector<std::string>& tables, const std::vector<perserve_schema>& schemas,
-                                   const char* table) {
-  const std::string_view name = TableName(table);
-  if (name.empty()) return schemas.empty() ? nullptr : &schemas[0];
-  for (size_t t = 0; t < tables.size(); ++t) {
-    if (tables[t] == name) return &schemas[t];
-  }
-  return nullptr;
-}
-
-// A table's name by index, or NULL.
-const char* TableAt(const std::vector<std::string>& tables, int table) {
-  if (table < 0 || table >= static_cast<int>(tables.size())) return nullptr;
-  return tables[static_cast<size_t>(table)].c_str();
-}
-
-int PeersOut(perserve::Status status, MPI_Comm comm, MPI_Fint* peers) {
-  if (Report(status) != 0) return 1;
-  *peers = MPI_Comm_c2f(comm);
-  return 0;
-}
-
-// `count` columns of `rows` rows each as spans (data[i]: bytes[i] bytes);
-// false if a length is negative.
-bool SpansOf(int64_t rows, size_t count, const void* const* data, const int64_t* bytes, perserve::ColumnSpans* out) {
-  *out = perserve::ColumnSpans{rows, {}};
-  for (size_t i = 0; i < count; ++i) {
-    if (bytes[i] < 0) return false;
-    out->columns.emplace_back(static_cast<const std::byte*>(data[i]), static_cast<size_t>(bytes[i]));
-  }
-  return true;
-}
-
-// perserve_actor_add_columns, _add_borrowed and _add_table: the batch as
-// spans, checked by `add`, to the table named `table` (empty: the default).
-int AddSpans(perserve_actor* a, int64_t n, const void* const* columns, const int64_t* column_bytes,
-             const double* priorities, bool borrow, std::string_view table = {}) {
-  if (a == nullptr) return Fail("actor handle is NULL");
-  if (columns == nullptr || column_bytes == nullptr) return Fail("columns or column_bytes is NULL");
-  return Guarded([&] {
-    perserve::ColumnSpans batch;
-    if (!SpansOf(n, a->client->schema().columns.size(), columns, column_bytes, &batch)) {
-      return Fail("a column length is negative");
-    }
-    std::span<const double> given;
-    if (priorities != nullptr && n > 0) given = std::span<const double>(priorities, static_cast<size_t>(n));
-    return Report(borrow ? a->client->AddBorrowed(batch, given, table) : a->client->Add(batch, given, table));
-  });
-}
-
-}  // namespace
+using namespace perserve::c_abi;
 
 extern "C" {
 
@@ -363,26 +211,6 @@ const perserve_schema* perserve_learner_schema(const perserve_learner* l) {
   return l == nullptr ? nullptr : &l->schema;
 }
 
-namespace {
-
-int CopyOut(const perserve::SampleBatch& batch, int64_t capacity, uint64_t* keys, double* weights,
-            double* probabilities, void* const* columns) {
-  if (batch.size > capacity) {
-    SetLastError(Code::kOutOfRange, ("a sample of " + std::to_string(batch.size) + " items does not fit " +
-                                  std::to_string(capacity)).c_str());
-    return 1;
-  }
-  const size_t n = static_cast<size_t>(batch.size);
-  if (keys != nullptr) std::memcpy(keys, batch.keys.data(), n * sizeof(uint64_t));
-  if (weights != nullptr) std::memcpy(weights, batch.weights.data(), n * sizeof(double));
-  if (probabilities != nullptr) std::memcpy(probabilities, batch.probabilities.data(), n * sizeof(double));
-  for (size_t i = 0; columns != nullptr && i < batch.columns.size(); ++i) {
-    if (columns[i] != nullptr) std::memcpy(columns[i], batch.columns[i].data(), batch.columns[i].size());
-  }
-  return 0;
-}
-
-}  // namespace
 
 int perserve_learner_sample_timeout(perserve_learner* l, int64_t n, double beta, double timeout_seconds,
                                     uint64_t* keys, double* weights, void* const* columns) {
@@ -476,128 +304,6 @@ int perserve_learner_close(perserve_learner* l) {
   return result;
 }
 
-int perserve_actor_num_tables(const perserve_actor* a) {
-  return a == nullptr ? -1 : static_cast<int>(a->tables.size());
-}
-
-const char* perserve_actor_table_name(const perserve_actor* a, int table) {
-  return a == nullptr ? nullptr : TableAt(a->tables, table);
-}
-
-const perserve_schema* perserve_actor_item_schema(const perserve_actor* a, const char* table) {
-  return a == nullptr ? nullptr : TableSchema(a->tables, a->item_schemas, table);
-}
-
-int perserve_actor_add_table(perserve_actor* a, const char* table, int64_t n, const void* const* columns,
-                             const int64_t* column_bytes, const double* priorities) {
-  return AddSpans(a, n, columns, column_bytes, priorities, /*borrow=*/false, TableName(table));
-}
-
-int perserve_actor_append_tables(perserve_actor* a, int64_t n, const void* const* columns,
-                                 const int64_t* column_bytes, int groups, const perserve_new_items* items) {
-  if (a == nullptr) return Fail("actor handle is NULL");
-  if (n < 0 || groups < 0) return Fail("a negative count of steps or item groups");
-  if (n > 0 && (columns == nullptr || column_bytes == nullptr)) return Fail("columns or column_bytes is NULL");
-  if (groups > 0 && items == nullptr) return Fail("items is NULL");
-  return Guarded([&] {
-    perserve::ColumnSpans steps;
-    if (n > 0 && !SpansOf(n, a->client->schema().columns.size(), columns, column_bytes, &steps)) {
-      return Fail("a column length is negative");
-    }
-    std::vector<perserve::NewItems> new_items(static_cast<size_t>(groups));
-    for (int g = 0; g < groups; ++g) {
-      const perserve_new_items& given = items[g];
-      perserve::NewItems& group = new_items[static_cast<size_t>(g)];
-      group.table = TableName(given.table);
-      if (given.items < 0) return Fail("a negative count of items");
-      if (given.items == 0) continue;
-      if (given.item_steps == nullptr) return Fail("item_steps is NULL");
-      const size_t count = static_cast<size_t>(given.items);
-      group.steps = std::span<const int64_t>(given.item_steps, count);
-      if (given.priorities != nullptr) group.priorities = std::span<const double>(given.priorities, count);
-      const size_t item_columns = a->client->item_schema(group.table).columns.size();
-      if (item_columns > 0 && (given.item_columns == nullptr || given.item_column_bytes == nullptr)) {
-        return Fail("the table's items carry columns: item_columns or item_column_bytes is NULL");
-      }
-      if (item_columns > 0 &&
-          !SpansOf(given.items, item_columns, given.item_columns, given.item_column_bytes, &group.columns)) {
-        return Fail("an item column length is negative");
-      }
-    }
-    return Report(a->client->Append(steps, std::span<const perserve::NewItems>(new_items)));
-  });
-}
-
-int perserve_learner_num_tables(const perserve_learner* l) {
-  return l == nullptr ? -1 : static_cast<int>(l->tables.size());
-}
-
-const char* perserve_learner_table_name(const perserve_learner* l, int table) {
-  return l == nullptr ? nullptr : TableAt(l->tables, table);
-}
-
-const perserve_schema* perserve_learner_table_schema(const perserve_learner* l, const char* table) {
-  return l == nullptr ? nullptr : TableSchema(l->tables, l->sample_schemas, table);
-}
-
-int perserve_learner_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
-                                  double timeout_seconds, uint64_t* keys, double* weights, void* const* columns) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  if (keys == nullptr) return Fail("keys is NULL");
-  return Guarded([&] {
-    perserve::SampleBatch batch;
-    if (Report(l->client->Sample(TableName(table), n, beta, &batch, timeout_seconds)) != 0) return 1;
-    return CopyOut(batch, n, keys, weights, nullptr, columns);
-  });
-}
-
-int perserve_learner_request_sample_table(perserve_learner* l, const char* table, int64_t n, double beta,
-                                          double timeout_seconds) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  return Guarded([&] { return Report(l->client->RequestSample(TableName(table), n, beta, timeout_seconds)); });
-}
-
-int perserve_learner_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
-                                  const double* priorities, int64_t n, int64_t* stale_out) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  if (n < 0) return Fail("n is negative");
-  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
-  return Guarded([&] {
-    perserve::UpdateResult result;
-    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
-    const int code = Report(l->client->UpdatePriorities(TableName(table), std::span<const uint64_t>(keys, count),
-                                                        std::span<const double>(priorities, count), &result));
-    if (code == 0 && stale_out != nullptr) *stale_out = result.stale;
-    return code;
-  });
-}
-
-int perserve_learner_send_update_table(perserve_learner* l, const char* table, const uint64_t* keys,
-                                       const double* priorities, int64_t n) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  if (n < 0) return Fail("n is negative");
-  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
-  return Guarded([&] {
-    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
-    return Report(l->client->SendPriorityUpdate(TableName(table), std::span<const uint64_t>(keys, count),
-                                                std::span<const double>(priorities, count)));
-  });
-}
-
-int perserve_learner_info_table(perserve_learner* l, const char* table, int64_t* size, int64_t* items_added,
-                                double* total) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  return Guarded([&] {
-    perserve::ReplayInfo info;
-    const int code = Report(l->client->Info(TableName(table), &info));
-    if (code != 0) return code;
-    if (size != nullptr) *size = info.size;
-    if (items_added != nullptr) *items_added = info.items_added;
-    if (total != nullptr) *total = info.total;
-    return 0;
-  });
-}
-
 int perserve_bystander_join(MPI_Fint comm) {
   return Guarded([&] { return Report(perserve::JoinAsBystander(FromFortran(comm))); });
 }
@@ -657,11 +363,8 @@ const char* perserve_schema_string(const perserve_schema* s) { return s == nullp
 
 int64_t perserve_unreceived_close_errors(void) { return perserve::UnreceivedCloseErrors(); }
 
-const char* perserve_client_last_error(void) {
-  return last_error_lost ? "RESOURCE_EXHAUSTED: out of memory (the error's text could not be kept)"
-                         : last_error.c_str();
-}
+const char* perserve_client_last_error(void) { return LastError(); }
 
-int perserve_client_last_error_code(void) { return static_cast<int>(last_error_code); }
+int perserve_client_last_error_code(void) { return LastErrorCode(); }
 
 }  // extern "C"
