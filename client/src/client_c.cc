@@ -248,30 +248,14 @@ int perserve_learner_receive_sample(perserve_learner* l, int64_t capacity, int64
   });
 }
 
+// The default table's: the tables' calls with no table (client_c_tables.cc).
 int perserve_learner_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n,
                             int64_t* stale_out) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  if (n < 0) return Fail("n is negative");
-  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
-  return Guarded([&] {
-    perserve::UpdateResult result;
-    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
-    const int code = Report(l->client->UpdatePriorities(std::span<const uint64_t>(keys, count),
-                                                        std::span<const double>(priorities, count), &result));
-    if (code == 0 && stale_out != nullptr) *stale_out = result.stale;
-    return code;
-  });
+  return perserve_learner_update_table(l, nullptr, keys, priorities, n, stale_out);
 }
 
 int perserve_learner_send_update(perserve_learner* l, const uint64_t* keys, const double* priorities, int64_t n) {
-  if (l == nullptr) return Fail("learner handle is NULL");
-  if (n < 0) return Fail("n is negative");
-  if (n > 0 && (keys == nullptr || priorities == nullptr)) return Fail("NULL array with n > 0");
-  return Guarded([&] {
-    const size_t count = n > 0 ? static_cast<size_t>(n) : 0;
-    return Report(l->client->SendPriorityUpdate(std::span<const uint64_t>(keys, count),
-                                                std::span<const double>(priorities, count)));
-  });
+  return perserve_learner_send_update_table(l, nullptr, keys, priorities, n);
 }
 
 int perserve_learner_flush(perserve_learner* l) {
