@@ -60,6 +60,17 @@ Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path) {
 
 namespace {
 
+// The item a restored transition's self-checking row names (`where`: the
+// restore, for the failure); fails on a torn row.
+int64_t RestoredItem(const SimulationConfig& config, std::span<const std::byte> row, uint64_t key,
+                     const std::string& where) {
+  int64_t id = 0;
+  if (!ReadRow(row, 1, 0, config.pad_bytes, &id)) {
+    throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", where, key));
+  }
+  return id;
+}
+
 // Every restored item is drawable and assembles as the item added under its
 // key: transitions' the add's self-checking row (told to the model, which
 // checks it against the acknowledgement), step streams' the reference's.
@@ -78,11 +89,8 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
     }
     table.Assemble(std::span<const int64_t>(&held.slots[i], 1), got);
     if (!config.steps.on) {
-      int64_t id = 0;
-      if (!ReadRow(got, 1, 0, config.pad_bytes, &id)) {
-        throw SimulationFailure(fmt::format("{}: the restored row of key {} is torn", snapshot.path, key));
-      }
-      model->ObservedItem(proto::ShardKey(shard, key), id, "a restore of " + snapshot.path);
+      model->ObservedItem(proto::ShardKey(shard, key), RestoredItem(config, got, key, snapshot.path),
+                          "a restore of " + snapshot.path);
       continue;
     }
     std::vector<std::byte> want;
@@ -102,7 +110,7 @@ int64_t CheckRestoredItems(const SimulationConfig& config, int shard, const Snap
 }  // namespace
 
 std::vector<std::pair<uint64_t, int64_t>> HeldTransitions(const SimulationConfig& config, int shard,
-                                                          const replay::StepReplay& replay) {
+                                                          const replay::StepReplay& replay, const std::string& where) {
   std::vector<std::pair<uint64_t, int64_t>> held;
   const replay::ItemTable& table = replay.table(0);
   const replay::Replay& items = table.items();
@@ -111,11 +119,7 @@ std::vector<std::pair<uint64_t, int64_t>> HeldTransitions(const SimulationConfig
     const uint64_t key = items.KeyAt(slot);
     if (key == replay::Replay::kNoKey) continue;
     table.Assemble(std::span<const int64_t>(&slot, 1), row);
-    int64_t id = 0;
-    if (!ReadRow(row, 1, 0, config.pad_bytes, &id)) {
-      throw SimulationFailure(fmt::format("the restored row of key {} is torn", key));
-    }
-    held.emplace_back(proto::ShardKey(shard, key), id);
+    held.emplace_back(proto::ShardKey(shard, key), RestoredItem(config, row, key, where));
   }
   return held;
 }

@@ -59,11 +59,11 @@ struct Snapshot {
 
 Snapshot TakeSnapshot(const replay::StepReplay& table, std::string path);
 
-// The transitions `replay` (shard `shard`'s, of transitions) holds: each
-// held key (its shard's bits in it) and the item its self-checking row
-// names. Fails on a torn row.
+// The transitions `replay` (shard `shard`'s, of transitions, restored from
+// checkpoint `where`) holds: each held key (its shard's bits in it) and the
+// item its self-checking row names. Fails on a torn row.
 std::vector<std::pair<uint64_t, int64_t>> HeldTransitions(const SimulationConfig& config, int shard,
-                                                          const replay::StepReplay& replay);
+                                                          const replay::StepReplay& replay, const std::string& where);
 
 // Restores checkpoint `path` of shard `shard` from `files` into a fresh
 // replay made as the shard's (CreateShardReplay: `options` for its tables'

@@ -29,11 +29,8 @@ ColumnSpans SpansOf(const std::vector<std::byte>& bulk, const Schema& schema, in
 
 LibraryStepActor::LibraryStepActor(int client, LibraryWorld* world)
     : LibraryClient(client, world),
-      // After a crash-restart it goes on from the steps its restored shard holds of its stream.
-      stream_(world->run == 0 ? StepStream(world->config.steps, client)
-                              : StepStream(world->config.steps, client,
-                                           world->steps->History(client, world->config.ShardOfActor(client)),
-                                           world->run)) {
+      stream_(world->config.steps, client, world->steps->History(client, world->config.ShardOfActor(client)),
+              world->run) {
   options_.max_in_flight = config_.library_max_in_flight;
   // Appends of up to the ring's slack send their step columns apart (received straight into the ring) from this size.
   options_.columns_apart_min_bytes = config_.columns_apart_min_bytes;

@@ -37,19 +37,16 @@ SimulatedClients::SimulatedClients(const SimulationConfig& config, ScheduleRando
       steps_(steps) {
   for (int client = 0; client < config.actors + config.learners; ++client) {
     clients_.emplace_back(client < config.actors ? ClientRole::kActor : ClientRole::kLearner);
-    if (config.steps.on && client < config.actors) {
-      Client& actor = clients_.back();
-      actor.stream =
-          run == 0 ? std::make_unique<StepStream>(config.steps, client)
-                   : std::make_unique<StepStream>(config.steps, client,
-                                                  steps->History(client, config.ShardOfActor(client)), run);
-      actor.steps_sent = actor.steps_acknowledged = actor.stream->size();
-    } else if (client < config.actors) {  // transitions: its stream goes on from the restored shard's count
-      Client& actor = clients_.back();
-      const ShardLink& link = shards_[static_cast<size_t>(config.ShardOfActor(client))];
-      actor.steps_sent = actor.steps_acknowledged =
-          link.table->steps().stream_steps(link.index[static_cast<size_t>(client)]);
-      actor.next_item = int64_t{run} << 24;  // items no earlier life added
+    if (client >= config.actors) continue;
+    // Its stream goes on from the steps its shard holds of it (after a crash-restart, the restored ones), as the
+    // join says; of transitions, its items are numbered past every earlier life's.
+    Client& actor = clients_.back();
+    const int shard = config.ShardOfActor(client);
+    actor.steps_sent = actor.steps_acknowledged = shards_[static_cast<size_t>(shard)].StreamSteps(client);
+    if (config.steps.on) {
+      actor.stream = std::make_unique<StepStream>(config.steps, client, steps->History(client, shard), run);
+    } else {
+      actor.next_item = int64_t{run} << 24;
     }
   }
 }

@@ -42,6 +42,10 @@ struct ShardLink {
   std::vector<int> index;  // by client (SimulationConfig's numbering); -1: not a client of this shard
   // The next key of table `t` (its index).
   uint64_t NextKey(int t) const { return table->table(t).items().next_key(); }
+  // The steps the service holds of actor `client`'s stream: where it goes on, as the join says.
+  int64_t StreamSteps(int client) const {
+    return table->steps().stream_steps(index[static_cast<size_t>(client)]);
+  }
 };
 
 class SimulatedClients {

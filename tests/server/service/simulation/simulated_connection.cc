@@ -33,8 +33,7 @@ SimulatedConnection::SimulatedConnection(int client, LibraryWorld* world, Fiber*
 
 int64_t SimulatedConnection::first_step() const {
   if (!world_.config.actor(client_)) return 0;
-  const Server& own = servers_.front();
-  return shards_[static_cast<size_t>(own.shard)].table->steps().stream_steps(own.index);
+  return shards_[static_cast<size_t>(servers_.front().shard)].StreamSteps(client_);
 }
 
 void SimulatedConnection::Fingerprint(std::span<const std::byte> bytes) {

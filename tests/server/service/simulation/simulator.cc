@@ -117,6 +117,10 @@ class Simulator {
   // did, the others drawn from the third stream), or with `all` every one.
   void StepShards(bool all);
   void StepShard(int shard);
+  // After shard `s`'s replay may have changed (a step; `replaced`: a restart
+  // made it anew): whether its items changed, and its version bumped if they
+  // or its tree's total or smallest leaf did.
+  void NoteItems(int s, bool replaced);
   void CheckCheckpoint(int shard);
   void CheckEnd();
   // Crash-restarts (config_.crashes; issue 35). As a checkpoint of shard `s`
@@ -451,9 +455,14 @@ void Simulator::StepShard(int s) {
   // The helper thread's fsyncs and rename end before the next step looks.
   if (shard.service->checkpoints() != nullptr) shard.service->checkpoints()->AwaitFinish();
   timers_->Stepped(s, *shard.service, *shard.replay, now_, terminated_);
+  NoteItems(s, /*replaced=*/false);
+}
+
+void Simulator::NoteItems(int s, bool replaced) {
+  Shard& shard = shards_[static_cast<size_t>(s)];
   const replay::Replay& replay = shard.replay->items();
   const double total = replay.tree().Total(), min_leaf = replay.tree().Min();
-  shard.items_changed = replay.next_key() != shard.next_key || replay.size() != shard.size;
+  shard.items_changed = replaced || replay.next_key() != shard.next_key || replay.size() != shard.size;
   if (shard.items_changed || total != shard.total || min_leaf != shard.min_leaf) {
     ++versions_[static_cast<size_t>(s)];
     shard.next_key = replay.next_key();
@@ -610,14 +619,11 @@ void Simulator::CrashAndRestart(bool mid_operation) {
     links_[static_cast<size_t>(s)].table = shard.replay.get();
     next_keys.push_back(shard.replay->items().next_key());
     if (!config_.steps.on) {
-      for (const auto& held : HeldTransitions(config_, s, *shard.replay)) transitions.push_back(held);
+      for (const auto& held : HeldTransitions(config_, s, *shard.replay, loaded)) transitions.push_back(held);
     }
   }
   // As the join tells each actor: the steps its restored shard holds of its stream.
-  const auto stream_steps = [this](int client, int s) {
-    const ShardLink& link = links_[static_cast<size_t>(s)];
-    return link.table->steps().stream_steps(link.index[static_cast<size_t>(client)]);
-  };
+  const auto stream_steps = [this](int client, int s) { return links_[static_cast<size_t>(s)].StreamSteps(client); };
   model_.Restarted(next_keys, stream_steps, transitions);
   if (config_.steps.on) step_model_.Restarted();
   timers_.emplace(service_options_, config_.shards, now_);
@@ -629,12 +635,7 @@ void Simulator::CrashAndRestart(bool mid_operation) {
     // The restored replay is the models' as they went back: check it now, as after a step.
     model_.CheckReplay(s, *shard.replay, /*changed=*/true);
     if (config_.steps.on) step_model_.CheckShard(s, *shard.replay, /*changed=*/true);
-    shard.items_changed = true;
-    shard.next_key = shard.replay->items().next_key();
-    shard.size = shard.replay->items().size();
-    shard.total = shard.replay->items().tree().Total();
-    shard.min_leaf = shard.replay->items().tree().Min();
-    ++versions_[static_cast<size_t>(s)];
+    NoteItems(s, /*replaced=*/true);
   }
   if (crashes_left_ > 0) {
     next_crash_tick_ += static_cast<int>(crash_random_.Pick(10, std::max(10, config_.work_ticks / 2)));

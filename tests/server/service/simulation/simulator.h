@@ -4,7 +4,8 @@
 // requests through LoopbackTransports, read their replies or stop reading
 // for a while, and close, while the simulator calls the real ReplayService's
 // Step() over a real Replay (tree and store), requests checkpoints, makes
-// their writes fail and sends signals. Some seeds run 2-3 shards (a service,
+// their writes fail, sends signals, and crashes the job to restart it from
+// its checkpoints (checks in simulator.cc, docs/testing.md). Some seeds run 2-3 shards (a service,
 // replay and transport each) and clients of the real client library
 // (library_client.h), each in a fiber whose blocking calls run the
 // simulation's ticks. A ReferenceModel checks every reply and the replays

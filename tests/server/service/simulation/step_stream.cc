@@ -21,15 +21,13 @@ uint8_t Mix(uint64_t a, uint64_t b, uint64_t c) {
 
 }  // namespace
 
-StepStream::StepStream(const StepStreamsConfig& config, int client) : config_(config), client_(client) {
+StepStream::StepStream(const StepStreamsConfig& config, int client, const std::vector<replay::step_test::RefStep>& held,
+                       int run)
+    : config_(config), client_(client), drawn_(static_cast<int64_t>(run) << 32) {
   const int tables = std::max<int>(1, static_cast<int>(config.tables.size()));
   for (int table = 0; table < tables; ++table) views_.emplace_back(OneStream(layout(table)), config.step_schema);
   items_.resize(static_cast<size_t>(tables));
-}
-
-StepStream::StepStream(const StepStreamsConfig& config, int client, const std::vector<replay::step_test::RefStep>& held,
-                       int run)
-    : StepStream(config, client) {
+  if (held.empty()) return;
   StepRows rows;
   for (const replay::step_test::RefStep& step : held) rows.push_back(step.columns);
   for (replay::step_test::StepReference& view : views_) {
@@ -39,7 +37,6 @@ StepStream::StepStream(const StepStreamsConfig& config, int client, const std::v
   for (std::set<int64_t>& items : items_) {
     for (int64_t t = 0; t < size(); ++t) items.insert(items.end(), t);
   }
-  drawn_ = static_cast<int64_t>(run) << 32;
 }
 
 const replay::StepOptions& StepStream::layout(int table) const {

@@ -28,13 +28,12 @@ using StepRows = std::vector<std::vector<std::vector<std::byte>>>;
 
 class StepStream {
  public:
-  StepStream(const StepStreamsConfig& config, int client);
-  // An actor of a restarted job (crash-restart): its stream as the restored
-  // server holds it (`held`: every step it appended, the reference's), its
-  // next step the first of a new episode (the one in progress ended with
-  // the process). It creates no items over those steps (whether the table
-  // still has them is the server's), and its `run`-th life draws bytes no
-  // earlier life drew.
+  // An actor's stream as its service holds it, as the join says: `held`,
+  // every step it appended (the StepModel's reference; none in the job's
+  // first life). After a crash-restart (`run` 1, 2 ...) its next step is the
+  // first of a new episode (the one in progress ended with the process); it
+  // creates no items over the held steps (whether the table still has them
+  // is the server's), and it draws bytes no earlier life drew.
   StepStream(const StepStreamsConfig& config, int client, const std::vector<replay::step_test::RefStep>& held,
              int run);
 
