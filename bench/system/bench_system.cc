@@ -147,7 +147,7 @@ std::vector<replay::TableConfig> TablesFor(const Workload& workload, int streams
   return tables;
 }
 
-Workload WorkloadFor(const std::string& size) {
+Workload WorkloadFor(const std::string& size, bool frames_first) {
   Workload workload;
   const bool steps = std::find(StepSizes().begin(), StepSizes().end(), size) != StepSizes().end();
   workload.adds = steps ? AtariStepSchema() : SchemaFor(size);
@@ -170,6 +170,7 @@ Workload WorkloadFor(const std::string& size) {
     options.n_step = 3;
     options.discount = 0.99;
     options.stacks = {{"obs", 4}};
+    options.frames_first = frames_first;
   } else {  // R2D2, frames unstacked
     options.kind = replay::StepOptions::Kind::kSequence;
     options.sequence_length = 80;
@@ -545,6 +546,7 @@ int main(int argc, char** argv) {
   CLI::App app{"perserve system benchmark: intake, sampling and raw MPI bandwidth in one MPI job"};
   std::string transport = "mpi", size_name = "small", out, endpoint;
   int tables = 1;
+  std::string stack_axis = "last";
   double seconds = 5.0, raw_seconds = 2.0;
   int servers = 1;
   int64_t zero_copy_min_row_bytes = perserve::service::ServiceOptions{}.zero_copy_min_row_bytes;
@@ -574,6 +576,10 @@ int main(int argc, char** argv) {
                  "step streams: 1, or 3 tables over the one ring fed by every append (the size's own, which the "
                  "learner samples; sequences of 80 every 40 steps; the steps themselves, uniform)")
       ->check(CLI::IsMember({1, 3}))->capture_default_str();
+  app.add_option("--stack-axis", stack_axis,
+                 "atari-steps: the stacked frames' axis, last (84,84,4: replies assembled) or first (4,84,84: "
+                 "replies sent from the ring), as perserve-server --stack-axis")
+      ->check(CLI::IsMember({"first", "last"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   MPI_Init(&argc, &argv);
@@ -586,7 +592,7 @@ int main(int argc, char** argv) {
   }
   if (servers > 1 && transport != "mpi") Die("several servers need --transport mpi");
   const int actors = size - servers - 1;
-  Workload workload = WorkloadFor(size_name);
+  Workload workload = WorkloadFor(size_name, stack_axis == "first");
   workload.tables = tables;
   if (tables != 1 && !workload.steps) Die("--tables 3 needs a step stream size (atari-steps, atari-sequences)");
   if (workload.steps && transport != "mpi") Die("step streams (--size " + size_name + ") need --transport mpi");
@@ -718,7 +724,8 @@ int main(int argc, char** argv) {
           "\"steps_per_s\": {:.1f}, \"items_per_step\": {:.5f}, \"items_per_append\": {:.3f}, "
           "\"intake_wire_bytes_per_step\": {:.1f}",
           o.kind == perserve::replay::StepOptions::Kind::kNStep
-              ? fmt::format("n-step {}, discount {}, stack obs:4", o.n_step, o.discount)
+              ? fmt::format("n-step {}, discount {}, stack obs:4 frames {}", o.n_step, o.discount,
+                            o.frames_first ? "first" : "last")
               : fmt::format("sequences of {} every {}, obs unstacked, item column state:float32:1024",
                             o.sequence_length, o.sequence_period),
           workload.adds.ItemBytes(), workload.capacity, workload.capacity, kEpisodeSteps,

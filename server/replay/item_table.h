@@ -66,6 +66,24 @@ struct StreamView {
   }
 };
 
+// A sampled batch's reply bytes (sample_schema's layout, column after column)
+// as parts, in order, for a transport that sends them from where they lie
+// (ItemTable::PlanReply): rows of the ring's step columns, read when the reply
+// goes, and bytes the table computed into `scratch` (returns, discounts,
+// masks, item columns, zeros, stacks interleaved on a last axis).
+struct ReplyPlan {
+  struct Part {
+    // A row of the ring's step columns (or the table's zero frame, which
+    // never changes), else nullptr: `bytes` of scratch from `offset` on.
+    const std::byte* row = nullptr;
+    int64_t step_slot = -1;  // the ring slot `row` is in; -1: not the ring's
+    int64_t offset = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<Part> parts;
+  std::vector<std::byte> scratch;
+};
+
 class ItemTable {
  public:
   static constexpr int64_t kNoItem = -1;
@@ -100,11 +118,20 @@ class ItemTable {
   // SampleItemBytes() bytes). Each slot must hold an item (one drawn since the last commit): eviction is exact,
   // so such an item is whole and this never fails. Cost: one pass over the output, each byte written once; a
   // stacked column's frames are read once per stack they appear in and written interleaved onto the new last
-  // axis (no intermediate copy); plus a scan of n or L steps' bookkeeping per item. On the StepReplay's
+  // axis, or one after another frames first (no intermediate copy); plus a scan of n or L steps' bookkeeping per item. On the StepReplay's
   // assembly threads: the bytes are the same whatever their count.
   void Assemble(std::span<const int64_t> item_slots, std::span<std::byte> out) const;
   // The step slots (of the ring's columns) of the items at these item slots: with RowsAreSteps, their rows.
   void StepSlots(std::span<const int64_t> item_slots, std::vector<int64_t>* step_slots) const;
+  // Whether a reply's stacked columns are rows of the ring as they stand:
+  // nothing stacked on a last axis (transitions, unstacked columns, stacks
+  // frames first). PlanReply then leaves the table only small computed parts.
+  bool RepliesFromRing() const;
+  // The bytes Assemble writes for these items, as parts (ReplyPlan): what a
+  // reply sent from the ring reads. The same conditions and the same bytes
+  // as Assemble; one pass over the items' bookkeeping, no frame copied (a
+  // stack on a last axis is interleaved into the scratch).
+  void PlanReply(std::span<const int64_t> item_slots, ReplyPlan* plan) const;
 
  private:
   friend class StepReplay;
@@ -148,12 +175,17 @@ class ItemTable {
   void PrefetchItemRow(int64_t item_slot) const { __builtin_prefetch(items_->store().Rows(0, item_slot, 1).data()); }
 
   // Assemble's parts (step_assembly.cc).
+  // Both go through EmitColumn, the one statement of where an item's bytes
+  // come from, into a sink (step_assembly.cc: one that writes them, one
+  // that plans them).
   struct ItemView;
   ItemView ViewItem(int64_t item_slot) const;
-  void WriteColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot, std::byte* out) const;
+  template <typename Sink>
+  void EmitColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot, Sink& sink) const;
   // The value of step column `column` at stream index `index`, stacked to
-  // `depth` frames (zeros before `episode_start`), into out.
-  void WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start, std::byte* out) const;
+  // `depth` frames (zeros before `episode_start`).
+  template <typename Sink>
+  void EmitStacked(int column, int depth, int stream, int64_t index, int64_t episode_start, Sink& sink) const;
 
   std::string name_;
   // What its errors begin with: "table NAME: " when the replay has several

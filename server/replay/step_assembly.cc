@@ -13,6 +13,7 @@
 #include <cassert>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "replay/item_table.h"
 
@@ -108,11 +109,63 @@ ItemTable::ItemView ItemTable::ViewItem(int64_t item_slot) const {
   return item;
 }
 
-void ItemTable::WriteStacked(int column, int depth, int stream, int64_t index, int64_t episode_start,
-                              std::byte* out) const {
+// Where EmitColumn's bytes go when Assemble writes them: one item's row of
+// one column, in order.
+class WriteSink {
+ public:
+  explicit WriteSink(std::byte* out) : out_(out) {}
+  // Room for `bytes` computed bytes, written by the caller at once.
+  std::byte* Write(int64_t bytes) { return std::exchange(out_, out_ + bytes); }
+  void Row(const std::byte* row, int64_t /*step_slot*/, int64_t bytes) { std::memcpy(Write(bytes), row, static_cast<size_t>(bytes)); }
+  void Zeros(int64_t bytes) { std::memset(Write(bytes), 0, static_cast<size_t>(bytes)); }
+
+ private:
+  std::byte* out_;
+};
+
+// ... and when PlanReply names them: rows as parts, the rest into scratch
+// (consecutive scratch bytes one part).
+class PlanSink {
+ public:
+  explicit PlanSink(ReplyPlan* plan) : plan_(plan) {}
+  std::byte* Write(int64_t bytes) {
+    std::vector<ReplyPlan::Part>& parts = plan_->parts;
+    const auto offset = static_cast<int64_t>(plan_->scratch.size());
+    if (!parts.empty() && parts.back().row == nullptr) {
+      parts.back().bytes += bytes;
+    } else {
+      parts.push_back({nullptr, -1, offset, bytes});
+    }
+    plan_->scratch.resize(static_cast<size_t>(offset + bytes));
+    return plan_->scratch.data() + offset;
+  }
+  void Row(const std::byte* row, int64_t step_slot, int64_t bytes) { plan_->parts.push_back({row, step_slot, 0, bytes}); }
+  void Zeros(int64_t bytes) { std::memset(Write(bytes), 0, static_cast<size_t>(bytes)); }
+
+ private:
+  ReplyPlan* plan_;
+};
+
+template <typename Sink>
+void ItemTable::EmitStacked(int column, int depth, int stream, int64_t index, int64_t episode_start,
+                            Sink& sink) const {
   const Column& step_column = steps_->schema().columns[static_cast<size_t>(column)];
-  if (depth == 1) {
-    std::memcpy(out, steps_->Row(column, steps_->KeyOf(stream, index)), static_cast<size_t>(step_column.ItemBytes()));
+  const int64_t bytes = step_column.ItemBytes();
+  const auto row = [&](int64_t frame, int64_t* slot) {
+    if (frame < episode_start) {
+      *slot = -1;
+      return static_cast<const std::byte*>(zero_frame_.data());
+    }
+    const uint64_t key = steps_->KeyOf(stream, frame);
+    *slot = steps_->SlotOf(key);
+    return steps_->Row(column, key);
+  };
+  int64_t slot = -1;
+  if (depth == 1 || options_.frames_first) {
+    for (int64_t frame = index - depth + 1; frame <= index; ++frame) {
+      const std::byte* from = row(frame, &slot);
+      sink.Row(from, slot, bytes);
+    }
     return;
   }
   // At most a few frames: on the stack up to 16, beyond that (rare) on the heap.
@@ -123,12 +176,10 @@ void ItemTable::WriteStacked(int column, int depth, int stream, int64_t index, i
     large.resize(static_cast<size_t>(depth));
     frames = large.data();
   }
-  for (int f = 0; f < depth; ++f) {
-    const int64_t frame = index - depth + 1 + f;
-    frames[f] = frame < episode_start ? zero_frame_.data() : steps_->Row(column, steps_->KeyOf(stream, frame));
-  }
+  for (int f = 0; f < depth; ++f) frames[f] = row(index - depth + 1 + f, &slot);
   const std::span<const std::byte* const> all(frames, static_cast<size_t>(depth));
   const int64_t elements = step_column.ElementCount();
+  std::byte* out = sink.Write(bytes * depth);
   switch (DTypeSize(step_column.dtype)) {
     case 1:
       if (depth == 4) {
@@ -142,37 +193,70 @@ void ItemTable::WriteStacked(int column, int depth, int stream, int64_t index, i
   }
 }
 
-void ItemTable::WriteColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot,
-                             std::byte* out) const {
+template <typename Sink>
+void ItemTable::EmitColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot, Sink& sink) const {
   using Source = SampleColumn::Source;
+  const auto copy = [&sink](const void* from, int64_t bytes) {
+    std::memcpy(sink.Write(bytes), from, static_cast<size_t>(bytes));
+  };
   switch (column.source) {
     case Source::kStep:
       if (options_.kind != StepOptions::Kind::kSequence) {
-        WriteStacked(column.column, column.depth, item.stream, item.t, item.episode_start, out);
+        EmitStacked(column.column, column.depth, item.stream, item.t, item.episode_start, sink);
       } else {
-        const int64_t row = column.bytes / options_.sequence_length;
         for (int64_t j = 0; j < item.valid; ++j) {
-          WriteStacked(column.column, column.depth, item.stream, item.t + j, item.episode_start, out + j * row);
+          EmitStacked(column.column, column.depth, item.stream, item.t + j, item.episode_start, sink);
         }
-        std::memset(out + item.valid * row, 0, static_cast<size_t>((options_.sequence_length - item.valid) * row));
+        const int64_t row = column.bytes / options_.sequence_length;
+        if (item.valid < options_.sequence_length) sink.Zeros((options_.sequence_length - item.valid) * row);
       }
       return;
     case Source::kNextStep:
       if (item.discount == 0.0) {
-        std::memset(out, 0, static_cast<size_t>(column.bytes));
+        sink.Zeros(column.bytes);
       } else {
-        WriteStacked(column.column, column.depth, item.stream, item.t + item.valid, item.episode_start, out);
+        EmitStacked(column.column, column.depth, item.stream, item.t + item.valid, item.episode_start, sink);
       }
       return;
-    case Source::kReturn: std::memcpy(out, &item.n_step_return, sizeof(double)); return;
-    case Source::kDiscount: std::memcpy(out, &item.discount, sizeof(double)); return;
-    case Source::kMask:
+    case Source::kReturn: return copy(&item.n_step_return, sizeof(double));
+    case Source::kDiscount: return copy(&item.discount, sizeof(double));
+    case Source::kMask: {
+      std::byte* out = sink.Write(options_.sequence_length);
       for (int64_t j = 0; j < options_.sequence_length; ++j) out[j] = static_cast<std::byte>(j < item.valid ? 1 : 0);
       return;
-    case Source::kItem:
-      std::memcpy(out, items_->store().Rows(1 + column.column, item_slot, 1).data(),
-                  static_cast<size_t>(column.bytes));
-      return;
+    }
+    case Source::kItem: return copy(items_->store().Rows(1 + column.column, item_slot, 1).data(), column.bytes);
+  }
+}
+
+bool ItemTable::RepliesFromRing() const {
+  return RowsAreSteps() || options_.frames_first ||
+         std::all_of(layout_.columns.begin(), layout_.columns.end(),
+                     [](const SampleColumn& column) { return column.depth == 1; });
+}
+
+void ItemTable::PlanReply(std::span<const int64_t> item_slots, ReplyPlan* plan) const {
+  plan->parts.clear();
+  plan->scratch.clear();
+  PlanSink sink(plan);
+  if (RowsAreSteps()) {  // a transition: its step's row as stored
+    std::vector<int64_t> step_slots;
+    StepSlots(item_slots, &step_slots);
+    const TransitionStore& columns = steps_->columns();
+    for (size_t c = 0; c < columns.schema().columns.size(); ++c) {
+      for (const int64_t slot : step_slots) {
+        const std::span<const std::byte> row = columns.Rows(static_cast<int>(c), slot, 1);
+        sink.Row(row.data(), slot, static_cast<int64_t>(row.size()));
+      }
+    }
+    return;
+  }
+  std::vector<ItemView> items(item_slots.size());
+  for (const int64_t slot : item_slots) PrefetchItemRow(slot);
+  for (const int64_t slot : item_slots) __builtin_prefetch(&steps_->Info(ItemStepKey(slot)));
+  for (size_t i = 0; i < item_slots.size(); ++i) items[i] = ViewItem(item_slots[i]);
+  for (const SampleColumn& column : layout_.columns) {
+    for (size_t i = 0; i < item_slots.size(); ++i) EmitColumn(column, items[i], item_slots[i], sink);
   }
 }
 
@@ -211,7 +295,10 @@ void ItemTable::Assemble(std::span<const int64_t> item_slots, std::span<std::byt
     for (int64_t i = begin; i < end; ++i) items[i] = ViewItem(item_slots[i]);
     std::byte* column_out = out.data();
     for (const SampleColumn& column : layout_.columns) {
-      for (int64_t i = begin; i < end; ++i) WriteColumn(column, items[i], item_slots[i], column_out + i * column.bytes);
+      for (int64_t i = begin; i < end; ++i) {
+        WriteSink sink(column_out + i * column.bytes);
+        EmitColumn(column, items[i], item_slots[i], sink);
+      }
       column_out += count * column.bytes;
     }
   });

@@ -95,10 +95,16 @@ Status FindStacks(const StepOptions& options, const Schema& schema, StepLayout* 
   return Status::Ok();
 }
 
-Column Stacked(const Column& column, int depth, int length) {
+Column Stacked(const Column& column, int depth, int length, bool frames_first) {
   Column out = column;
+  if (depth > 1) {
+    if (frames_first) {
+      out.shape.insert(out.shape.begin(), depth);
+    } else {
+      out.shape.push_back(depth);
+    }
+  }
   if (length > 0) out.shape.insert(out.shape.begin(), length);
-  if (depth > 1) out.shape.push_back(depth);
   return out;
 }
 
@@ -156,14 +162,14 @@ Status BuildStepLayout(const StepOptions& options, const Schema& step_schema, St
   const int length = n_step || transition ? 0 : options.sequence_length;
   for (int c = 0; c < static_cast<int>(step_schema.columns.size()); ++c) {
     if (n_step && (c == result.reward_column || c == result.done_column)) continue;
-    add(Stacked(step_schema.columns[c], result.depths[c], length), {Source::kStep, c, result.depths[c]});
+    add(Stacked(step_schema.columns[c], result.depths[c], length, options.frames_first), {Source::kStep, c, result.depths[c]});
   }
   if (n_step) {
     add(Column{"return", DType::kFloat64, {}}, {Source::kReturn});
     add(Column{"discount", DType::kFloat64, {}}, {Source::kDiscount});
     for (int c = 0; c < static_cast<int>(step_schema.columns.size()); ++c) {
       if (!named[c]) continue;
-      Column next = Stacked(step_schema.columns[c], result.depths[c], 0);
+      Column next = Stacked(step_schema.columns[c], result.depths[c], 0, options.frames_first);
       next.name = "next_" + next.name;
       add(std::move(next), {Source::kNextStep, c, result.depths[c]});
     }

@@ -24,6 +24,11 @@ struct StepOptions {
   int sequence_length = 0;        // kSequence: L >= 1
   int sequence_period = 0;        // kSequence: P in [1, L]
   std::vector<std::pair<std::string, int>> stacks;  // step column -> depth >= 1 (depth 1: not stacked)
+  // Where a stack's k frames go: a new last axis (c.shape + [k], Dopamine's
+  // (84, 84, 4)) or a new first axis ([k] + c.shape, PyTorch's (4, 84, 84)).
+  // Frames first, each stack is its k frames one after another, as stored:
+  // a reply can send them from the ring (ItemTable::PlanReply).
+  bool frames_first = false;
   std::string reward_column = "reward";  // scalar float32 or float64 step column (not for kTransition)
   std::string done_column = "done";      // scalar uint8 step column: 0, 1 (terminal) or 2 (truncated: bootstrap step)
   std::vector<Column> item_columns;      // columns an actor sends with each item (e.g. a recurrent state)
@@ -43,7 +48,7 @@ struct SampleColumn {
   };
   Source source = Source::kStep;
   int column = 0;     // the step column (kStep, kNextStep) or the item column (kItem)
-  int depth = 1;      // frames stacked on the last axis (1: not stacked)
+  int depth = 1;      // frames stacked (1: not stacked), on the axis StepOptions::frames_first says
   int64_t bytes = 0;  // one item's bytes of this column in a sample
 };
 

@@ -29,7 +29,9 @@
 // - A stacked column (StepOptions::stacks, depth k > 1) comes back with a new
 //   last axis of k frames, oldest first: the frames of steps t-k+1 .. t, those
 //   before t's episode's first step all zeros. An 84x84 frame stacks to
-//   (84, 84, 4).
+//   (84, 84, 4). With StepOptions::frames_first the new axis is the first
+//   instead: (4, 84, 84), each frame's bytes as appended (in a sequence,
+//   [L] + [k] + c.shape).
 //
 // Items (one layout per table). In each layout below, "c" runs over the step
 // columns in step-schema order; the item columns come last, as sent.
@@ -39,7 +41,8 @@
 //   is terminal (e <= t+n-1), n' = e-t when e is a bootstrap step; else
 //   n' = n. Creatable once step t+n is appended, or once the episode ended at
 //   e <= t+n. Layout:
-//     c (every column but reward and done): c.shape, or c.shape + [k] stacked;
+//     c (every column but reward and done): c.shape, or c.shape + [k] stacked
+//              ([k] + c.shape frames first);
 //     return   float64: R = 0; g = 1; for j in 0 .. n'-1: R += g * r_{t+j};
 //              g *= G (in double, rewards converted to double);
 //     discount float64: g (= G^n') unless a terminal step is among the n'

@@ -177,6 +177,8 @@ class ReplayService {
   const ServiceCounters& counters() const { return counters_; }
   // The appends of `client` held now (rate limiter, rows in flight, columns to come).
   int held_adds(int client) const { return held_.count(client); }
+  // Whether replies in flight pin rows of the ring (an append over them waits).
+  bool rows_pinned() const { return !pins_.empty(); }
   replay::EpisodeTracker& episodes() { return episodes_; }
   // The summary line Run() logs at the end.
   std::string Summary() const;

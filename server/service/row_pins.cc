@@ -4,15 +4,10 @@
 
 namespace perserve::service {
 
-void RowPins::Pin(uint64_t token, int client, std::span<const int64_t> slots, std::span<const char> copied) {
+void RowPins::Pin(uint64_t token, int client, std::span<const int64_t> slots) {
   if (counts_.empty()) counts_.assign(static_cast<size_t>(capacity_), 0);
-  Reply reply{client, {}};
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (copied[i]) continue;
-    ++counts_[static_cast<size_t>(slots[i])];
-    reply.slots.push_back(slots[i]);
-  }
-  replies_.emplace(token, std::move(reply));
+  for (const int64_t slot : slots) ++counts_[static_cast<size_t>(slot)];
+  replies_.emplace(token, Reply{client, {slots.begin(), slots.end()}});
 }
 
 void RowPins::Release(std::span<const uint64_t> tokens) {

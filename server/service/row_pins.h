@@ -15,9 +15,10 @@ class RowPins {
   explicit RowPins(int64_t capacity) : capacity_(capacity) {}
 
   bool empty() const { return replies_.empty(); }
-  // Pins the slots whose `copied` flag is 0 for the reply `token` to `client`.
-  // O(slots); the per-slot counts are allocated at the first pin.
-  void Pin(uint64_t token, int client, std::span<const int64_t> slots, std::span<const char> copied);
+  // Pins `slots` (a slot may repeat: it is pinned as often) for the reply
+  // `token` to `client`. O(slots); the per-slot counts are allocated at the
+  // first pin.
+  void Pin(uint64_t token, int client, std::span<const int64_t> slots);
   // Unpins the replies whose sends completed (tokens not pinned are ignored).
   void Release(std::span<const uint64_t> tokens);
   // Whether any of the `count` slots from `first_slot` on (around the ring) is pinned. O(count).

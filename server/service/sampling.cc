@@ -1,6 +1,7 @@
 #include "service/sampling.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <new>
 
@@ -15,6 +16,8 @@ namespace {
 // Rows within this fraction of the ring ahead of its next write are copied
 // into a reply sent from the store (see the header).
 constexpr int64_t kCopyGuardDivisor = 8;
+// Parts of a reply from the ring under this many bytes are copied behind its head.
+constexpr int64_t kSmallestBlock = 1024;
 
 // A sample deferred: what it waits for (coverage_marks.h).
 void MarkWait(Admission::SampleWait wait) {
@@ -180,38 +183,64 @@ void Sampling::SendDrawn(const WaitingSample& sample, proto::MessageKind kind, c
   const int64_t row_bytes = table.SampleItemBytes();
   const size_t column_bytes = static_cast<size_t>(count * row_bytes);
   const int64_t reply_bytes = parts_.admission->SampleReplyBytes(sample.table, count);
-  if (count > 0 && awaited && table.RowsAreSteps() && options_.zero_copy_min_row_bytes >= 0 &&
+  if (count > 0 && awaited && table.RepliesFromRing() && options_.zero_copy_min_row_bytes >= 0 &&
       row_bytes >= options_.zero_copy_min_row_bytes) {
-    // Rows the next appends will soon overwrite are copied into the reply;
-    // the others go from the ring and stay pinned while the reply travels.
-    const store::StepStore& ring = replay.steps();
-    table.StepSlots(sample_.slots, &step_slots_);
-    const int64_t slots = ring.slots();
-    const int64_t head_slot = ring.SlotOf(ring.next_key());
-    const int64_t guard = std::max<int64_t>(1, slots / kCopyGuardDivisor);
-    copy_row_.resize(step_slots_.size());
-    for (size_t i = 0; i < step_slots_.size(); ++i) {
-      copy_row_[i] = static_cast<char>((step_slots_[i] - head_slot + slots) % slots < guard);
-    }
-    const size_t room = Transport::CopiedRowBytes(ring.columns(), copy_row_);
-    std::vector<std::byte> head = parts_.transport->AcquireBuffer(static_cast<size_t>(reply_bytes) - column_bytes + room);
-    proto::EncodeFrameHead(kind, request_id, meta, arrays, column_bytes, &head, room);
-    uint64_t token = 0;
-    const Status sent =
-        parts_.transport->SendSampleReplyRows(client, std::move(head), ring.columns(), step_slots_, copy_row_, &token);
-    if (!sent.ok()) return parts_.replies->Dropped(client, request_id, sent);
-    if (token != 0) {
-      PERSERVE_MARK("sample: reply sent from the ring, its rows pinned");
-      parts_.pins->Pin(token, client, step_slots_, copy_row_);
-      ++parts_.counters->zero_copy_replies;
-    }
-    return;
+    return SendFromRing(sample, kind, meta, arrays, column_bytes, reply_bytes);
   }
   std::vector<std::byte> frame = parts_.transport->AcquireBuffer(static_cast<size_t>(reply_bytes));
   const std::span<std::byte> columns = proto::EncodeFrameWithTail(kind, request_id, meta, arrays, column_bytes, &frame);
   table.Assemble(sample_.slots, columns);
   // A reply without rows (a shard's state) does not count against the client's unread allowance.
   parts_.replies->Send(client, request_id, std::move(frame), /*sample_reply=*/count > 0);
+}
+
+void Sampling::SendFromRing(const WaitingSample& sample, proto::MessageKind kind, const std::string& meta,
+                            std::initializer_list<std::span<const std::byte>> arrays, size_t column_bytes,
+                            int64_t reply_bytes) {
+  parts_.replay->table(sample.table).PlanReply(sample_.slots, &plan_);
+  const store::StepStore& ring = parts_.replay->steps();
+  const int64_t slots = ring.slots();
+  const int64_t head_slot = ring.SlotOf(ring.next_key());
+  const int64_t guard = std::max<int64_t>(1, slots / kCopyGuardDivisor);
+  const int64_t smallest = std::min(kSmallestBlock, options_.zero_copy_min_row_bytes);
+  const auto in_place = [&](const replay::ReplyPlan::Part& part) {
+    if (part.row == nullptr) return false;   // computed
+    if (part.step_slot < 0) return true;     // the zero frame: never changes
+    return part.bytes >= smallest && (part.step_slot - head_slot + slots) % slots >= guard;
+  };
+  size_t room = 0;
+  for (const replay::ReplyPlan::Part& part : plan_.parts) {
+    if (!in_place(part)) room += static_cast<size_t>(part.bytes);
+  }
+  std::vector<std::byte> frame =
+      parts_.transport->AcquireBuffer(static_cast<size_t>(reply_bytes) - column_bytes + room);
+  proto::EncodeFrameHead(kind, sample.request_id, meta, arrays, column_bytes, &frame, room);
+  const size_t head_bytes = frame.size() - room;
+  // The copies go behind the head, in the order they are sent; the buffer
+  // does not grow, so the blocks' addresses in it stay valid.
+  std::byte* copy = frame.data() + head_bytes;
+  blocks_.clear();
+  pinned_.clear();
+  for (const replay::ReplyPlan::Part& part : plan_.parts) {
+    const auto bytes = static_cast<size_t>(part.bytes);
+    if (in_place(part)) {
+      blocks_.push_back({part.row, bytes});
+      if (part.step_slot >= 0) pinned_.push_back(part.step_slot);
+      continue;
+    }
+    std::memcpy(copy, part.row != nullptr ? part.row : plan_.scratch.data() + part.offset, bytes);
+    blocks_.push_back({copy, bytes});
+    copy += bytes;
+  }
+  uint64_t token = 0;
+  const Status sent =
+      parts_.transport->SendSampleReplyBlocks(sample.client, std::move(frame), head_bytes, blocks_, &token);
+  if (!sent.ok()) return parts_.replies->Dropped(sample.client, sample.request_id, sent);
+  if (token != 0) {
+    PERSERVE_MARK("sample: reply sent from the ring, its rows pinned");
+    parts_.pins->Pin(token, sample.client, pinned_);
+    ++parts_.counters->zero_copy_replies;
+  }
 }
 
 void Sampling::ServeWaiting(bool* any_blocked) {

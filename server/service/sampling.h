@@ -5,13 +5,19 @@
 // answered DEADLINE_EXCEEDED past its timeout.
 //
 // Replies: the keys (tagged with this server's shard), weights and
-// probabilities (a shard sample: keys and leaves), then the items' rows. A
-// table of transitions whose rows are at least zero_copy_min_row_bytes sends
-// them straight from the ring when the learner awaits the reply (an MPI
-// datatype over the rows, pinned in RowPins until sent); rows within an
-// eighth of the ring ahead of its next write are copied instead, so an
-// append waits for a reply only when the reply is still unread after that
-// many. Other items are assembled into the reply (StepReplay::Assemble).
+// probabilities (a shard sample: keys and leaves), then the items' rows.
+// Items of at least zero_copy_min_row_bytes go straight from the ring when
+// the learner awaits the reply and the table's replies are rows of the ring
+// (ItemTable::RepliesFromRing: transitions, n-step items and sequences with
+// nothing stacked on a last axis): the table plans the reply
+// (ItemTable::PlanReply) and the transport sends its parts where they lie
+// (an MPI datatype over them), the steps they read pinned in RowPins until
+// sent. Parts of steps within an eighth of the ring ahead of its next write
+// are copied instead, so an append waits for a reply only when the reply is
+// still unread after that many; so are the table's computed parts, and parts
+// under kSmallestBlock bytes (or under zero_copy_min_row_bytes, where that
+// is less), not worth a block of their own. Other items are assembled into
+// the reply (ItemTable::Assemble).
 #pragma once
 
 #include <chrono>
@@ -82,6 +88,10 @@ class Sampling {
   // `awaited` (see the top).
   void SendDrawn(const WaitingSample& sample, proto::MessageKind kind, const std::string& meta,
                  std::initializer_list<std::span<const std::byte>> arrays);
+  // SendDrawn's reply from the ring (see the top).
+  void SendFromRing(const WaitingSample& sample, proto::MessageKind kind, const std::string& meta,
+                    std::initializer_list<std::span<const std::byte>> arrays, size_t column_bytes,
+                    int64_t reply_bytes);
   // Answers FAILED_PRECONDITION to a sample that can never be served; a
   // learner's probe of this shard's state gets it as the state it asked for
   // (not counted as an error: the learner leaves an actor-less shard out).
@@ -92,8 +102,9 @@ class Sampling {
   SamplingOptions options_;
   WaitingSamples waiting_;
   replay::SampleResult sample_;
-  std::vector<int64_t> step_slots_;
-  std::vector<char> copy_row_;
+  replay::ReplyPlan plan_;
+  std::vector<ReplyBlock> blocks_;
+  std::vector<int64_t> pinned_;  // the step slots of a reply's parts sent from the ring
   std::vector<bool> blocked_;
 };
 

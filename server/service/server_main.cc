@@ -390,11 +390,15 @@ static int Main(int argc, char** argv) {
   app.add_option("--stack", flags.single.stacks,
                  "step streams: a column stored one frame a step and returned stacked, name:depth (obs:4 returns "
                  "84,84 frames as 84,84,4); n-step items also return it at the next step as next_<name>");
+  app.add_option("--stack-axis", flags.single.stack_axis,
+                 "where stacked frames go: last (obs:4 of 84,84 frames: 84,84,4, as Dopamine keeps them) or first "
+                 "(4,84,84, as PyTorch's DQN does; replies then go out from the ring without assembling them)")
+      ->check(CLI::IsMember({"first", "last"}));
   app.add_option("--item-column", flags.single.item_columns,
                  "step streams: a column an actor sends with each item it creates, name:dtype:shape (repeat)");
   app.add_option("--table", flags.tables,
                  "a table, NAME:key=value,... (repeat for several tables over the one step ring; docs/tables.md): "
-                 "n_step, discount, sequence_length, sequence_period, stack, item_column, sampler (prioritized, "
+                 "n_step, discount, sequence_length, sequence_period, stack, stack_axis, item_column, sampler (prioritized, "
                  "uniform, fifo, lifo, max_heap, min_heap), remover (fifo, min_heap), max_items, max_times_sampled, "
                  "alpha, min_size, samples_per_insert, error_buffer. Without it the flags above make one table, "
                  "\"default\"");
@@ -421,7 +425,7 @@ static int Main(int argc, char** argv) {
     }
     // The layout's flags without a layout: refused rather than ignored.
     if (flags.single.n_step == 0 && flags.single.sequence_length == 0) {
-      for (const char* flag : {"--stack", "--item-column", "--sequence-period", "--discount"}) {
+      for (const char* flag : {"--stack", "--stack-axis", "--item-column", "--sequence-period", "--discount"}) {
         if (app.count(flag) > 0) {
           Abort(fmt::format("{} shapes n-step items or sequences: give --n-step or --sequence-length too (without "
                             "them the server stores transitions)",
@@ -437,7 +441,7 @@ static int Main(int argc, char** argv) {
     }
   } else {
     for (const char* flag : {"--n-step", "--sequence-length", "--sequence-period", "--discount", "--stack",
-                             "--item-column", "--max-items"}) {
+                             "--stack-axis", "--item-column", "--max-items"}) {
       if (app.count(flag) > 0) {
         Abort(fmt::format("{} shapes the one table the flags make; with --table give it in each table's spec "
                           "(docs/tables.md)",

@@ -16,7 +16,7 @@ namespace perserve::service {
 namespace {
 
 constexpr std::string_view kKeys =
-    "n_step, discount, sequence_length, sequence_period, stack, item_column, sampler, remover, max_items, "
+    "n_step, discount, sequence_length, sequence_period, stack, stack_axis, item_column, sampler, remover, max_items, "
     "max_times_sampled, alpha, min_size, samples_per_insert, error_buffer";
 
 // Whether `text` at `at` begins "key=": lower-case letters and underscores, then '='.
@@ -64,7 +64,8 @@ Status LayoutOf(const TableFlags& flags, const TableDefaults& defaults, replay::
     return Status::InvalidArgument("n-step and sequence length both choose the item kind: give one");
   }
   if (flags.n_step == 0 && flags.sequence_length == 0 &&
-      (!flags.stacks.empty() || !flags.item_columns.empty() || flags.sequence_period > 0 || flags.discount)) {
+      (!flags.stacks.empty() || !flags.stack_axis.empty() || !flags.item_columns.empty() || flags.sequence_period > 0 ||
+       flags.discount)) {
     return Status::InvalidArgument("a stack, item column, sequence period or discount shapes n-step items or "
                                    "sequences: give the n-step or the sequence length too (without them the table "
                                    "stores transitions)");
@@ -98,6 +99,12 @@ Status LayoutOf(const TableFlags& flags, const TableDefaults& defaults, replay::
     if (depth < 0) return Status::InvalidArgument(fmt::format("stack {}: give name:depth, as obs:4", spec));
     options->stacks.emplace_back(spec.substr(0, colon), depth);
   }
+  if (!flags.stack_axis.empty() && flags.stack_axis != "first" && flags.stack_axis != "last") {
+    return Status::InvalidArgument(
+        fmt::format("stack axis {}: give first (frames on a new first axis: 4,84,84) or last (84,84,4)",
+                    flags.stack_axis));
+  }
+  options->frames_first = flags.stack_axis == "first";
   for (const std::string& spec : flags.item_columns) {
     Column column;
     PERSERVE_RETURN_IF_ERROR(ParseColumn(spec, &column));
@@ -149,6 +156,8 @@ Status ParseTableSpec(std::string_view spec, TableFlags* table) {
       PERSERVE_RETURN_IF_ERROR(ParseNumber(spec, key, value, &parsed.sequence_period));
     } else if (key == "stack") {
       parsed.stacks.emplace_back(value);
+    } else if (key == "stack_axis") {
+      parsed.stack_axis = std::string(value);
     } else if (key == "item_column") {
       parsed.item_columns.emplace_back(value);
     } else if (key == "sampler") {

@@ -10,6 +10,7 @@
 //   n_step, discount                   n-step items (else transitions, unless ...)
 //   sequence_length, sequence_period   sequences
 //   stack=COLUMN:DEPTH, item_column=NAME:DTYPE:SHAPE   (each may repeat)
+//   stack_axis  last (default: 84,84,4) or first (4,84,84)
 //   sampler     prioritized (default), uniform, fifo, lifo, max_heap, min_heap
 //   remover     fifo (default: the oldest item leaves first) or min_heap (the lowest priority)
 //   max_items, max_times_sampled, alpha, min_size, samples_per_insert, error_buffer
@@ -38,6 +39,7 @@ struct TableFlags {
   int sequence_length = 0;
   int sequence_period = 0;
   std::vector<std::string> stacks;        // name:depth
+  std::string stack_axis;                 // "", "last" or "first"
   std::vector<std::string> item_columns;  // name:dtype:shape
   std::string sampler = "prioritized";
   std::string remover = "fifo";

@@ -44,6 +44,8 @@ MODES = {
 }
 # Mode "tables": each table's layout, as the server's --table specs give it.
 TABLES = {"apex": ("nstep", MODES["nstep"]), "r2d2": ("sequence", MODES["sequence"])}
+# A third argument "first": the server runs with --stack-axis first (frames on a new first axis).
+FRAMES_FIRST = len(sys.argv) > 3 and sys.argv[3] == "first"
 APPENDS_PER_ACTOR = 340  # of 1 to 8 steps: about 1500 steps each
 BATCHES = 60
 BATCH = 32
@@ -96,8 +98,9 @@ def episode_last(actor: int, index: int, limit: int) -> int:
 def stacked(actor: int, index: int, depth: int) -> np.ndarray:
     start = episode_start(actor, index)
     frames = [frame(actor, i) if i >= start else np.zeros(FRAME, np.uint8) for i in range(index - depth + 1, index + 1)]
-    out = np.stack(frames, axis=-1)
-    return out if depth > 1 else out[..., 0]
+    if depth == 1:
+        return frames[0]
+    return np.stack(frames, axis=0 if FRAMES_FIRST else -1)
 
 
 def expected_nstep(actor: int, t: int, mode: dict) -> dict:
@@ -131,7 +134,7 @@ def expected_sequence(actor: int, t: int, mode: dict) -> dict:
         inside = last < 0 or t + j <= last
         s = step(actor, t + j) if inside else None
         out["obs"].append(stacked(actor, t + j, mode["stack"]) if inside
-                          else np.zeros(FRAME + (mode["stack"],), np.uint8))
+                          else np.zeros_like(stacked(actor, t, mode["stack"])))
         out["action"].append(s["action"] if inside else np.int32(0))
         out["reward"].append(s["reward"] if inside else np.float32(0))
         out["done"].append(s["done"] if inside else np.uint8(0))
@@ -166,7 +169,8 @@ def check_item(sample, i: int, mode_name: str, mode: dict, where: str) -> None:
     decoded from its newest frame (a sequence's first step's)."""
     newest = sample.columns["obs"][i]
     newest = newest[0] if mode_name == "sequence" else newest
-    newest = newest[..., -1] if mode["stack"] > 1 else newest
+    if mode["stack"] > 1:
+        newest = newest[-1] if FRAMES_FIRST else newest[..., -1]
     actor, t = int(newest[0, 0]) - 1, int(newest[0, 1]) + 256 * int(newest[0, 2])
     expected = expected_nstep(actor, t, mode) if mode_name == "nstep" else expected_sequence(actor, t, mode)
     for name, value in expected.items():
@@ -243,7 +247,8 @@ def run_actor(actor: int, mode: dict) -> None:
 
 def run_learner(mode: dict, mode_name: str) -> None:
     checked = 0
-    with perserve.Learner(MPI.COMM_WORLD, prefetch=1) as learner:
+    # Frames first: no prefetch, so the server sends every reply from its ring (only awaited ones go so).
+    with perserve.Learner(MPI.COMM_WORLD, prefetch=0 if FRAMES_FIRST else 1) as learner:
         peers = learner.peers()
         peers.Split(1, 0).Free()  # the actors' communicator is theirs alone
         peers.Free()

@@ -115,42 +115,27 @@ Status MpiTransport::SendSampleReply(int client, std::vector<std::byte> frame) {
   return sends_.Send(std::move(frame), client_ranks_[client], proto::kReplyTag, comm_, /*tracked=*/true);
 }
 
-Status MpiTransport::SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
-                                         std::span<const int64_t> slots, std::span<const char> copy_row,
-                                         uint64_t* token) {
-  // Held: its rows are copied now (Transport's way), so none stays pinned.
-  if (Paused() || !held_.empty()) {
-    return Transport::SendSampleReplyRows(client, std::move(head), store, slots, copy_row, token);
-  }
+Status MpiTransport::SendSampleReplyBlocks(int client, std::vector<std::byte> frame, size_t head_bytes,
+                                           std::span<const ReplyBlock> blocks, uint64_t* token) {
+  // Held: gathered now (Transport's way), so nothing stays pinned.
+  if (Paused() || !held_.empty()) return Transport::SendSampleReplyBlocks(client, std::move(frame), head_bytes, blocks, token);
   *token = 0;
-  const Schema& schema = store.schema();
-  // The copied rows go into the room behind the frame's head, in the order
-  // they are sent; the buffer does not grow, so the addresses taken below stay valid.
-  const size_t head_bytes = head.size() - CopiedRowBytes(store, copy_row);
-  const int64_t bytes = static_cast<int64_t>(head_bytes) + static_cast<int64_t>(slots.size()) * schema.ItemBytes();
+  int64_t bytes = static_cast<int64_t>(head_bytes);
+  blocks_.Clear();
+  blocks_.Add(frame.data(), head_bytes);
+  for (const ReplyBlock& block : blocks) {
+    blocks_.Add(block.data, block.bytes);
+    bytes += static_cast<int64_t>(block.bytes);
+  }
   if (bytes > std::numeric_limits<int>::max()) {
     return Status::InvalidArgument(fmt::format("a sample reply of {} bytes exceeds MPI's 2 GiB message limit", bytes));
-  }
-  std::byte* scratch = head.data() + head_bytes;
-  blocks_.Clear();
-  blocks_.Add(head.data(), head_bytes);
-  for (int column = 0; column < static_cast<int>(schema.columns.size()); ++column) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const std::span<const std::byte> row = store.Rows(column, slots[i], 1);
-      if (copy_row[i]) {
-        std::memcpy(scratch, row.data(), row.size());
-        blocks_.Add(scratch, row.size());
-        scratch += row.size();
-      } else {
-        blocks_.Add(row.data(), row.size());
-      }
-    }
   }
   MPI_Datatype type = MPI_DATATYPE_NULL;
   PERSERVE_RETURN_IF_ERROR(blocks_.Commit(&type));
   const uint64_t id = next_token_++;
+  // `frame` moves into the queue; its buffer, which blocks may lie in, stays where it is.
   PERSERVE_RETURN_IF_ERROR(
-      sends_.SendTyped(std::move(head), &type, bytes, client_ranks_[client], proto::kReplyTag, comm_, true, id));
+      sends_.SendTyped(std::move(frame), &type, bytes, client_ranks_[client], proto::kReplyTag, comm_, true, id));
   *token = id;
   return Status::Ok();
 }

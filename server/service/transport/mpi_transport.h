@@ -48,12 +48,10 @@ class MpiTransport final : public Transport {
   void SetStopWaiting(mpi::StopWaiting stop_waiting) { stop_waiting_ = std::move(stop_waiting); }
   Status Send(int client, std::vector<std::byte> frame) override;
   Status SendSampleReply(int client, std::vector<std::byte> frame) override;
-  // One message: an MPI hindexed datatype over the head and each row of each
-  // column where it lies in the store (adjacent rows joined into one block),
-  // the rows to copy copied behind the head.
-  Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
-                             std::span<const int64_t> slots, std::span<const char> copy_row,
-                             uint64_t* token) override;
+  // One message: an MPI hindexed datatype over the head and each block
+  // where it lies (adjacent blocks joined into one).
+  Status SendSampleReplyBlocks(int client, std::vector<std::byte> frame, size_t head_bytes,
+                               std::span<const ReplyBlock> blocks, uint64_t* token) override;
   void TakeCompletedRows(std::vector<uint64_t>* tokens) override { sends_.TakeCompleted(tokens); }
   Unread UnreadSampleReplies(int client) const override;
   std::string ClientName(int client) const override { return "rank " + std::to_string(client_ranks_[client]); }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ namespace perserve::service {
 // What a client joined as: the service tells from it when no actor (or no
 // learner) remains open. kUnknown counts as either.
 enum class ClientRole { kUnknown, kActor, kLearner };
+
+// `bytes` of a message at `data` (Transport::SendSampleReplyBlocks).
+struct ReplyBlock {
+  const std::byte* data;
+  size_t bytes;
+};
 
 class Transport {
  public:
@@ -70,29 +77,30 @@ class Transport {
   // client has received it (UnreadSampleReplies).
   virtual Status SendSampleReply(int client, std::vector<std::byte> frame) { return Send(client, std::move(frame)); }
 
-  // A sample reply whose rows follow `head` in the same message: `head` is the
-  // frame up to its rows (proto::EncodeFrameHead), then room for the rows
-  // whose `copy_row` is nonzero (CopiedRowBytes); the message is the frame's
-  // head, then the rows of `slots`, column after column, as they stand in
-  // `store`. A transport that sends them from the store without copying them
-  // first (MpiTransport: one MPI datatype over the head and the rows) copies
-  // only the rows whose `copy_row` is nonzero, into that room, and sets
-  // *token to a nonzero value: the other rows must not change until
-  // TakeCompletedRows hands the token back. The default gathers every row
+  // A sample reply sent from where its bytes lie: the message is `frame`'s
+  // first `head_bytes` (the frame's head, proto::EncodeFrameHead), then
+  // `blocks` in order. A block may lie in `frame` behind the head (bytes the
+  // service copied or computed there) or anywhere else in the server's
+  // memory (rows of the step ring). A transport that sends them without
+  // copying them first (MpiTransport: one MPI datatype over them) sets
+  // *token to a nonzero value: the memory the blocks name must not change
+  // until TakeCompletedRows hands the token back. The default gathers them
   // behind the head (a copy) and sets *token to 0.
-  virtual Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
-                                     std::span<const int64_t> slots, std::span<const char> copy_row,
-                                     uint64_t* token) {
+  virtual Status SendSampleReplyBlocks(int client, std::vector<std::byte> frame, size_t head_bytes,
+                                       std::span<const ReplyBlock> blocks, uint64_t* token) {
     *token = 0;
-    const size_t head_bytes = head.size() - CopiedRowBytes(store, copy_row);
-    head.resize(head_bytes + slots.size() * static_cast<size_t>(store.schema().ItemBytes()));
-    store.Gather(slots, std::span(head).subspan(head_bytes));
-    return SendSampleReply(client, std::move(head));
+    return SendSampleReply(client, GatherBlocks(frame, head_bytes, blocks));
   }
-  // The bytes of the rows `copy_row` marks: the room behind a sample reply's head.
-  static size_t CopiedRowBytes(const store::TransitionStore& store, std::span<const char> copy_row) {
-    const auto copied = static_cast<size_t>(std::count_if(copy_row.begin(), copy_row.end(), [](char c) { return c; }));
-    return copied * static_cast<size_t>(store.schema().ItemBytes());
+  // The message SendSampleReplyBlocks names, in one buffer.
+  static std::vector<std::byte> GatherBlocks(std::span<const std::byte> frame, size_t head_bytes,
+                                       std::span<const ReplyBlock> blocks) {
+    size_t bytes = head_bytes;
+    for (const ReplyBlock& block : blocks) bytes += block.bytes;
+    std::vector<std::byte> message(bytes);
+    std::memcpy(message.data(), frame.data(), head_bytes);
+    std::byte* at = message.data() + head_bytes;
+    for (const ReplyBlock& block : blocks) at = std::copy_n(block.data, block.bytes, at);
+    return message;
   }
   // The tokens of the row sends completed since the last call.
   virtual void TakeCompletedRows(std::vector<uint64_t>* tokens) { tokens->clear(); }

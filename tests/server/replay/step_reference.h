@@ -242,7 +242,8 @@ class StepReference {
   }
 
   // Column c at step i, stacked to its depth (frames i-k+1 .. i, oldest
-  // first, on a new last axis; those before `start` zeros), or all zeros.
+  // first, on a new last axis, or the first with frames_first; those before
+  // `start` zeros), or all zeros.
   std::vector<std::byte> Stack(int s, int c, int64_t i, int64_t start, bool zeros = false) const {
     const Column& column = schema_.columns[c];
     const int64_t k = std::max(depth_[c], 1);
@@ -255,7 +256,8 @@ class StepReference {
       if (frame < start) continue;
       const std::vector<std::byte>& row = Row(s, frame, c);
       for (int64_t e = 0; e < elements; ++e) {
-        for (int64_t b = 0; b < element; ++b) out[(e * k + f) * element + b] = row[e * element + b];
+        const int64_t at = options_.frames_first ? f * elements + e : e * k + f;
+        for (int64_t b = 0; b < element; ++b) out[at * element + b] = row[e * element + b];
       }
     }
     return out;

@@ -2,6 +2,7 @@
 // checks the same rules at random): sample layouts, n-step returns and
 // discounts at an episode's end, stacks zeroed before its start, sequence
 // masks, and exact eviction.
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
@@ -144,6 +145,82 @@ TEST(StepNStepTest, ReturnsDiscountsAndStacksStopAtTheEpisodesEnd) {
   EXPECT_EQ(item.ret, 5 + 0.5 * 6 + 0.25 * 7);
   EXPECT_EQ(item.discount, 0.125);
   EXPECT_EQ(Bytes(item.next_obs), Stack(5, 6, 7));
+}
+
+// Frames first (PyTorch's (4, 84, 84)): each stack is its frames one after
+// another, as appended, and a reply's plan names them in the ring.
+TEST(StepLayoutTest, FramesFirstPutsTheStackOnANewFirstAxis) {
+  const Schema atari{{{"obs", DType::kUInt8, {84, 84}},
+                      {"action", DType::kInt32, {}},
+                      {"reward", DType::kFloat32, {}},
+                      {"done", DType::kUInt8, {}}}};
+  StepOptions options;
+  options.kind = StepOptions::Kind::kNStep;
+  options.n_step = 3;
+  options.stacks = {{"obs", 4}};
+  options.frames_first = true;
+  Schema sample, stored;
+  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
+  EXPECT_EQ(Names(sample), "obs:uint8:4,84,84 action:int32: return:float64: discount:float64: next_obs:uint8:4,84,84 ");
+  options.kind = StepOptions::Kind::kSequence;
+  options.sequence_length = 80;
+  options.sequence_period = 40;
+  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
+  EXPECT_EQ(sample.columns[0].ToString(), "obs:uint8:80,4,84,84");
+}
+
+// Every byte of PlanReply's parts, in order (what a transport sends).
+std::vector<std::byte> Gathered(const ReplyPlan& plan) {
+  std::vector<std::byte> bytes;
+  for (const ReplyPlan::Part& part : plan.parts) {
+    const std::byte* from = part.row != nullptr ? part.row : plan.scratch.data() + part.offset;
+    bytes.insert(bytes.end(), from, from + part.bytes);
+  }
+  return bytes;
+}
+
+TEST(StepNStepTest, FramesFirstStacksTheSameFramesAndAReplyNamesThemInTheRing) {
+  for (const bool frames_first : {false, true}) {
+    SCOPED_TRACE(frames_first ? "frames first" : "frames last");
+    StepOptions options;
+    options.kind = StepOptions::Kind::kNStep;
+    options.n_step = 3;
+    options.discount = 0.5;
+    options.stacks = {{"obs", 3}};
+    options.frames_first = frames_first;
+    options.step_capacity = 16;
+    StepFixture f;
+    ASSERT_TRUE(MakeStepReplay(options, kTiny, 8, &f).ok());
+    uint64_t first = 0;
+    ASSERT_TRUE(f.steps->Append(0, 0, 8, TinySteps(0, 8, 3), std::vector<int64_t>{0, 1, 3, 4}, {}, {}, &first).ok());
+    // Frame i is {10i+1, 10i+2}; frames first, a stack is its frames in order (-1: zeros).
+    const auto stack = [&](int a, int b, int c) {
+      if (!frames_first) return Stack(a, b, c);
+      std::vector<uint8_t> out;
+      for (const int i : {a, b, c}) {
+        out.push_back(static_cast<uint8_t>(i < 0 ? 0 : 10 * i + 1));
+        out.push_back(static_cast<uint8_t>(i < 0 ? 0 : 10 * i + 2));
+      }
+      return out;
+    };
+    EXPECT_EQ(Bytes(AssembleTiny(f, 0).obs), stack(-1, -1, 0));
+    EXPECT_EQ(Bytes(AssembleTiny(f, 0).next_obs), stack(1, 2, 3));
+    EXPECT_EQ(Bytes(AssembleTiny(f, 1).next_obs), stack(-1, -1, -1)) << "the episode ends within: zeros";
+    EXPECT_EQ(Bytes(AssembleTiny(f, 3).obs), stack(-1, -1, 4));
+
+    // A batch's plan gives Assemble's bytes; frames first, every frame is a part in the ring.
+    const std::vector<int64_t> slots{f.items->SlotOf(0), f.items->SlotOf(3), f.items->SlotOf(1), f.items->SlotOf(0)};
+    std::vector<std::byte> assembled(slots.size() * static_cast<size_t>(f.steps->SampleItemBytes()));
+    f.steps->Assemble(slots, assembled);
+    ReplyPlan plan;
+    f.steps->table(0).PlanReply(slots, &plan);
+    EXPECT_EQ(Gathered(plan), assembled);
+    EXPECT_EQ(f.steps->table(0).RepliesFromRing(), frames_first);
+    const auto ring_parts = std::count_if(plan.parts.begin(), plan.parts.end(),
+                                          [](const ReplyPlan::Part& part) { return part.step_slot >= 0; });
+    // obs: 1 + 1 + 2 + 1 frames held; next_obs: 3 + 3 + 0 + 3 (item 1's are zeros).
+    EXPECT_EQ(ring_parts, frames_first ? 5 + 9 : 0);
+  }
 }
 
 TEST(StepNStepTest, ATruncatedEpisodeBootstrapsFromItsLastObservation) {

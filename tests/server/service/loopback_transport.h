@@ -44,6 +44,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "proto/messages.h"
 #include "service/transport/transport.h"
 
@@ -107,38 +109,33 @@ class LoopbackTransport final : public Transport {
     names_.resize(inboxes_.size());
     names_[client] = std::move(name);
   }
-  // Sees every reply as the service sends it (SendSampleReplyRows' in
-  // place aside), in the order of the service's actions: the simulation's
+  // Sees every reply as the service sends it (SendSampleReplyBlocks' in
+  // place too: its bytes as they stand at the send), in the order of the service's actions: the simulation's
   // model of step streams follows the service's order of appends so.
   void ObserveSends(std::function<void(int client, std::span<const std::byte> frame)> observer) {
     observer_ = std::move(observer);
   }
   // Makes every later Send fail, as an MPI_Isend can.
   void FailSends(bool fail) { fail_sends_ = fail; }
-  // From now on sample replies with rows (SendSampleReplyRows) travel as over
-  // MPI: the rows not copied are read from the store only when the client
-  // receives the reply (Deliver); until then the reply is in flight and
-  // unread, and its token is not handed back.
+  // From now on sample replies sent from where they lie
+  // (SendSampleReplyBlocks) travel as over MPI: the blocks are read only when
+  // the client receives the reply (Deliver); until then the reply is in
+  // flight and unread, and its token is not handed back.
   void SendRowsInPlace(bool in_place) { rows_in_place_ = in_place; }
-  // The client receives its oldest reply in flight: its rows are read now,
+  // The client receives its oldest reply in flight: its blocks are read now,
   // the reply goes to its outbox ahead of the replies sent after it, its
   // token back. False when none is.
   bool Deliver(int client) {
     const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                                  [client](const InFlight& sent) { return sent.client == client; });
     if (it == in_flight_.end()) return false;
-    std::vector<std::byte> frame = std::move(it->head);
-    size_t copied = 0;
-    for (int column = 0; column < static_cast<int>(it->store->schema().columns.size()); ++column) {
-      for (size_t i = 0; i < it->slots.size(); ++i) {
-        const std::span<const std::byte> row = it->store->Rows(column, it->slots[i], 1);
-        const std::byte* from = row.data();
-        if (it->copy_row[i]) {
-          from = it->copies.data() + copied;
-          copied += row.size();
-        }
-        frame.insert(frame.end(), from, from + row.size());
-      }
+    // Read now: what the blocks name outside the frame (the ring's rows) as it stands at delivery.
+    std::vector<std::byte> frame = GatherBlocks(it->frame, it->head_bytes, it->blocks);
+    if (frame != it->as_sent && changed_in_flight_.empty()) {
+      changed_in_flight_ = fmt::format(
+          "a reply to client {} sent from where its bytes lie changed between its send and its delivery (the "
+          "rows it reads were written while it was in flight)",
+          client);
     }
     std::deque<std::vector<std::byte>>& outbox = outboxes_[client];
     outbox.insert(outbox.end() - static_cast<std::ptrdiff_t>(std::min(it->later_sends, outbox.size())),
@@ -148,6 +145,10 @@ class LoopbackTransport final : public Transport {
     return true;
   }
   size_t in_flight() const { return in_flight_.size(); }
+  // The first reply sent from where its bytes lie whose bytes changed before
+  // Deliver read them ("" when none did): the memory a send names must not
+  // change until its token comes back.
+  const std::string& changed_in_flight() const { return changed_in_flight_; }
   // Whether the next reply `client` receives, in send order, is one in
   // flight (Deliver it first): its oldest in flight was sent before every
   // reply in its outbox.
@@ -206,23 +207,17 @@ class LoopbackTransport final : public Transport {
     for (InFlight& sent : in_flight_) sent.later_sends += sent.client == client;
     return Status::Ok();
   }
-  Status SendSampleReplyRows(int client, std::vector<std::byte> head, const store::TransitionStore& store,
-                             std::span<const int64_t> slots, std::span<const char> copy_row,
-                             uint64_t* token) override {
-    if (!rows_in_place_) return Transport::SendSampleReplyRows(client, std::move(head), store, slots, copy_row, token);
+  Status SendSampleReplyBlocks(int client, std::vector<std::byte> frame, size_t head_bytes,
+                               std::span<const ReplyBlock> blocks, uint64_t* token) override {
+    if (!rows_in_place_) return Transport::SendSampleReplyBlocks(client, std::move(frame), head_bytes, blocks, token);
     if (fail_sends_) return Status::Internal("loopback send failed (FailSends)");
-    head.resize(head.size() - CopiedRowBytes(store, copy_row));  // the copies go to `copies` below
-    InFlight sent{client, std::move(head), &store, {slots.begin(), slots.end()}, {copy_row.begin(), copy_row.end()},
-                  {}, next_token_++, /*later_sends=*/0};
-    for (int column = 0; column < static_cast<int>(store.schema().columns.size()); ++column) {
-      for (size_t i = 0; i < slots.size(); ++i) {
-        if (!copy_row[i]) continue;
-        const std::span<const std::byte> row = store.Rows(column, slots[i], 1);
-        sent.copies.insert(sent.copies.end(), row.begin(), row.end());  // copied at the send, as MPI's transport does
-      }
-    }
-    *token = sent.token;
-    in_flight_.push_back(std::move(sent));
+    // As the service sends it: the observer sees it so, and Deliver compares.
+    std::vector<std::byte> as_sent = GatherBlocks(frame, head_bytes, blocks);
+    if (observer_) observer_(client, as_sent);
+    // `frame` moves into the record; its buffer, which blocks may lie in, stays where it is.
+    in_flight_.push_back(InFlight{client, std::move(frame), head_bytes, {blocks.begin(), blocks.end()},
+                                  std::move(as_sent), next_token_++, /*later_sends=*/0});
+    *token = in_flight_.back().token;
     return Status::Ok();
   }
   void TakeCompletedRows(std::vector<uint64_t>* tokens) override {
@@ -235,7 +230,7 @@ class LoopbackTransport final : public Transport {
     for (const InFlight& sent : in_flight_) {
       if (sent.client != client) continue;
       ++unread.replies;
-      unread.bytes += static_cast<int64_t>(sent.head.size());
+      unread.bytes += static_cast<int64_t>(sent.as_sent.size());
     }
     for (const std::vector<std::byte>& frame : outboxes_[client]) {
       proto::FrameHeader header;
@@ -299,15 +294,15 @@ class LoopbackTransport final : public Transport {
   size_t eager_limit_ = 0;
   struct InFlight {
     int client;
-    std::vector<std::byte> head;
-    const store::TransitionStore* store;
-    std::vector<int64_t> slots;
-    std::vector<char> copy_row;
-    std::vector<std::byte> copies;  // the copied rows, column after column
+    std::vector<std::byte> frame;  // the head, then the copies the service made behind it
+    size_t head_bytes;
+    std::vector<ReplyBlock> blocks;
+    std::vector<std::byte> as_sent;  // the message as its blocks stood at the send
     uint64_t token;
     size_t later_sends = 0;  // replies to `client` put in its outbox since (Deliver goes ahead of them)
   };
   bool rows_in_place_ = false;
+  std::string changed_in_flight_;
   std::deque<InFlight> in_flight_;
   std::vector<uint64_t> completed_;
   uint64_t next_token_ = 1;

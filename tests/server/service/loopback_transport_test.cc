@@ -173,13 +173,10 @@ TEST(LoopbackTransportTest, AReplyInFlightIsReceivedBeforeTheRepliesSentAfterIt)
   LoopbackTransport transport(1);
   transport.SendRowsInPlace(true);
   ASSERT_TRUE(transport.Send(kClient, Bytes(1, 1)).ok());
-  const int64_t slot = 0;
-  const char copy_row = 0;
+  const std::span<const std::byte> row = replay->store().Rows(0, 0, 1);
+  const ReplyBlock block{row.data(), row.size()};
   uint64_t token = 0;
-  ASSERT_TRUE(transport
-                  .SendSampleReplyRows(kClient, Bytes(1, 2), replay->store(), std::span(&slot, 1),
-                                       std::span(&copy_row, 1), &token)
-                  .ok());
+  ASSERT_TRUE(transport.SendSampleReplyBlocks(kClient, Bytes(1, 2), 1, std::span(&block, 1), &token).ok());
   ASSERT_TRUE(transport.Send(kClient, Bytes(1, 3)).ok());
   EXPECT_FALSE(transport.NextReplyInFlight(kClient)) << "the first reply, sent before it, is next";
   transport.outbox(kClient).pop_front();

@@ -72,7 +72,9 @@ TEST(TableFlagsTest, BadSpecsAreRefusedNamingTheProblem) {
 
 TEST(TableFlagsTest, TablesGetTheirLayoutsSelectorsAndLimitsOrTheServersDefaults) {
   std::vector<TableFlags> flags(3);
-  ASSERT_TRUE(ParseTableSpec("apex:n_step=3,discount=0.9,stack=obs:4,max_items=2000,min_size=100", &flags[0]).ok());
+  ASSERT_TRUE(ParseTableSpec("apex:n_step=3,discount=0.9,stack=obs:4,stack_axis=first,max_items=2000,min_size=100",
+                             &flags[0])
+                  .ok());
   ASSERT_TRUE(ParseTableSpec("r2d2:sequence_length=8,sequence_period=4,alpha=0.9,samples_per_insert=2,"
                              "error_buffer=64",
                              &flags[1])
@@ -86,6 +88,8 @@ TEST(TableFlagsTest, TablesGetTheirLayoutsSelectorsAndLimitsOrTheServersDefaults
   EXPECT_EQ(replay->table(0).name(), "apex");
   EXPECT_EQ(replay->table(0).options().kind, replay::StepOptions::Kind::kNStep);
   EXPECT_EQ(replay->table(0).items().capacity(), 2000);
+  EXPECT_TRUE(replay->table(0).options().frames_first);
+  EXPECT_FALSE(replay->table(1).options().frames_first) << "frames last unless a table says first";
   EXPECT_EQ(replay->table(1).items().capacity(), 4096) << "max_items defaults to the ring's capacity";
   EXPECT_EQ(replay->table(1).items().alpha(), 0.9);
   EXPECT_EQ(replay->table(2).items().options().sampler, table::SelectorKind::kFifo);
@@ -124,6 +128,8 @@ TEST(TableFlagsTest, BadTablesAreRefusedNamingTheTable) {
   refused({"a:max_items=10,min_size=11"}, "table a: min size to sample 11 must be in [1, 10]");
   refused({"a:samples_per_insert=-1"}, "table a: ");
   refused({"a:stack=obs:x,n_step=1"}, "table a: stack obs:x: give name:depth");
+  refused({"a:stack=obs:4,stack_axis=middle,n_step=1"}, "table a: stack axis middle: give first");
+  refused({"a:stack_axis=first"}, "table a: a stack, item column");
   refused({"a", "a:n_step=2"}, "table a: two tables have this name");
   refused({"a:n_step=5000"}, "table a: an item spans");
 }

@@ -241,6 +241,7 @@ inline SimTable DrawTable(PortableRandom& rng, const StepStreamsConfig& steps, i
     table.limiter.samples_per_insert = std::array{0.5, 1.0, 2.0}[static_cast<size_t>(rng.Int(0, 2))];
     table.limiter.error_buffer = static_cast<double>(rng.Int(0, 3 * items.capacity));
   }
+  o.frames_first = rng.Chance(0.5);
   const Status made = replay::StepSchemas(o, steps.step_schema, &table.sample_schema, &table.stored_schema);
   if (!made.ok()) throw std::logic_error("the simulation drew a table StepSchemas refuses: " + made.ToString());
   return table;

@@ -427,6 +427,9 @@ void Simulator::StepShards(bool all) {
   }
   if (stepping.empty()) return;
   for (const int s : stepping) StepShard(s);
+  for (const Shard& shard : shards_) {
+    if (!shard.transport->changed_in_flight().empty()) Fail(shard.transport->changed_in_flight());
+  }
   ++result_.steps;
   now_ += kStepTime;
   model_.SetNow(now_);
@@ -441,7 +444,8 @@ void Simulator::StepShards(bool all) {
     if (config_.steps.on) {
       step_model_.ThrowIfFailed();
       step_model_.CheckShard(s, *shard.replay, shard.items_changed);
-      step_model_.CheckHeld(s, [&shard](int index) { return shard.service->held_adds(index); });
+      step_model_.CheckHeld(
+          s, [&shard](int index) { return shard.service->held_adds(index); }, shard.service->rows_pinned());
     }
     CheckCheckpoint(s);
   }

@@ -55,6 +55,7 @@ struct SimTable {
     const bool n_step = layout.kind == replay::StepOptions::Kind::kNStep;
     std::string stacks;
     for (const auto& [column, depth] : layout.stacks) stacks += fmt::format(" {}:{}", column, depth);
+    if (!layout.stacks.empty() && layout.frames_first) stacks += " (frames first)";
     return fmt::format(
         "{} ({}, stacks{}, {} items, sampler {}, remover {}, max times sampled {}, min size {}, rate limiter {} "
         "(buffer {}))",
@@ -85,6 +86,7 @@ struct StepStreamsConfig {
     if (!on) return "";
     std::string stacks;
     for (const auto& [name, depth] : options.stacks) stacks += fmt::format(" {}:{}", name, depth);
+    if (!options.stacks.empty() && options.frames_first) stacks += " (frames first)";
     return fmt::format(
         "; step streams: {}, stacks{}, ring of {} steps, step {}, items carry {}, episodes end with odds {:.2f}",
         n_step() ? fmt::format("{}-step, discount {}", options.n_step, options.discount)
@@ -146,6 +148,7 @@ inline StepStreamsConfig DrawStepConfig(PortableRandom& steps, int64_t* min_size
   config.episode_end = std::array{0.05, 0.15, 0.4}[static_cast<size_t>(pick(0, 2))];
   config.max_append = static_cast<int>(std::min<int64_t>(pick(1, 8), o.step_capacity));
   *min_size_to_sample = std::min<int64_t>(*min_size_to_sample, pick(1, 4));
+  o.frames_first = chance(0.5);
   o.streams = 1;  // for StepSchemas; each shard's own at its start
   const Status made = replay::StepSchemas(o, config.step_schema, &config.sample_schema, &config.stored_schema);
   if (!made.ok()) throw std::logic_error("the simulation drew step options StepSchemas refuses: " + made.ToString());

@@ -27,10 +27,11 @@
 //   - an append that creates no items is never held by the rate limiter
 //     (issue 33, finding 3): a client's oldest append the service has not
 //     answered is held if any is (requests are received in order); if it
-//     creates no items and carries its columns, nothing but the limiter
-//     could hold it past the next step (no rows are pinned in a ring of
-//     steps; one that came behind an append the limiter held waits at most
-//     one step once that one goes), so it is never held after two steps;
+//     creates no items and carries its columns, nothing but the limiter or
+//     rows pinned by a reply in flight could hold it past the next step
+//     (one that came behind an append the limiter held waits at most one
+//     step once that one goes), so it is never held two steps in a row with
+//     no rows pinned;
 //   - after every step that changed the items, the table holds exactly the
 //     reference's items, each with a positive leaf (no item vanishes while
 //     its steps are held), and after every step the ring's keys and streams
@@ -120,10 +121,15 @@ class StepModel {
   // After each step of `shard`; `changed`: its items' keys issued or count changed.
   void CheckShard(int shard, const replay::StepReplay& table, bool changed);
   // After each step of `shard`: `held(index)` appends of its client `index`
-  // are held (ReplayService::held_adds).
+  // are held (ReplayService::held_adds); `rows_pinned`: replies in flight pin
+  // rows of its ring (ReplayService::rows_pinned), which may hold any append.
   template <class Held>
-  void CheckHeld(int shard, const Held& held) {
+  void CheckHeld(int shard, const Held& held, bool rows_pinned) {
     Shard& state = shards_[static_cast<size_t>(shard)];
+    if (rows_pinned) {
+      state.held_itemless.clear();
+      return;
+    }
     std::vector<RequestKey> itemless;  // the clients' oldest held appends that create no items
     for (int index = 0; index < static_cast<int>(state.client_of.size()); ++index) {
       const int client = state.client_of[static_cast<size_t>(index)];
