@@ -4,6 +4,7 @@
 # writes every run's JSON and a summary (medians, the after/before ratios).
 # Usage: scripts/bench-compare.sh BEFORE_BINARY AFTER_BINARY OUT_DIR
 #   env: ACTORS="1 2" SIZES="small atari" REPEATS=3 SECONDS_PER_RUN=3
+#        AFTER_ARGS="..." (flags for the after binary alone, as --stack-axis first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 3 ] || { echo "usage: scripts/bench-compare.sh BEFORE_BINARY AFTER_BINARY OUT_DIR" >&2; exit 2; }
@@ -15,12 +16,12 @@ for repeat in $(seq 1 "${REPEATS:-3}"); do
   for size in ${SIZES:-small atari}; do
     for actors in ${ACTORS:-1 2}; do
       for side in before after; do
-        binary=$before
-        [ "$side" = after ] && binary=$after
+        binary=$before extra=""
+        [ "$side" = after ] && binary=$after extra=${AFTER_ARGS:-}
         json="$out/$side-$size-$actors-$repeat.json"
         echo "== $side $size, $actors actors, repeat $repeat"
         mpirun -np $((actors + 2)) "$binary" --transport mpi --size "$size" --seconds "${SECONDS_PER_RUN:-3}" \
-          --raw-seconds 2 --out "$json" > "$out/$side-$size-$actors-$repeat.log" 2>&1 \
+          --raw-seconds 2 $extra --out "$json" > "$out/$side-$size-$actors-$repeat.log" 2>&1 \
           || { echo "failed: see $out/$side-$size-$actors-$repeat.log" >&2; exit 1; }
       done
     done

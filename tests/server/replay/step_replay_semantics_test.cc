@@ -20,7 +20,9 @@ std::string Names(const Schema& schema) {
   return names;
 }
 
-TEST(StepLayoutTest, AtariNStepStacksFramesOnANewLastAxis) {
+// Frames on a new last axis (Dopamine's (84, 84, 4)) or, frames first,
+// a new first axis (PyTorch's (4, 84, 84)).
+TEST(StepLayoutTest, AtariNStepStacksFramesOnANewLastOrFirstAxis) {
   const Schema atari{{{"obs", DType::kUInt8, {84, 84}},
                       {"action", DType::kInt32, {}},
                       {"reward", DType::kFloat32, {}},
@@ -33,6 +35,14 @@ TEST(StepLayoutTest, AtariNStepStacksFramesOnANewLastAxis) {
   ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
   EXPECT_EQ(Names(sample), "obs:uint8:84,84,4 action:int32: return:float64: discount:float64: next_obs:uint8:84,84,4 ");
   EXPECT_EQ(Names(stored), "step:int64: ");
+  options.frames_first = true;
+  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
+  EXPECT_EQ(Names(sample), "obs:uint8:4,84,84 action:int32: return:float64: discount:float64: next_obs:uint8:4,84,84 ");
+  options.kind = StepOptions::Kind::kSequence;
+  options.sequence_length = 80;
+  options.sequence_period = 40;
+  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
+  EXPECT_EQ(sample.columns[0].ToString(), "obs:uint8:80,4,84,84") << "a sequence's steps, then each step's stack";
 }
 
 TEST(StepLayoutTest, CartPoleGetsNextObsWithoutStacks) {
@@ -145,28 +155,6 @@ TEST(StepNStepTest, ReturnsDiscountsAndStacksStopAtTheEpisodesEnd) {
   EXPECT_EQ(item.ret, 5 + 0.5 * 6 + 0.25 * 7);
   EXPECT_EQ(item.discount, 0.125);
   EXPECT_EQ(Bytes(item.next_obs), Stack(5, 6, 7));
-}
-
-// Frames first (PyTorch's (4, 84, 84)): each stack is its frames one after
-// another, as appended, and a reply's plan names them in the ring.
-TEST(StepLayoutTest, FramesFirstPutsTheStackOnANewFirstAxis) {
-  const Schema atari{{{"obs", DType::kUInt8, {84, 84}},
-                      {"action", DType::kInt32, {}},
-                      {"reward", DType::kFloat32, {}},
-                      {"done", DType::kUInt8, {}}}};
-  StepOptions options;
-  options.kind = StepOptions::Kind::kNStep;
-  options.n_step = 3;
-  options.stacks = {{"obs", 4}};
-  options.frames_first = true;
-  Schema sample, stored;
-  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
-  EXPECT_EQ(Names(sample), "obs:uint8:4,84,84 action:int32: return:float64: discount:float64: next_obs:uint8:4,84,84 ");
-  options.kind = StepOptions::Kind::kSequence;
-  options.sequence_length = 80;
-  options.sequence_period = 40;
-  ASSERT_TRUE(StepSchemas(options, atari, &sample, &stored).ok());
-  EXPECT_EQ(sample.columns[0].ToString(), "obs:uint8:80,4,84,84");
 }
 
 // Every byte of PlanReply's parts, in order (what a transport sends).
