@@ -180,6 +180,8 @@ class ItemTable {
   // that plans them).
   struct ItemView;
   ItemView ViewItem(int64_t item_slot) const;
+  // ViewItem of each of these slots into out[i], their misses overlapped.
+  void ViewItems(std::span<const int64_t> item_slots, ItemView* out) const;
   template <typename Sink>
   void EmitColumn(const SampleColumn& column, const ItemView& item, int64_t item_slot, Sink& sink) const;
   // The value of step column `column` at stream index `index`, stacked to

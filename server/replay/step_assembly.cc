@@ -116,7 +116,9 @@ class WriteSink {
   explicit WriteSink(std::byte* out) : out_(out) {}
   // Room for `bytes` computed bytes, written by the caller at once.
   std::byte* Write(int64_t bytes) { return std::exchange(out_, out_ + bytes); }
-  void Row(const std::byte* row, int64_t /*step_slot*/, int64_t bytes) { std::memcpy(Write(bytes), row, static_cast<size_t>(bytes)); }
+  void Row(const std::byte* row, int64_t /*step_slot*/, int64_t bytes) {
+    std::memcpy(Write(bytes), row, static_cast<size_t>(bytes));
+  }
   void Zeros(int64_t bytes) { std::memset(Write(bytes), 0, static_cast<size_t>(bytes)); }
 
  private:
@@ -139,7 +141,9 @@ class PlanSink {
     plan_->scratch.resize(static_cast<size_t>(offset + bytes));
     return plan_->scratch.data() + offset;
   }
-  void Row(const std::byte* row, int64_t step_slot, int64_t bytes) { plan_->parts.push_back({row, step_slot, 0, bytes}); }
+  void Row(const std::byte* row, int64_t step_slot, int64_t bytes) {
+    plan_->parts.push_back({row, step_slot, 0, bytes});
+  }
   void Zeros(int64_t bytes) { std::memset(Write(bytes), 0, static_cast<size_t>(bytes)); }
 
  private:
@@ -229,6 +233,14 @@ void ItemTable::EmitColumn(const SampleColumn& column, const ItemView& item, int
   }
 }
 
+void ItemTable::ViewItems(std::span<const int64_t> item_slots, ItemView* out) const {
+  // An item's view starts with two dependent cache misses (its row, then
+  // its first step's info): both started for every item first.
+  for (const int64_t slot : item_slots) PrefetchItemRow(slot);
+  for (const int64_t slot : item_slots) __builtin_prefetch(&steps_->Info(ItemStepKey(slot)));
+  for (size_t i = 0; i < item_slots.size(); ++i) out[i] = ViewItem(item_slots[i]);
+}
+
 bool ItemTable::RepliesFromRing() const {
   return RowsAreSteps() || options_.frames_first ||
          std::all_of(layout_.columns.begin(), layout_.columns.end(),
@@ -239,22 +251,9 @@ void ItemTable::PlanReply(std::span<const int64_t> item_slots, ReplyPlan* plan) 
   plan->parts.clear();
   plan->scratch.clear();
   PlanSink sink(plan);
-  if (RowsAreSteps()) {  // a transition: its step's row as stored
-    std::vector<int64_t> step_slots;
-    StepSlots(item_slots, &step_slots);
-    const TransitionStore& columns = steps_->columns();
-    for (size_t c = 0; c < columns.schema().columns.size(); ++c) {
-      for (const int64_t slot : step_slots) {
-        const std::span<const std::byte> row = columns.Rows(static_cast<int>(c), slot, 1);
-        sink.Row(row.data(), slot, static_cast<int64_t>(row.size()));
-      }
-    }
-    return;
-  }
+  // Every layout through EmitColumn (a transition's columns are its step's rows).
   std::vector<ItemView> items(item_slots.size());
-  for (const int64_t slot : item_slots) PrefetchItemRow(slot);
-  for (const int64_t slot : item_slots) __builtin_prefetch(&steps_->Info(ItemStepKey(slot)));
-  for (size_t i = 0; i < item_slots.size(); ++i) items[i] = ViewItem(item_slots[i]);
+  ViewItems(item_slots, items.data());
   for (const SampleColumn& column : layout_.columns) {
     for (size_t i = 0; i < item_slots.size(); ++i) EmitColumn(column, items[i], item_slots[i], sink);
   }
@@ -288,11 +287,7 @@ void ItemTable::Assemble(std::span<const int64_t> item_slots, std::span<std::byt
   }
   std::vector<ItemView> items(item_slots.size());
   parallel([&](int64_t begin, int64_t end) {
-    // An item's view starts with two dependent cache misses (its row, then
-    // its first step's info): both started for every item first.
-    for (int64_t i = begin; i < end; ++i) PrefetchItemRow(item_slots[i]);
-    for (int64_t i = begin; i < end; ++i) __builtin_prefetch(&steps_->Info(ItemStepKey(item_slots[i])));
-    for (int64_t i = begin; i < end; ++i) items[i] = ViewItem(item_slots[i]);
+    ViewItems(item_slots.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)), items.data() + begin);
     std::byte* column_out = out.data();
     for (const SampleColumn& column : layout_.columns) {
       for (int64_t i = begin; i < end; ++i) {

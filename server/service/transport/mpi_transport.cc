@@ -118,7 +118,9 @@ Status MpiTransport::SendSampleReply(int client, std::vector<std::byte> frame) {
 Status MpiTransport::SendSampleReplyBlocks(int client, std::vector<std::byte> frame, size_t head_bytes,
                                            std::span<const ReplyBlock> blocks, uint64_t* token) {
   // Held: gathered now (Transport's way), so nothing stays pinned.
-  if (Paused() || !held_.empty()) return Transport::SendSampleReplyBlocks(client, std::move(frame), head_bytes, blocks, token);
+  if (Paused() || !held_.empty()) {
+    return Transport::SendSampleReplyBlocks(client, std::move(frame), head_bytes, blocks, token);
+  }
   *token = 0;
   int64_t bytes = static_cast<int64_t>(head_bytes);
   blocks_.Clear();
