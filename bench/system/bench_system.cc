@@ -18,6 +18,14 @@
 //      transitions), again and again. The servers only receive and answer.
 //      That is the ceiling for intake and for sample replies between these
 //      ranks, both directions at once, as in the replay phase.
+//      With --raw-ring, a second raw phase (also halved) does the same with
+//      the replay's memory instead of two buffers that stay in cache: each
+//      server receives the intake messages one after another into a buffer
+//      the size of the replay's ring (huge pages, prefaulted) and sends each
+//      reply gathered from runs of it at random places (a datatype, as the
+//      replay sends from its ring: an n-step item's two stacks, or one run
+//      an item). That splits the replay's distance from phase 1 into what
+//      its memory costs MPI and what the replay itself costs.
 //   2. the replay: actors add batches of 50 with priorities, the learner
 //      samples 512 and updates 512 priorities in a loop, for --seconds, over
 //      the chosen transport: the perserve client library over MPI, or the same
@@ -53,11 +61,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -72,6 +82,7 @@
 #include "service/transport/mpi_transport.h"
 #include "service/replay_service.h"
 #include "service/table_flags.h"
+#include "util/page_memory.h"
 #include "system/job_errors.h"
 #include "system/step_schedule.h"
 #include "system/zmq_client.h"
@@ -99,9 +110,20 @@ struct Report {
   double items = 0, seconds = 0;
   double steps = 0, fill_seconds = 0;  // actors of step streams: steps appended (timed), the untimed fill
   double samples = 0, updates = 0, latency_median_ms = 0, latency_p99_ms = 0;
-  double raw_bytes = 0, raw_seconds = 0;  // servers: intake received; the learner: replies received
-  double raw_cpu_seconds = 0, raw_server_out_bytes = 0;  // servers
-  double cpu_seconds = 0;                                // servers, over the replay phase
+  // Phase 1, and (--raw-ring) phase 1 over ring-sized memory.
+  struct Raw {
+    double bytes = 0, seconds = 0;           // servers: intake received; the learner: replies received
+    double cpu_seconds = 0, server_out_bytes = 0;  // servers
+  } raw, raw_ring;
+  double cpu_seconds = 0;  // servers, over the replay phase
+};
+
+// Phase 1 over the replay's memory (--raw-ring): a server's ring-sized buffer,
+// and how its replies are cut into runs of it.
+struct RawRing {
+  std::span<std::byte> memory;  // empty: phase 1 as it is, over two buffers
+  int64_t runs_per_item = 1;    // an n-step item's two stacks, or one run an item
+  int64_t items_per_reply = 0;  // the server's share of a sample
 };
 
 // What a run moves: transitions (an add's rows are its items, sampled as
@@ -233,8 +255,11 @@ double CpuSeconds() {
 // reply-sized answer (its share of a sample of 512), over and over, as a
 // learner samples. Each server only receives, and answers each request from
 // a buffer it keeps. Servers report the intake bytes, the learner the reply
-// bytes, each with its seconds; servers also their CPU seconds.
-void RawMpi(int rank, int size, int servers, const Sizes& sizes, double seconds, Report* report) {
+// bytes, each with its seconds; servers also their CPU seconds. With a ring
+// (--raw-ring), servers receive intake into it in turn and send each reply
+// from runs of it at random places.
+void RawMpi(int rank, int size, int servers, const Sizes& sizes, double seconds, const RawRing& ring,
+            Report::Raw* report) {
   std::vector<std::byte> buffer(std::max(sizes.intake_message, sizes.update_message), std::byte{7});
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = Clock::now();
@@ -243,7 +268,17 @@ void RawMpi(int rank, int size, int servers, const Sizes& sizes, double seconds,
   if (rank < servers) {
     const double cpu_start = CpuSeconds();
     std::vector<std::byte> reply(sizes.reply_message / servers, std::byte{9});
+    // Over the ring: a reply is its head (the reply's bytes beyond its runs,
+    // from `reply`) and items_per_reply x runs_per_item runs at random places.
+    const int64_t runs = ring.memory.empty() ? 0 : ring.items_per_reply * ring.runs_per_item;
+    const int64_t run_bytes = runs == 0 ? 0 : sizes.reply_message / servers / runs;
+    const int64_t head_bytes = static_cast<int64_t>(reply.size()) - runs * run_bytes;
+    std::mt19937_64 rng(static_cast<uint64_t>(rank) + 1);
+    std::vector<int> lengths;
+    std::vector<MPI_Aint> displacements;
+    int64_t next = 0;  // where the next intake message goes in the ring
     MPI_Request reply_request = MPI_REQUEST_NULL;
+    MPI_Datatype reply_type = MPI_DATATYPE_NULL;
     int ends = 0;
     double bytes = 0, reply_bytes = 0;
     const int my_clients = actors / servers + (rank < actors % servers ? 1 : 0) + 1;  // + the learner
@@ -253,23 +288,47 @@ void RawMpi(int rank, int size, int servers, const Sizes& sizes, double seconds,
       MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &message, &status);
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
-      MPI_Mrecv(buffer.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      const bool intake = status.MPI_TAG == kRawTag && status.MPI_SOURCE != learner;
+      if (intake && !ring.memory.empty()) {
+        if (next + count > static_cast<int64_t>(ring.memory.size())) next = 0;
+        MPI_Mrecv(ring.memory.data() + next, count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+        next += count;
+      } else {
+        MPI_Mrecv(buffer.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      }
       if (status.MPI_TAG == kRawEndTag) {
         ++ends;
-      } else if (status.MPI_SOURCE == learner) {
+      } else if (!intake) {
         MPI_Wait(&reply_request, MPI_STATUS_IGNORE);  // the learner asks again only once it has the last one
-        MPI_Isend(reply.data(), static_cast<int>(reply.size()), MPI_BYTE, learner, kRawReplyTag, MPI_COMM_WORLD,
-                  &reply_request);
+        if (runs == 0) {
+          MPI_Isend(reply.data(), static_cast<int>(reply.size()), MPI_BYTE, learner, kRawReplyTag, MPI_COMM_WORLD,
+                    &reply_request);
+        } else {
+          // A datatype a reply, as the replay commits one for each reply it sends from its ring.
+          if (reply_type != MPI_DATATYPE_NULL) MPI_Type_free(&reply_type);
+          lengths.assign(1, static_cast<int>(head_bytes));
+          displacements.assign(1, reinterpret_cast<MPI_Aint>(reply.data()));
+          std::uniform_int_distribution<int64_t> place(0, (static_cast<int64_t>(ring.memory.size()) - run_bytes) / 64);
+          for (int64_t r = 0; r < runs; ++r) {
+            lengths.push_back(static_cast<int>(run_bytes));
+            displacements.push_back(reinterpret_cast<MPI_Aint>(ring.memory.data() + 64 * place(rng)));
+          }
+          MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displacements.data(), MPI_BYTE,
+                                   &reply_type);
+          MPI_Type_commit(&reply_type);
+          MPI_Isend(MPI_BOTTOM, 1, reply_type, learner, kRawReplyTag, MPI_COMM_WORLD, &reply_request);
+        }
         reply_bytes += static_cast<double>(reply.size());
       } else {
         bytes += count;
       }
     }
     MPI_Wait(&reply_request, MPI_STATUS_IGNORE);
-    report->raw_bytes += bytes;
-    report->raw_seconds += SecondsSince(start);
-    report->raw_cpu_seconds += CpuSeconds() - cpu_start;
-    report->raw_server_out_bytes += reply_bytes;
+    if (reply_type != MPI_DATATYPE_NULL) MPI_Type_free(&reply_type);
+    report->bytes += bytes;
+    report->seconds += SecondsSince(start);
+    report->cpu_seconds += CpuSeconds() - cpu_start;
+    report->server_out_bytes += reply_bytes;
   } else if (rank < learner) {
     const int server = (rank - servers) % servers;
     std::vector<std::vector<std::byte>> buffers(kInFlight, std::vector<std::byte>(sizes.intake_message, std::byte{7}));
@@ -299,8 +358,8 @@ void RawMpi(int rank, int size, int servers, const Sizes& sizes, double seconds,
       bytes += static_cast<double>(share) * servers;
     }
     for (int s = 0; s < servers; ++s) MPI_Send(nullptr, 0, MPI_BYTE, s, kRawEndTag, MPI_COMM_WORLD);
-    report->raw_bytes += bytes;
-    report->raw_seconds += SecondsSince(start);
+    report->bytes += bytes;
+    report->seconds += SecondsSince(start);
   }
   // The servers receive any tag above: nobody may start the join (whose
   // hellos go to rank 0) before they are done.
@@ -547,6 +606,7 @@ int main(int argc, char** argv) {
   std::string transport = "mpi", size_name = "small", out, endpoint;
   int tables = 1;
   std::string stack_axis = "last";
+  bool raw_ring = false;
   double seconds = 5.0, raw_seconds = 2.0;
   int servers = 1;
   int64_t zero_copy_min_row_bytes = perserve::service::ServiceOptions{}.zero_copy_min_row_bytes;
@@ -580,6 +640,9 @@ int main(int argc, char** argv) {
                  "atari-steps: the stacked frames' axis, last (84,84,4: replies assembled) or first (4,84,84: "
                  "replies sent from the ring), as perserve-server --stack-axis")
       ->check(CLI::IsMember({"first", "last"}))->capture_default_str();
+  app.add_flag("--raw-ring", raw_ring,
+               "also a raw MPI phase over the replay's memory: intake received into a ring-sized buffer in turn, "
+               "replies sent from runs of it at random places (more server memory: a second ring)");
   CLI11_PARSE(app, argc, argv);
 
   MPI_Init(&argc, &argv);
@@ -615,9 +678,29 @@ int main(int argc, char** argv) {
   };
   const int64_t fill_steps = rank >= servers && rank < size - 1 ? fill_steps_of(rank - servers) : 0;
 
+  // --raw-ring: each server's ring-sized buffer, on huge pages as the ring
+  // is and written once before any timing (the replay's ring is wrapped
+  // before its timing starts).
+  perserve::util::PageMemory ring_memory;
+  RawRing ring;
+  if (raw_ring) {
+    ring.runs_per_item = workload.steps && workload.table.kind == perserve::replay::StepOptions::Kind::kNStep &&
+                                 !workload.table.stacks.empty()
+                             ? 2
+                             : 1;
+    ring.items_per_reply = sample_batch / servers;
+    if (rank < servers) {
+      const size_t bytes = static_cast<size_t>(workload.capacity * workload.adds.ItemBytes());
+      ring_memory = perserve::util::AllocatePageMemory(bytes);
+      std::memset(ring_memory.get(), 1, bytes);
+      ring.memory = {ring_memory.get(), bytes};
+    }
+  }
+  const RawRing no_ring;
   // Half of the raw phase before the replay and half after: a machine whose
   // speed drifts over the run (a shared VM) moves both sides of the ratios.
-  RawMpi(rank, size, servers, sizes, raw_seconds / 2, &report);
+  RawMpi(rank, size, servers, sizes, raw_seconds / 2, no_ring, &report.raw);
+  if (raw_ring) RawMpi(rank, size, servers, sizes, raw_seconds / 2, ring, &report.raw_ring);
 
   if (transport == "mpi") {
     if (rank < servers) {
@@ -668,14 +751,15 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
-  RawMpi(rank, size, servers, sizes, raw_seconds / 2, &report);
+  if (raw_ring) RawMpi(rank, size, servers, sizes, raw_seconds / 2, ring, &report.raw_ring);
+  RawMpi(rank, size, servers, sizes, raw_seconds / 2, no_ring, &report.raw);
   if (clients != MPI_COMM_NULL) MPI_Comm_free(&clients);
 
   std::vector<Report> reports(rank == 0 ? size : 0);
   MPI_Gather(&report, sizeof(Report), MPI_BYTE, reports.data(), sizeof(Report), MPI_BYTE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    double items = 0, steps = 0, fill_steps_all = 0, fill_seconds = 0, actor_seconds = 0, raw_bytes = 0, raw_seconds_max = 0,
-           raw_cpu = 0, raw_out = 0, cpu = 0;
+    double items = 0, steps = 0, fill_steps_all = 0, fill_seconds = 0, actor_seconds = 0, cpu = 0;
+    Report::Raw raw_sum, raw_ring_sum;  // over the servers, with their longest seconds
     for (int r = servers; r < size - 1; ++r) {
       items += reports[r].items;
       steps += reports[r].steps;
@@ -684,10 +768,12 @@ int main(int argc, char** argv) {
       actor_seconds = std::max(actor_seconds, reports[r].seconds);
     }
     for (int r = 0; r < servers; ++r) {
-      raw_bytes += reports[r].raw_bytes;
-      raw_seconds_max = std::max(raw_seconds_max, reports[r].raw_seconds);
-      raw_cpu += reports[r].raw_cpu_seconds;
-      raw_out += reports[r].raw_server_out_bytes;
+      for (auto [sum, one] : {std::pair{&raw_sum, &reports[r].raw}, std::pair{&raw_ring_sum, &reports[r].raw_ring}}) {
+        sum->bytes += one->bytes;
+        sum->seconds = std::max(sum->seconds, one->seconds);
+        sum->cpu_seconds += one->cpu_seconds;
+        sum->server_out_bytes += one->server_out_bytes;
+      }
       cpu += reports[r].cpu_seconds;
     }
     const Report& learner = reports[size - 1];
@@ -700,8 +786,8 @@ int main(int argc, char** argv) {
     const double intake_wire_bytes = rows / kIntakeBatch * static_cast<double>(sizes.add_head) +
                                      rows * static_cast<double>(workload.adds.ItemBytes()) +
                                      items * static_cast<double>(ItemExtraBytes(workload));
-    const double raw_mb_s = raw_bytes / raw_seconds_max / 1e6;
-    const double raw_reply_mb_s = learner.raw_bytes / learner.raw_seconds / 1e6;
+    const double raw_mb_s = raw_sum.bytes / raw_sum.seconds / 1e6;
+    const double raw_reply_mb_s = learner.raw.bytes / learner.raw.seconds / 1e6;
     // Compare like with like: the raw figures count whole messages, so scale
     // intake and samples to the bytes of their messages.
     const double intake_message_mb_s = intake_wire_bytes / actor_seconds / 1e6;
@@ -711,7 +797,7 @@ int main(int argc, char** argv) {
     // The server's CPU per GB it moved: intake in plus sample replies out.
     const double moved_gb =
         (intake_wire_bytes + learner.samples / batch * static_cast<double>(sizes.reply_message)) / 1e9;
-    const double raw_moved_gb = (raw_bytes + raw_out) / 1e9;
+    const double raw_cpu_s_per_gb = raw_sum.cpu_seconds / ((raw_sum.bytes + raw_sum.server_out_bytes) / 1e9);
     // Per item on the wire, to set step streams beside transitions.
     const double intake_bytes_per_item = intake_wire_bytes / items;
     const double reply_bytes_per_item = static_cast<double>(sizes.reply_message) / batch;
@@ -732,6 +818,25 @@ int main(int argc, char** argv) {
           fill_steps_all, fill_seconds, steps, steps / actor_seconds, items / steps,
           items / steps * kIntakeBatch, intake_wire_bytes / steps);
     }
+    // --raw-ring: phase 1 over ring-sized memory, and the replay against it.
+    std::string raw_ring_json, raw_ring_line;
+    if (raw_ring) {
+      const double ring_mb_s = raw_ring_sum.bytes / raw_ring_sum.seconds / 1e6;
+      const double ring_reply_mb_s = learner.raw_ring.bytes / learner.raw_ring.seconds / 1e6;
+      const double ring_cpu_s_per_gb =
+          raw_ring_sum.cpu_seconds / ((raw_ring_sum.bytes + raw_ring_sum.server_out_bytes) / 1e9);
+      raw_ring_json = fmt::format(
+          ", \"raw_ring_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_ring_mpi\": {:.4f}, "
+          "\"raw_ring_reply_mb_per_s\": {:.2f}, \"sample_over_raw_ring_mpi\": {:.4f}, "
+          "\"raw_ring_server_cpu_s_per_gb\": {:.4f}",
+          ring_mb_s, intake_message_mb_s / ring_mb_s, ring_reply_mb_s, reply_mb_s / ring_reply_mb_s,
+          ring_cpu_s_per_gb);
+      raw_ring_line = fmt::format(
+          "  raw MPI over ring-sized memory: intake {:.1f} MB/s ({:.2f}x of it), replies {:.1f} MB/s ({:.2f}x), "
+          "server CPU {:.3f} s/GB\n",
+          ring_mb_s, intake_message_mb_s / ring_mb_s, ring_reply_mb_s, reply_mb_s / ring_reply_mb_s,
+          ring_cpu_s_per_gb);
+    }
     const std::string json = fmt::format(
         "{{\"transport\": \"{}\", \"size\": \"{}\", \"item_bytes\": {}, \"message_bytes\": {}, "
         "\"reply_bytes\": {}, \"zero_copy_min_row_bytes\": {}, \"columns_apart_min_bytes\": {}, \"servers\": {}, "
@@ -741,13 +846,13 @@ int main(int argc, char** argv) {
         "\"p99\": {:.4f}}}, \"raw_mpi_mb_per_s\": {:.2f}, \"intake_over_raw_mpi\": {:.4f}, "
         "\"raw_reply_mb_per_s\": {:.2f}, \"sample_reply_mb_per_s\": {:.2f}, \"sample_over_raw_mpi\": {:.4f}, "
         "\"server_cpu_s_per_gb\": {:.4f}, \"raw_server_cpu_s_per_gb\": {:.4f}, \"sample_batch\": {}, "
-        "\"intake_wire_bytes_per_item\": {:.1f}, \"reply_wire_bytes_per_item\": {:.1f}, \"tables\": {}{}}}\n",
+        "\"intake_wire_bytes_per_item\": {:.1f}, \"reply_wire_bytes_per_item\": {:.1f}, \"tables\": {}{}{}}}\n",
         transport, size_name, workload.samples.ItemBytes(), message_bytes, sizes.reply_message,
         zero_copy_min_row_bytes, columns_apart_min_bytes, servers, actors, actor_seconds, items, items_per_s,
         intake_mb_s, samples_per_s, learner.updates / learner.seconds, learner.latency_median_ms,
         learner.latency_p99_ms, raw_mb_s, intake_message_mb_s / raw_mb_s, raw_reply_mb_s, reply_mb_s,
-        reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu / raw_moved_gb, sample_batch, intake_bytes_per_item,
-        reply_bytes_per_item, workload.tables, step_json);
+        reply_mb_s / raw_reply_mb_s, cpu / moved_gb, raw_cpu_s_per_gb, sample_batch, intake_bytes_per_item,
+        reply_bytes_per_item, workload.tables, step_json, raw_ring_json);
     const std::string what =
         workload.steps ? fmt::format("{} ({} B steps, {} B items sampled)", size_name, workload.adds.ItemBytes(),
                                      workload.samples.ItemBytes())
@@ -767,7 +872,8 @@ int main(int argc, char** argv) {
                "  server CPU    {:.3f} s/GB moved (raw MPI {:.3f} s/GB)\n",
                samples_per_s, learner.updates / learner.seconds, sample_batch, learner.latency_median_ms,
                learner.latency_p99_ms, reply_mb_s, reply_mb_s / raw_reply_mb_s, raw_reply_mb_s, sizes.reply_message,
-               cpu / moved_gb, raw_cpu / raw_moved_gb);
+               cpu / moved_gb, raw_cpu_s_per_gb);
+    fmt::print("{}", raw_ring_line);
     if (!out.empty()) {
       std::FILE* file = std::fopen(out.c_str(), "w");
       if (file == nullptr) Die("cannot write " + out);
