@@ -61,6 +61,15 @@ large = ["--column", "id:int64", "--column", "obs:uint8:100000", "--capacity", "
 # began serving and before any signal). That job says nothing about the
 # signal: it is run once more, and the run says so.
 TCP_RESET = re.compile(r"mca_btl_tcp_\w+: \w+ failed: Connection reset by peer")
+# The same transport, at the signal: mpirun signals every rank at once, and
+# an actor that dies a moment before the server takes its SIGTERM, while the
+# server is inside an MPI call, ends the server there (Open MPI reports "An
+# MPI communication peer process has unexpectedly disconnected" and the
+# server never says "SIGTERM: no longer serving"; docs/checkpoints.md, what
+# the pause cannot help). Seen once in a loaded run of the whole suite. That
+# job says nothing about how the server handles the signal once it has it:
+# it is run once more, and the run says so.
+TCP_PEER_GONE = re.compile(r"peer process has unexpectedly disconnected")
 
 
 slowest_start = 0.0  # of the jobs run so far: the timer job's timer is sized from it
@@ -90,6 +99,10 @@ def run(name, stop, wrapper=(), attempt=1):
     if attempt == 1 and TCP_RESET.search(out) and "checkpoint: writing" not in out:
         print(f"== {name}: Open MPI's TCP transport reset a connection before the signal; running it once more:\n"
               + "\n".join(line for line in out.splitlines() if "mca_btl_tcp" in line or "FATAL" in line))
+        return run(name, stop, wrapper, attempt=2)
+    if attempt == 1 and TCP_PEER_GONE.search(out) and "SIGTERM: no longer serving" not in out:
+        print(f"== {name}: Open MPI ended the server on a client's disconnect before it took the signal; "
+              "running it once more")
         return run(name, stop, wrapper, attempt=2)
     expect(f"{name}: the server writes its final checkpoint within the grace", out,
            r"checkpoint: writing .*checkpoint-000000 \(SIGTERM",
