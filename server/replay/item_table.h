@@ -97,7 +97,7 @@ class ItemTable {
   // One item's bytes of the item columns an actor sends with it (0: none).
   int64_t ItemColumnBytes() const { return layout_.item_column_bytes; }
   // Whether a sampled item's row is its step's row as stored (transitions):
-  // a reply can then send the rows straight from the ring (StepSlots).
+  // Assemble then copies the rows whole (StepSlots).
   bool RowsAreSteps() const;
   // The most items the table can hold whole with the ring full of one long
   // episode per stream: a minimum size to sample above it may never be

@@ -66,9 +66,9 @@ Status LayoutOf(const TableFlags& flags, const TableDefaults& defaults, replay::
   if (flags.n_step == 0 && flags.sequence_length == 0 &&
       (!flags.stacks.empty() || !flags.stack_axis.empty() || !flags.item_columns.empty() || flags.sequence_period > 0 ||
        flags.discount)) {
-    return Status::InvalidArgument("a stack, item column, sequence period or discount shapes n-step items or "
-                                   "sequences: give the n-step or the sequence length too (without them the table "
-                                   "stores transitions)");
+    return Status::InvalidArgument("a stack, item column, sequence period, discount or stack axis shapes n-step "
+                                   "items or sequences: give the n-step or the sequence length too (without them "
+                                   "the table stores transitions)");
   }
   if (flags.n_step > 0 && flags.sequence_period > 0) {
     return Status::InvalidArgument("the sequence period is for sequences, not n-step items");

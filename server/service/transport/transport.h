@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "perserve/status.h"
-#include "store/transition_store.h"
 
 namespace perserve::service {
 

@@ -48,6 +48,7 @@
 
 #include "proto/messages.h"
 #include "service/transport/transport.h"
+#include "store/transition_store.h"
 
 namespace perserve::service {
 
